@@ -1,0 +1,3 @@
+from headway.cli import main
+
+main()

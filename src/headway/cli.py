@@ -1,0 +1,276 @@
+"""The ``headway`` command line: every component runnable on its own, or all at once."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from headway.settings import Settings, load_settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+models_app = typer.Typer(no_args_is_help=True, help="Import and list model versions.")
+tenants_app = typer.Typer(no_args_is_help=True, help="Manage tenants and their API keys.")
+app.add_typer(models_app, name="models")
+app.add_typer(tenants_app, name="tenants")
+
+log = logging.getLogger("headway")
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="TOML or JSON settings file.", exists=True)
+]
+DataDirOpt = Annotated[
+    Path | None, typer.Option("--data-dir", help="Registry, model store, run files.")
+]
+FdOpt = Annotated[int | None, typer.Option("--fd", help="Serve on this inherited socket.")]
+LogLevelOpt = Annotated[str | None, typer.Option("--log-level", help="debug|info|warning|error")]
+
+
+def _flags(**sections: dict[str, Any] | Any) -> dict[str, Any]:
+    """Nested flag values, keeping only the flags that were given."""
+    out: dict[str, Any] = {}
+    for key, value in sections.items():
+        if isinstance(value, dict):
+            given = {k: v for k, v in value.items() if v is not None}
+            if given:
+                out[key] = given
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def _settings(config: Path | None, **sections: Any) -> Settings:
+    try:
+        settings = load_settings(config_file=config, flags=_flags(**sections))
+    except (ValueError, OSError) as exc:
+        typer.echo(f"invalid settings: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    from headway.serve import configure_logging
+
+    configure_logging(settings.log_level)
+    return settings
+
+
+def _urls(value: str | None) -> tuple[str, ...] | None:
+    return tuple(u.strip() for u in value.split(",") if u.strip()) if value is not None else None
+
+
+@app.command()
+def up(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: Annotated[str | None, typer.Option(help="Gateway address.")] = None,
+    port: Annotated[int | None, typer.Option(help="Gateway port (default 8080).")] = None,
+    embed_replicas: Annotated[int | None, typer.Option(help="Embed workers (default 1).")] = None,
+    rerank_replicas: Annotated[
+        int | None, typer.Option(help="Rerank workers (default 1; 0: rerank on embed workers).")
+    ] = None,
+    backend: Annotated[str | None, typer.Option(help="onnx (default) or synthetic.")] = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Run the whole system on this machine: gateway + workers, embedded defaults."""
+    settings = _settings(
+        config,
+        data_dir=data_dir,
+        log_level=log_level,
+        gateway={"host": host, "port": port},
+        worker={"backend": backend},
+        up={"embed_replicas": embed_replicas, "rerank_replicas": rerank_replicas},
+    )
+    from headway.catalog import ensure_default_model
+    from headway.registry.sqlite import Registry
+    from headway.supervisor import Supervisor, write_run_config
+
+    registry = Registry(settings.registry_path)
+    if registry.seed_demo():
+        log.info("first start: created demo tenants (see README; replace them before exposing)")
+    if settings.worker.backend == "onnx":
+        record = ensure_default_model(settings, registry)
+        log.info("model %s version %s", record.name, record.version[:12])
+    run_config = write_run_config(settings)
+    try:
+        code = Supervisor(settings, run_config).run()
+    finally:
+        run_config.unlink(missing_ok=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def gateway(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: Annotated[str | None, typer.Option()] = None,
+    port: Annotated[int | None, typer.Option()] = None,
+    fd: FdOpt = None,
+    embed_replicas: Annotated[
+        str | None, typer.Option(help="Comma-separated worker URLs of the embed pool.")
+    ] = None,
+    rerank_replicas: Annotated[
+        str | None, typer.Option(help="Comma-separated worker URLs of the rerank pool.")
+    ] = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Run one gateway process."""
+    settings = _settings(
+        config,
+        data_dir=data_dir,
+        log_level=log_level,
+        gateway={
+            "host": host,
+            "port": port,
+            "embed_replicas": _urls(embed_replicas),
+            "rerank_replicas": _urls(rerank_replicas),
+        },
+    )
+    from headway.gateway.main import build_gateway
+    from headway.serve import serve
+
+    g = settings.gateway
+    serve(build_gateway(settings), host=g.host, port=g.port, fd=fd, log_level=settings.log_level)
+
+
+@app.command()
+def worker(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: Annotated[str | None, typer.Option()] = None,
+    port: Annotated[int | None, typer.Option()] = None,
+    fd: FdOpt = None,
+    pool: Annotated[str | None, typer.Option(help="embed or rerank.")] = None,
+    backend: Annotated[str | None, typer.Option(help="onnx or synthetic.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias or version.")] = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Run one worker replica of a model pool."""
+    settings = _settings(
+        config,
+        data_dir=data_dir,
+        log_level=log_level,
+        worker={"host": host, "port": port, "pool": pool, "backend": backend, "model": model},
+    )
+    from headway.serve import serve
+    from headway.worker.main import build_worker
+
+    w = settings.worker
+    serve(build_worker(settings), host=w.host, port=w.port, fd=fd, log_level=settings.log_level)
+
+
+@models_app.command("import")
+def models_import(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    quantize: Annotated[
+        bool, typer.Option("--int8", help="Also store an int8 (per-channel) version.")
+    ] = False,
+    cross_encoder: Annotated[
+        Path | None,
+        typer.Option(help="Import a BERT cross-encoder checkpoint directory instead.", exists=True),
+    ] = None,
+    alias: Annotated[
+        list[str] | None, typer.Option(help="Alias(es) for the imported version.")
+    ] = None,
+) -> None:
+    """Build ONNX artifacts from packaged weights into the content-addressed store."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.catalog import DEFAULT_ALIASES, register
+    from headway.models.errors import ModelError
+    from headway.models.importer import import_default, import_hf_bert, quantize_int8
+    from headway.models.store import ModelStore
+    from headway.registry.sqlite import Registry
+
+    store = ModelStore(settings.model_root)
+    registry = Registry(settings.registry_path)
+    try:
+        if cross_encoder is not None:
+            stored = import_hf_bert(
+                store,
+                cross_encoder,
+                kind="cross-encoder",
+                name=cross_encoder.name,
+                source=str(cross_encoder),
+            )
+            aliases = tuple(alias or [settings.rerank_model])
+        else:
+            stored = import_default(store)
+            aliases = tuple(alias or DEFAULT_ALIASES)
+        register(registry, stored, aliases)
+        typer.echo(f"{stored.version}  {stored.manifest.name}  aliases: {', '.join(aliases)}")
+        if quantize:
+            quantized = quantize_int8(store, stored)
+            int8_aliases = tuple(f"{a}-int8" for a in aliases)
+            register(registry, quantized, int8_aliases)
+            names = ", ".join(int8_aliases)
+            typer.echo(f"{quantized.version}  {quantized.manifest.name}  aliases: {names}")
+    except ModelError as exc:
+        typer.echo(f"import failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@models_app.command("list")
+def models_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Model versions in the registry, with their aliases."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.registry.sqlite import Registry
+
+    for record, aliases in Registry(settings.registry_path).models():
+        typer.echo(
+            f"{record.version}  {record.name}  {record.kind}  dims={record.dimensions}  "
+            f"{record.quantization}  aliases: {', '.join(aliases) or '-'}"
+        )
+
+
+@tenants_app.command("add")
+def tenants_add(
+    name: str,
+    tier: Annotated[str, typer.Option(help="interactive or batch.")] = "interactive",
+    rate: Annotated[float | None, typer.Option(help="Quota refill, texts per second.")] = None,
+    burst: Annotated[float | None, typer.Option(help="Quota bucket size, texts.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Create a tenant and print its API key (shown once, stored only as a hash)."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.registry.model import TIERS
+    from headway.registry.sqlite import Registry, RegistryError
+
+    if tier not in TIERS:
+        typer.echo(f"--tier must be one of {', '.join(TIERS)}", err=True)
+        raise typer.Exit(2)
+    if (rate is not None and rate <= 0) or (burst is not None and burst <= 0):
+        typer.echo("--rate and --burst must be positive", err=True)
+        raise typer.Exit(2)
+    try:
+        tenant, key = Registry(settings.registry_path).add_tenant(
+            name,
+            tier,
+            rate_texts_per_s=rate,
+            burst_texts=burst,  # type: ignore[arg-type]
+        )
+    except RegistryError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"tenant {tenant.name} ({tenant.tier}) created; API key (shown once):")
+    typer.echo(key)
+
+
+@tenants_app.command("list")
+def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Tenants with their tier and quota."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.registry.sqlite import Registry
+
+    for tenant in Registry(settings.registry_path).tenants():
+        typer.echo(
+            f"{tenant.name}  {tenant.tier}  rate={tenant.rate_texts_per_s:g}/s  "
+            f"burst={tenant.burst_texts:g}"
+        )
+
+
+def main() -> None:
+    app(prog_name="headway")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""One exception tree for everything a client can be told, and one table to HTTP.
+
+    HeadwayError
+    ├── InvalidRequest          400  body is not JSON / not an object
+    ├── Unauthorized            401  missing or unknown API key
+    ├── Forbidden               403  key is valid but not allowed here
+    ├── NotFound                404  unknown route or model
+    ├── MethodNotAllowed        405
+    ├── PayloadTooLarge         413  body bytes over the limit
+    ├── UnsupportedMediaType    415  body is not JSON
+    ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
+    ├── Overloaded              503  no capacity now (carries retry_after_s)
+    ├── UpstreamFailed          502  every replica that was tried failed
+    ├── NoReplicas              503  no ready replica in the pool
+    └── DeadlineExceeded        504  the request's deadline passed
+
+Dependency errors are translated where they happen (``raise X from exc``);
+the HTTP edge turns a ``HeadwayError`` into ``{"error": {"type", "message"}}``
+and anything else into a bare 500 with no detail.
+"""
+
+from __future__ import annotations
+
+
+class HeadwayError(Exception):
+    """Base of every error a client may see."""
+
+    status = 500
+    type = "internal_error"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class InvalidRequest(HeadwayError):
+    """The body could not be parsed as a JSON object."""
+
+    status = 400
+    type = "invalid_request"
+
+
+class Unauthorized(HeadwayError):
+    """No API key, or one that matches no tenant."""
+
+    status = 401
+    type = "unauthorized"
+
+
+class Forbidden(HeadwayError):
+    """The key is valid but may not use this endpoint."""
+
+    status = 403
+    type = "forbidden"
+
+
+class NotFound(HeadwayError):
+    """No such route, model or object."""
+
+    status = 404
+    type = "not_found"
+
+
+class MethodNotAllowed(HeadwayError):
+    """The route exists but not for this HTTP method."""
+
+    status = 405
+    type = "method_not_allowed"
+
+
+class PayloadTooLarge(HeadwayError):
+    """The body is larger than the configured limit."""
+
+    status = 413
+    type = "payload_too_large"
+
+
+class UnsupportedMediaType(HeadwayError):
+    """The body is declared as something other than JSON."""
+
+    status = 415
+    type = "unsupported_media_type"
+
+
+class ValidationFailed(HeadwayError):
+    """The JSON is well-formed but violates the schema or a size limit."""
+
+    status = 422
+    type = "validation_error"
+
+
+class Overloaded(HeadwayError):
+    """The pool cannot take this work now; retry after ``retry_after_s``."""
+
+    status = 503
+    type = "overloaded"
+
+
+class NoReplicas(HeadwayError):
+    """No replica of the model pool is ready."""
+
+    status = 503
+    type = "no_ready_replicas"
+
+
+class UpstreamFailed(HeadwayError):
+    """A replica failed and no other could take the work."""
+
+    status = 502
+    type = "upstream_error"
+
+
+class DeadlineExceeded(HeadwayError):
+    """The request's deadline passed before the work finished."""
+
+    status = 504
+    type = "deadline_exceeded"
+
+
+def error_body(exc: HeadwayError) -> dict[str, dict[str, str]]:
+    return {"error": {"type": exc.type, "message": exc.message}}

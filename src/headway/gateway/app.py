@@ -1,0 +1,105 @@
+"""The gateway's routes, and the edge where every outcome is timed and counted."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from headway import __version__
+from headway.errors import HeadwayError
+from headway.gateway.auth import authenticate
+from headway.gateway.call import Call
+from headway.gateway.embeddings import create_embeddings
+from headway.gateway.openapi import openapi_document
+from headway.gateway.rerank import rerank
+from headway.gateway.service import GatewayService
+from headway.http.asgi import App, Handler, Request, Response, Router, error_response, json_response
+from headway.metrics import metrics_handler
+
+log = logging.getLogger(__name__)
+
+Endpoint = Callable[[GatewayService, Call], Awaitable[Response]]
+
+
+def _instrumented(service: GatewayService, route: str, endpoint: Endpoint) -> Handler:
+    """Run an endpoint; turn its error into a JSON response; count and time both."""
+    metrics = service.metrics
+
+    async def handle(request: Request) -> Response:
+        started = time.perf_counter()
+        call = Call(request)
+        try:
+            response = await endpoint(service, call)
+        except HeadwayError as exc:
+            metrics.failures.labels(route, exc.type).inc()
+            if exc.status >= 500:
+                log.warning(
+                    "%s failed: %s (%s) request_id=%s tenant=%s",
+                    route,
+                    exc.type,
+                    exc.message,
+                    call.request_id,
+                    call.tenant or "-",
+                )
+            response = error_response(exc)
+        response.headers["x-request-id"] = call.request_id
+        metrics.requests.labels(route, str(response.status)).inc()
+        metrics.latency.labels(route).observe(time.perf_counter() - started)
+        if call.texts:
+            metrics.texts.labels(route, call.tenant).inc(call.texts)
+        return response
+
+    return handle
+
+
+def build_gateway_app(service: GatewayService) -> App:
+    router = Router()
+    openapi = json_response(openapi_document(__version__))
+
+    async def list_models(service: GatewayService, call: Call) -> Response:
+        authenticate(call.request.headers, service.snapshot)
+        models = service.served_models()
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "owned_by": "headway",
+                "kind": record.kind,
+                "version": record.version,
+                "dimensions": record.dimensions,
+            }
+            for name, record in sorted(service.snapshot.models.items())
+            if record in models
+        ]
+        return json_response({"object": "list", "data": data})
+
+    async def healthz(request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        pools = {
+            name: {"ready": len(pool.ready_replicas()), "replicas": len(pool.replicas)}
+            for name, pool in service.pools.items()
+        }
+        return json_response(
+            {"ready": service.ready, "pools": pools}, 200 if service.ready else 503
+        )
+
+    async def openapi_json(request: Request) -> Response:
+        return openapi
+
+    router.add("POST", "/v1/embeddings", _instrumented(service, "embeddings", create_embeddings))
+    router.add("POST", "/v1/rerank", _instrumented(service, "rerank", rerank))
+    router.add("GET", "/v1/models", _instrumented(service, "models", list_models))
+    router.add("GET", "/healthz", healthz)
+    router.add("GET", "/readyz", readyz)
+    router.add("GET", "/metrics", metrics_handler(service.metrics.registry))
+    router.add("GET", "/openapi.json", openapi_json)
+    return App(
+        router,
+        on_startup=[service.start],
+        on_shutdown=[service.stop],
+        max_body_bytes=service.settings.limits.max_body_bytes,
+        watch_disconnect=True,
+    )

@@ -1,0 +1,35 @@
+"""Bearer-key authentication against the registry snapshot.
+
+Keys are never stored, only their SHA-256 digests. The presented key is
+hashed and looked up by digest, then the stored digest is checked against the
+computed one with ``hmac.compare_digest``. Timing of the lookup can reveal at
+most something about the digest of the attacker's own guess, which says
+nothing usable about any stored key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from headway.errors import Forbidden, Unauthorized
+from headway.registry.keys import digests_match, key_digest
+from headway.registry.model import Principal, Snapshot, Tenant
+
+
+def authenticate(headers: Mapping[str, str], snapshot: Snapshot) -> Principal:
+    header = headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
+    digest = key_digest(key)
+    principal = snapshot.principals.get(digest)
+    if principal is None or not digests_match(principal.key_digest, digest):
+        raise Unauthorized("invalid API key")
+    return principal
+
+
+def require_tenant(principal: Principal) -> Tenant:
+    if principal.tenant is None:
+        raise Forbidden("an admin key cannot call tenant endpoints; use a tenant's key")
+    return principal.tenant

@@ -1,0 +1,115 @@
+"""A model pool's replicas as the gateway sees them, and where the next chunk goes.
+
+A health task polls every replica's ``/readyz``; only ready replicas receive
+work, and each one's model version, kind and width come from there. A replica
+that refuses a connection is marked unready at once and comes back with the
+next successful poll. The next chunk goes to the ready replica with the least
+outstanding work (texts) sent from this gateway; power of two choices,
+retries and ejection are the routing layer's job, later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import msgspec
+
+from headway.gateway.transport import Transport, TransportError
+
+log = logging.getLogger(__name__)
+
+
+class ReadyState(msgspec.Struct):
+    ready: bool
+    model_version: str = ""
+    kind: str = ""
+    dimensions: int = 0
+
+
+_ready_decoder = msgspec.json.Decoder(ReadyState)
+
+
+@dataclass(slots=True)
+class Replica:
+    url: str
+    ready: bool = False
+    model_version: str = ""
+    kind: str = ""
+    dimensions: int = 0
+    outstanding_texts: int = 0
+
+
+class ReplicaPool:
+    def __init__(
+        self, name: str, urls: tuple[str, ...], transport: Transport, *, health_interval_s: float
+    ) -> None:
+        self.name = name
+        self.replicas = [Replica(url.rstrip("/")) for url in urls]
+        self._transport = transport
+        self._interval = health_interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._turn = itertools.count()
+
+    async def start(self) -> None:
+        await self.poll_once()
+        self._task = asyncio.get_running_loop().create_task(self._poll_forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.poll_once()
+
+    async def poll_once(self) -> None:
+        await asyncio.gather(*(self._poll(replica) for replica in self.replicas))
+
+    async def _poll(self, replica: Replica) -> None:
+        try:
+            reply = await self._transport.get(replica.url, "/readyz", self._interval * 2)
+            state = _ready_decoder.decode(reply.body)
+            ready = state.ready and reply.status == 200
+        except (TransportError, msgspec.DecodeError):
+            state, ready = ReadyState(ready=False), False
+        if ready != replica.ready:
+            log.info("replica %s of pool %s: ready=%s", replica.url, self.name, ready)
+        replica.ready = ready
+        if ready:
+            replica.model_version = state.model_version
+            replica.kind = state.kind
+            replica.dimensions = state.dimensions
+
+    def mark_unreachable(self, replica: Replica) -> None:
+        if replica.ready:
+            log.warning("replica %s of pool %s is unreachable", replica.url, self.name)
+        replica.ready = False
+
+    def ready_replicas(self) -> list[Replica]:
+        return [replica for replica in self.replicas if replica.ready]
+
+    def pick(self, exclude: Replica | None = None) -> Replica | None:
+        """Least outstanding texts among ready replicas; ties rotate."""
+        candidates = [r for r in self.ready_replicas() if r is not exclude]
+        if not candidates:
+            return None
+        offset = next(self._turn) % len(candidates)
+        rotated = candidates[offset:] + candidates[:offset]
+        return min(rotated, key=lambda replica: replica.outstanding_texts)
+
+    @property
+    def served(self) -> Replica | None:
+        """A ready replica showing the version most ready replicas serve."""
+        ready = self.ready_replicas()
+        if not ready:
+            return None
+        version, _ = Counter(r.model_version for r in ready).most_common(1)[0]
+        return next(r for r in ready if r.model_version == version)

@@ -1,0 +1,100 @@
+"""The gateway's state: registry snapshot, pools, transport, clock, metrics.
+
+One owner per piece: the refresh task replaces the snapshot whole (readers on
+the request path see either the old or the new one, never a mix), and each
+pool's health task owns its replicas' readiness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from headway.errors import NoReplicas, NotFound
+from headway.gateway.metrics import GatewayMetrics
+from headway.gateway.pool import ReplicaPool
+from headway.gateway.transport import Transport
+from headway.registry.model import ModelRecord, Snapshot
+from headway.settings import GatewaySettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GatewayService:
+    settings: GatewaySettings
+    load_snapshot: Callable[[], Snapshot]
+    transport: Transport
+    embed_model: str
+    rerank_model: str
+    clock: Callable[[], float] = time.monotonic
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    snapshot: Snapshot = field(default_factory=Snapshot)
+    pools: dict[str, ReplicaPool] = field(default_factory=dict)
+    _refresh: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        interval = self.settings.health_interval_s
+        for name, urls in (
+            ("embed", self.settings.embed_replicas),
+            ("rerank", self.settings.rerank_replicas),
+        ):
+            if urls:
+                self.pools[name] = ReplicaPool(
+                    name, urls, self.transport, health_interval_s=interval
+                )
+
+    async def start(self) -> None:
+        self.snapshot = await asyncio.to_thread(self.load_snapshot)
+        for pool in self.pools.values():
+            await pool.start()
+        self._refresh = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    async def stop(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh
+        for pool in self.pools.values():
+            await pool.stop()
+        await self.transport.close()
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.registry_refresh_s)
+            try:
+                self.snapshot = await asyncio.to_thread(self.load_snapshot)
+            except Exception:
+                log.exception("registry refresh failed; keeping the previous snapshot")
+            for name, pool in self.pools.items():
+                self.metrics.ready_replicas.labels(pool=name).set(len(pool.ready_replicas()))
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.pools) and all(pool.ready_replicas() for pool in self.pools.values())
+
+    def resolve(self, name: str) -> ModelRecord:
+        record = self.snapshot.resolve_model(name)
+        if record is None:
+            raise NotFound(f"model {name!r} does not exist")
+        return record
+
+    def pool_serving(self, record: ModelRecord) -> ReplicaPool:
+        """The pool whose ready replicas serve this exact version."""
+        any_ready = False
+        for pool in self.pools.values():
+            served = pool.served
+            any_ready = any_ready or served is not None
+            if served is not None and served.model_version == record.version:
+                return pool
+        if not any_ready:
+            raise NoReplicas("no replica is ready yet")
+        raise NotFound(f"model {record.name!r} ({record.version[:12]}) is not being served")
+
+    def served_models(self) -> list[ModelRecord]:
+        versions = {p.served.model_version for p in self.pools.values() if p.served is not None}
+        return [record for record in self.snapshot.models.values() if record.version in versions]

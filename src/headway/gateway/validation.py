@@ -1,0 +1,49 @@
+"""From raw bytes to a validated request, or a precise client error."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+import msgspec
+
+from headway.errors import InvalidRequest, UnsupportedMediaType, ValidationFailed
+from headway.settings import LimitsSettings
+
+T = TypeVar("T")
+
+# curl -d sends form-urlencoded by default; its body is still our JSON, so accept it.
+_ACCEPTED_MEDIA = ("", "application/json", "application/x-www-form-urlencoded")
+
+
+def check_media_type(headers: Mapping[str, str]) -> None:
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media in _ACCEPTED_MEDIA or media.endswith("+json"):
+        return
+    raise UnsupportedMediaType(f"expected application/json, got {media}")
+
+
+def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    if not body.strip():
+        raise InvalidRequest("request body is empty; expected a JSON object")
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise ValidationFailed(str(exc)) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"body is not valid JSON: {exc}") from exc
+
+
+def check_texts(texts: Sequence[str], limits: LimitsSettings, field: str) -> None:
+    """Each text non-empty and within the character limit; the count within limits."""
+    if not texts:
+        raise ValidationFailed(f"`{field}` must not be empty")
+    if len(texts) > limits.max_texts:
+        raise ValidationFailed(f"`{field}` has {len(texts)} texts; the limit is {limits.max_texts}")
+    for index, text in enumerate(texts):
+        if not text:
+            raise ValidationFailed(f"`{field}[{index}]` is an empty string")
+        if len(text) > limits.max_chars:
+            raise ValidationFailed(
+                f"`{field}[{index}]` has {len(text)} characters; the limit is {limits.max_chars}"
+            )

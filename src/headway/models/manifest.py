@@ -1,0 +1,70 @@
+"""What an artifact is: the ``manifest.json`` stored beside ``model.onnx``.
+
+The manifest is part of the hashed content, so two artifacts with the same
+graph and tokenizer but different names are different versions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, get_args
+
+from headway.models.errors import ModelIntegrityError
+
+ModelKind = Literal["embedding", "cross-encoder"]
+Quantization = Literal["none", "int8"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelManifest:
+    """Kind, shape and provenance of one artifact."""
+
+    kind: ModelKind
+    name: str
+    dimensions: int
+    max_tokens: int
+    quantization: Quantization
+    source: str
+
+    def to_json(self) -> str:
+        """Canonical form: sorted keys, two-space indent, trailing newline."""
+        return json.dumps(asdict(self), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelManifest:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ModelIntegrityError(f"manifest is not JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ModelIntegrityError("manifest is not a JSON object")
+        return cls(
+            kind=_choice(raw, "kind", get_args(ModelKind)),
+            name=_typed(raw, "name", str),
+            dimensions=_positive(raw, "dimensions"),
+            max_tokens=_positive(raw, "max_tokens"),
+            quantization=_choice(raw, "quantization", get_args(Quantization)),
+            source=_typed(raw, "source", str),
+        )
+
+
+def _typed(raw: dict[str, Any], key: str, kind: type[str]) -> str:
+    value = raw.get(key)
+    if not isinstance(value, kind):
+        raise ModelIntegrityError(f"manifest field {key!r} must be a string, got {value!r}")
+    return value
+
+
+def _positive(raw: dict[str, Any], key: str) -> int:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelIntegrityError(f"manifest field {key!r} must be a positive integer")
+    return value
+
+
+def _choice(raw: dict[str, Any], key: str, allowed: tuple[Any, ...]) -> Any:
+    value = raw.get(key)
+    if value not in allowed:
+        raise ModelIntegrityError(f"manifest field {key!r} must be one of {allowed}, got {value!r}")
+    return value

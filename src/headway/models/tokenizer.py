@@ -1,0 +1,40 @@
+"""The tokenizer an artifact ships, fixed for dynamic batching.
+
+Checkpoints often save ``tokenizer.json`` with padding to a fixed length (the
+MiniLM one pads every input to 128 tokens), which makes every batch as long as
+the longest possible input and erases the gain from batching. An artifact's
+tokenizer has padding off (the backend pads each batch to its longest member)
+and truncates to the model's ``max_tokens`` with the longest-first strategy,
+exactly as sentence-transformers calls it, so token ids match its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from headway.models.errors import ModelImportError
+
+
+def configure(tokenizer: Tokenizer, max_tokens: int) -> Tokenizer:
+    """No padding; truncate (longest first, from the right) to ``max_tokens``."""
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(
+        max_length=max_tokens, stride=0, strategy="longest_first", direction="right"
+    )
+    return tokenizer
+
+
+def load_tokenizer(path: Path, max_tokens: int) -> Tokenizer:
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises plain Exception
+        raise ModelImportError(f"cannot load tokenizer {path}: {exc}") from exc
+    return configure(tokenizer, max_tokens)
+
+
+def prepare_tokenizer_json(src: Path, dst: Path, max_tokens: int) -> None:
+    """Write ``src`` to ``dst`` with padding off and truncation at ``max_tokens``."""
+    tokenizer = load_tokenizer(src, max_tokens)
+    dst.write_text(tokenizer.to_str(pretty=True), encoding="utf-8")

@@ -1,0 +1,162 @@
+"""Typed settings, parsed once at start-up and passed down.
+
+Precedence, highest first: command-line flags, environment (``HEADWAY_*``,
+sections joined by ``__`` as in ``HEADWAY_GATEWAY__PORT=9000``), a config file
+(``--config``, TOML or JSON), then the defaults declared here. Every field's
+description is its documentation.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+BackendName = Literal["onnx", "synthetic"]
+PoolName = Literal["embed", "rerank"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsSettings(_Section):
+    max_body_bytes: int = Field(
+        1 << 20, gt=0, description="Largest request body accepted (413 above)."
+    )
+    max_texts: int = Field(2048, gt=0, description="Most texts (inputs or documents) per request.")
+    max_chars: int = Field(
+        20_000,
+        gt=0,
+        description="Most characters per text; the model truncates to its own token limit.",
+    )
+
+
+class GatewaySettings(_Section):
+    host: str = Field("127.0.0.1", description="Address the gateway listens on.")
+    port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on.")
+    embed_replicas: tuple[str, ...] = Field(
+        (), description="Base URLs of the embed pool's workers, e.g. http://127.0.0.1:9101."
+    )
+    rerank_replicas: tuple[str, ...] = Field(
+        (),
+        description="Base URLs of the rerank pool's workers (empty: rerank uses the embed pool).",
+    )
+    chunk_texts: int = Field(16, gt=0, description="Requests above this many texts are split.")
+    default_timeout_ms: int = Field(
+        30_000, gt=0, description="Deadline when X-Timeout-Ms is absent."
+    )
+    max_timeout_ms: int = Field(120_000, gt=0, description="Largest X-Timeout-Ms honoured.")
+    health_interval_s: float = Field(
+        0.5, gt=0, description="How often replicas' /readyz is polled."
+    )
+    registry_refresh_s: float = Field(
+        2.0, gt=0, description="How often keys and aliases are reloaded."
+    )
+    limits: LimitsSettings = LimitsSettings()
+
+
+class SyntheticSettings(_Section):
+    call_ms: float = Field(50.0, ge=0, description="Synthetic backend: fixed cost of one batch.")
+    text_ms: float = Field(5.0, ge=0, description="Synthetic backend: added cost per text.")
+    dimensions: int = Field(384, gt=0, description="Synthetic backend: embedding width.")
+
+
+class WorkerSettings(_Section):
+    host: str = Field("127.0.0.1", description="Address the worker listens on.")
+    port: int = Field(9100, ge=0, le=65535, description="Port the worker listens on.")
+    pool: PoolName = Field("embed", description="Which pool this worker serves.")
+    backend: BackendName = Field(
+        "onnx", description="onnx (real model) or synthetic (cost = waiting)."
+    )
+    model: str = Field("", description="Model alias or version; empty: the pool's default alias.")
+    max_batch_size: int = Field(32, gt=0, description="Most texts in one model call.")
+    max_batch_tokens: int = Field(
+        8192, gt=0, description="Most padded tokens (texts x longest) in one model call."
+    )
+    max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill.")
+    max_queue_texts: int = Field(1024, gt=0, description="Queue bound in texts; full answers 503.")
+    inference_threads: int = Field(1, gt=0, description="ONNX Runtime intra-op threads per worker.")
+    synthetic: SyntheticSettings = SyntheticSettings()
+
+
+class UpSettings(_Section):
+    embed_replicas: int = Field(1, ge=1, description="Embed workers started by `headway up`.")
+    rerank_replicas: int = Field(
+        1, ge=0, description="Rerank workers (0: rerank on the embed pool)."
+    )
+    ready_timeout_s: float = Field(120.0, gt=0, description="How long `up` waits for workers.")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HEADWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    data_dir: Path = Field(Path(".headway"), description="Registry, model store and run files.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    embed_model: str = Field(
+        "all-MiniLM-L6-v2", description="Default model alias of the embed pool."
+    )
+    rerank_model: str = Field("rerank", description="Alias of the rerank pool's model.")
+    gateway: GatewaySettings = GatewaySettings()
+    worker: WorkerSettings = WorkerSettings()
+    up: UpSettings = UpSettings()
+
+    @property
+    def registry_path(self) -> Path:
+        return self.data_dir / "registry.sqlite3"
+
+    @property
+    def model_root(self) -> Path:
+        return self.data_dir / "models"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    data: Any = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: top level must be a table")
+    return data
+
+
+def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(
+    *,
+    config_file: Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Defaults < config file < environment < flags.
+
+    ``flags`` is a nested mapping holding only the flags the user gave.
+    """
+    from_file = read_config_file(config_file) if config_file else {}
+    from_env = Settings().model_dump(exclude_defaults=True)
+    merged = _deep_merge(_deep_merge(from_file, from_env), flags or {})
+    settings = Settings.model_validate(merged)
+    return settings.model_copy(update={"data_dir": settings.data_dir.expanduser().absolute()})

@@ -1,0 +1,184 @@
+"""``headway up``: the whole system as child processes of one foreground process.
+
+The supervisor opens every listening socket itself and hands each child its
+socket (no race for free ports), starts the workers and the gateway, and waits.
+On SIGINT or SIGTERM it stops the gateway first (it finishes in-flight
+requests), then the workers (they finish their queues), and exits. Children
+live in their own process group, so a terminal's Ctrl-C reaches only the
+supervisor, which signals each child once; each child also asks the kernel to
+send it SIGTERM if the supervisor dies, so nothing is orphaned. If a child
+exits on its own, everything is stopped and ``up`` exits non-zero.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from headway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT_S = 40.0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4096)
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    url: str
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, config_path: Path) -> None:
+        self.settings = settings
+        self.config_path = config_path
+        self.children: list[Child] = []
+        self._stopping = False
+
+    def _spawn(self, name: str, args: list[str], sock: socket.socket) -> Child:
+        host, port = sock.getsockname()[:2]
+        command = [
+            sys.executable,
+            "-m",
+            "headway",
+            *args,
+            "--config",
+            str(self.config_path),
+            "--fd",
+            str(sock.fileno()),
+        ]
+        process = subprocess.Popen(
+            command,
+            pass_fds=(sock.fileno(),),
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        child = Child(name, process, f"http://{host}:{port}")
+        self.children.append(child)
+        log.info("started %s (pid %d) on %s", name, process.pid, child.url)
+        return child
+
+    def start(self) -> Child:
+        up = self.settings.up
+        pools = {"embed": up.embed_replicas, "rerank": up.rerank_replicas}
+        urls: dict[str, list[str]] = {"embed": [], "rerank": []}
+        sockets = []
+        for pool, count in pools.items():
+            for index in range(count):
+                sock = listening_socket(self.settings.worker.host, 0)
+                sockets.append(sock)
+                child = self._spawn(f"{pool}-worker-{index}", ["worker", "--pool", pool], sock)
+                urls[pool].append(child.url)
+        gateway_socket = listening_socket(self.settings.gateway.host, self.settings.gateway.port)
+        sockets.append(gateway_socket)
+        gateway_args = ["gateway"]
+        for pool, pool_urls in urls.items():
+            if pool_urls:
+                gateway_args += [f"--{pool}-replicas", ",".join(pool_urls)]
+        gateway = self._spawn("gateway", gateway_args, gateway_socket)
+        for sock in sockets:  # the children hold them now
+            sock.close()
+        return gateway
+
+    def wait_ready(self, gateway: Child) -> bool:
+        deadline = time.monotonic() + self.settings.up.ready_timeout_s
+        while time.monotonic() < deadline and not self._stopping:
+            if self._exited() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(gateway.url + "/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        return False
+
+    def _exited(self) -> Child | None:
+        return next((c for c in self.children if c.process.poll() is not None), None)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        gateway = self.start()
+        if self.wait_ready(gateway):
+            print(
+                f"headway is ready on {gateway.url}  "
+                f"(embed replicas: {self.settings.up.embed_replicas}, "
+                f"rerank replicas: {self.settings.up.rerank_replicas}); Ctrl-C stops it",
+                flush=True,
+            )
+        elif not self._stopping:
+            log.error("headway did not become ready in %.0fs", self.settings.up.ready_timeout_s)
+            self.stop()
+            return 1
+        while not self._stopping:
+            exited = self._exited()
+            if exited is not None:
+                log.error(
+                    "%s exited with status %s; stopping", exited.name, exited.process.returncode
+                )
+                self.stop()
+                return 1
+            time.sleep(0.2)
+        self.stop()
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping = True
+
+    def stop(self) -> None:
+        """Gateway first, then workers; SIGKILL whatever outlives the timeout."""
+        self._stopping = True
+        gateways = [c for c in self.children if c.name == "gateway"]
+        workers = [c for c in self.children if c.name != "gateway"]
+        for group in (gateways, workers):
+            for child in group:
+                if child.process.poll() is None:
+                    child.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            for child in group:
+                try:
+                    child.process.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not stop in time; killing it", child.name)
+                    child.process.kill()
+                    child.process.wait()
+
+
+def write_run_config(settings: Settings) -> Path:
+    """The resolved settings, for the children to read as their config file."""
+    run_dir = settings.data_dir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / f"settings-{os.getpid()}.json"
+    path.write_text(json.dumps(settings.model_dump(mode="json"), indent=2), encoding="utf-8")
+    return path

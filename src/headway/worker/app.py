@@ -1,0 +1,246 @@
+"""The worker's HTTP face: internal chunk endpoints, health, readiness, metrics.
+
+Readiness comes only after the model is loaded and a warm-up batch has run;
+on shutdown the worker turns unready first, then finishes its queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
+import numpy as np
+
+from headway.errors import (
+    DeadlineExceeded,
+    HeadwayError,
+    InvalidRequest,
+    NoReplicas,
+    Overloaded,
+    ValidationFailed,
+)
+from headway.http.asgi import App, Request, Response, Router, json_response
+from headway.metrics import metrics_handler
+from headway.worker import protocol
+from headway.worker.backends.base import Backend, Encoded
+from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, QueueFull, Values
+from headway.worker.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+WARMUP_TEXT = "headway warm-up: the quick brown fox jumps over the lazy dog"
+
+
+class ModelMismatch(HeadwayError):
+    """The chunk asks for a model version this worker does not serve."""
+
+    status = 409
+    type = "model_mismatch"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    backend: Backend
+    version: str
+
+
+class WorkerService:
+    """Owns the backend, the batcher and the readiness flag of one worker process."""
+
+    def __init__(
+        self,
+        pool: str,
+        load: Callable[[], LoadedModel],
+        limits: BatchLimits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self.pool = pool
+        self._load = load
+        self._limits = limits
+        self._clock = clock
+        self.metrics = metrics or WorkerMetrics(pool)
+        self.model: LoadedModel | None = None
+        self.batcher: Batcher | None = None
+        self.ready = False
+        self.draining = False
+        self._loading: asyncio.Task[None] | None = None
+
+    # lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Begin loading in the background so /healthz answers while the model loads."""
+        self._loading = asyncio.get_running_loop().create_task(self._load_and_warm())
+
+    async def wait_ready(self) -> None:
+        assert self._loading is not None
+        await self._loading
+
+    async def _load_and_warm(self) -> None:
+        started = time.perf_counter()
+        model = await asyncio.to_thread(self._load)
+        batcher = Batcher(model.backend, self._limits, clock=self._clock, observer=self.metrics)
+        warmup = model.backend.encode_texts([WARMUP_TEXT] * min(8, self._limits.max_batch_size))
+        if model.backend.kind == "cross-encoder":
+            warmup = model.backend.encode_pairs(WARMUP_TEXT, [WARMUP_TEXT] * 4)
+        await batcher.run_now(warmup)
+        batcher.start()
+        self.model, self.batcher = model, batcher
+        self.ready = True
+        log.info(
+            "worker ready: pool=%s model=%s kind=%s in %.1fs",
+            self.pool,
+            model.version[:12],
+            model.backend.kind,
+            time.perf_counter() - started,
+        )
+
+    async def stop(self) -> None:
+        """Unready first, then finish what is queued, then release the inference thread."""
+        self.ready = False
+        self.draining = True
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+        if self.batcher is not None:
+            await self.batcher.drained()
+            await self.batcher.close()
+
+    # requests ----------------------------------------------------------------
+
+    def _serving(self) -> tuple[LoadedModel, Batcher]:
+        if not self.ready or self.model is None or self.batcher is None:
+            raise NoReplicas("worker is not ready")
+        return self.model, self.batcher
+
+    async def embed(self, chunk: protocol.EmbedChunk) -> protocol.ChunkResult:
+        model, _ = self._serving()
+        self._check_version(chunk.model_version, model)
+        if model.backend.kind != "embedding":
+            raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
+        encoded = model.backend.encode_texts(chunk.texts)
+        values = await self._run(encoded, chunk.timeout_ms)
+        return self._result(model, values, encoded)
+
+    async def score(self, chunk: protocol.ScoreChunk) -> protocol.ChunkResult:
+        model, _ = self._serving()
+        self._check_version(chunk.model_version, model)
+        if model.backend.kind == "cross-encoder":
+            encoded = model.backend.encode_pairs(chunk.query, chunk.documents)
+            scores = await self._run(encoded, chunk.timeout_ms)
+        else:
+            encoded = model.backend.encode_texts([chunk.query, *chunk.documents])
+            rows = await self._run(encoded, chunk.timeout_ms)
+            scores = cosine_scores(rows[0], rows[1:])
+        return self._result(model, scores, encoded)
+
+    async def _run(self, encoded: list[Encoded], timeout_ms: float) -> Values:
+        _, batcher = self._serving()
+        if timeout_ms <= 0:
+            raise DeadlineExceeded("deadline passed before the chunk arrived")
+        arrived = self._clock()
+        outcome = batcher.submit(encoded, arrived + timeout_ms / 1000)
+        if isinstance(outcome, QueueFull):
+            drain_s = batcher.service_time.seconds * max(
+                1.0, outcome.queued_texts / self._limits.max_batch_size
+            )
+            raise Overloaded(
+                f"queue full ({outcome.queued_texts}/{outcome.max_queue_texts} texts)",
+                retry_after_s=drain_s,
+            )
+        try:
+            return await outcome
+        except DeadlineMissed as exc:
+            raise DeadlineExceeded(f"dropped before running: {exc}") from exc
+
+    @staticmethod
+    def _check_version(requested: str, model: LoadedModel) -> None:
+        if requested and requested != model.version:
+            raise ModelMismatch(f"this worker serves {model.version}, not {requested}")
+
+    @staticmethod
+    def _result(model: LoadedModel, values: Values, encoded: list[Encoded]) -> protocol.ChunkResult:
+        values = np.ascontiguousarray(values, dtype="<f4")
+        return protocol.ChunkResult(
+            model_version=model.version,
+            values=values.tobytes(),
+            rows=values.shape[0],
+            dimensions=values.shape[1] if values.ndim == 2 else 1,
+            tokens=sum(item.n_tokens for item in encoded),
+        )
+
+
+def cosine_scores(query: Values, documents: Values) -> Values:
+    """Rows are L2-normalised, so cosine is a dot product; mapped from [-1, 1] to [0, 1]."""
+    return ((documents @ query + 1.0) / 2.0).astype(np.float32)
+
+
+def build_worker_app(service: WorkerService) -> App:
+    router = Router()
+
+    async def embed(request: Request) -> Response:
+        chunk = _decode(protocol.embed_decoder, request.body)
+        return _msgpack(await _observed(service, service.embed(chunk)))
+
+    async def score(request: Request) -> Response:
+        chunk = _decode(protocol.score_decoder, request.body)
+        return _msgpack(await _observed(service, service.score(chunk)))
+
+    async def healthz(request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        body: dict[str, object] = {"ready": service.ready, "pool": service.pool}
+        if service.model is not None:
+            body |= {
+                "model_version": service.model.version,
+                "kind": service.model.backend.kind,
+                "dimensions": service.model.backend.dimensions,
+            }
+        if service.batcher is not None:
+            body["outstanding_texts"] = service.batcher.outstanding_texts
+        if service.draining:
+            body["draining"] = True
+        return json_response(body, 200 if service.ready else 503)
+
+    router.add("POST", "/internal/embed", embed)
+    router.add("POST", "/internal/score", score)
+    router.add("GET", "/healthz", healthz)
+    router.add("GET", "/readyz", readyz)
+    router.add("GET", "/metrics", metrics_handler(service.metrics.registry))
+    return App(
+        router,
+        on_startup=[service.start],
+        on_shutdown=[service.stop],
+        max_body_bytes=16 << 20,
+        watch_disconnect=True,
+    )
+
+
+async def _observed(
+    service: WorkerService, work: Awaitable[protocol.ChunkResult]
+) -> protocol.ChunkResult:
+    try:
+        result = await work
+    except HeadwayError as exc:
+        service.metrics.chunk(exc.type)
+        raise
+    service.metrics.chunk("ok")
+    return result
+
+
+def _decode(decoder: msgspec.msgpack.Decoder[T], body: bytes) -> T:
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"malformed chunk: {exc}") from exc
+
+
+def _msgpack(result: protocol.ChunkResult) -> Response:
+    return Response(protocol.encode(result), content_type=protocol.CONTENT_TYPE)

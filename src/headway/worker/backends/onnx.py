@@ -1,0 +1,112 @@
+"""The real backend: a stored artifact run on ONNX Runtime's CPU provider.
+
+``run`` pads a batch to its longest member, never further: the cost of a batch
+is ``n × longest``, which is why the batcher groups texts of similar length.
+Padding is built without a Python loop per row: one boolean mask
+``arange(longest) < lengths[:, None]`` scatters the concatenated ids into a
+preallocated ``[n, longest]`` array (row-major order of the mask's true cells
+is exactly the order of the concatenated ids).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+from tokenizers import Encoding, Tokenizer
+
+from headway.models.manifest import ModelManifest
+from headway.models.store import StoredModel
+from headway.models.tokenizer import load_tokenizer
+from headway.worker.backends.base import Encoded, ModelKind
+
+_PAD_TOKEN = "[PAD]"
+
+
+class OnnxBackend:
+    """A loaded artifact; ``run`` is called from one thread only."""
+
+    def __init__(
+        self, session: ort.InferenceSession, tokenizer: Tokenizer, manifest: ModelManifest
+    ) -> None:
+        self._session = session
+        self._tokenizer = tokenizer
+        self._manifest = manifest
+        self._output_name: str = session.get_outputs()[0].name
+        pad_id = tokenizer.token_to_id(_PAD_TOKEN)
+        self._pad_id = 0 if pad_id is None else pad_id
+
+    @classmethod
+    def load(cls, model: StoredModel, *, intra_op_threads: int = 1) -> OnnxBackend:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(
+            str(model.onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        tokenizer = load_tokenizer(model.tokenizer_path, model.manifest.max_tokens)
+        return cls(session, tokenizer, model.manifest)
+
+    @property
+    def kind(self) -> ModelKind:
+        return self._manifest.kind
+
+    @property
+    def dimensions(self) -> int:
+        return self._manifest.dimensions
+
+    def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
+        """Ids with ``[CLS]``/``[SEP]``; type ids are all 0 for one text, so left as None."""
+        encodings = self._tokenizer.encode_batch_fast(list(texts))
+        return [Encoded(ids=tuple(e.ids)) for e in encodings]
+
+    def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Encoded]:
+        """``[CLS] query [SEP] doc [SEP]``, truncated longest-first, as CrossEncoder does."""
+        encodings = self._tokenizer.encode_batch_fast([(query, d) for d in documents])
+        return [_pair(e) for e in encodings]
+
+    def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
+        if not batch:
+            width = (0, self.dimensions) if self.kind == "embedding" else (0,)
+            return np.empty(width, dtype=np.float32)
+        feeds = pad_batch(batch, self._pad_id)
+        (output,) = self._session.run([self._output_name], feeds)
+        if self.kind == "embedding":
+            return np.ascontiguousarray(output, dtype=np.float32)
+        logits = np.asarray(output[:, 0], dtype=np.float32)
+        scores: npt.NDArray[np.float32] = 1.0 / (1.0 + np.exp(-logits))
+        return scores
+
+
+def pad_batch(batch: Sequence[Encoded], pad_id: int = 0) -> dict[str, npt.NDArray[np.int64]]:
+    """The three int64 ``[n, longest]`` model inputs for one batch."""
+    lengths = np.fromiter((len(e.ids) for e in batch), dtype=np.int64, count=len(batch))
+    total = int(lengths.sum())
+    mask = np.arange(int(lengths.max())) < lengths[:, None]
+    input_ids = np.full(mask.shape, pad_id, dtype=np.int64)
+    input_ids[mask] = np.fromiter(
+        itertools.chain.from_iterable(e.ids for e in batch), dtype=np.int64, count=total
+    )
+    token_type_ids = np.zeros(mask.shape, dtype=np.int64)
+    if any(e.type_ids is not None for e in batch):
+        token_type_ids[mask] = np.fromiter(
+            itertools.chain.from_iterable(_type_ids(e) for e in batch), dtype=np.int64, count=total
+        )
+    return {
+        "input_ids": input_ids,
+        "attention_mask": mask.astype(np.int64),
+        "token_type_ids": token_type_ids,
+    }
+
+
+def _type_ids(encoded: Encoded) -> Sequence[int]:
+    return encoded.type_ids if encoded.type_ids is not None else (0,) * len(encoded.ids)
+
+
+def _pair(encoding: Encoding) -> Encoded:
+    return Encoded(ids=tuple(encoding.ids), type_ids=tuple(encoding.type_ids))

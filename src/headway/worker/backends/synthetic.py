@@ -1,0 +1,62 @@
+"""A backend whose cost is waiting, not computing: an accelerator-like model.
+
+One call costs ``call_ms + text_ms * n`` of wall time spent sleeping, so scale
+behaviour (batching, replicas, overload) shows on a 2-core machine. Outputs are
+deterministic: a text's embedding is a unit vector seeded by its token ids, so
+the same text always gets the same row wherever it is served.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from headway.worker.backends.base import Encoded, ModelKind
+
+VOCAB = 30_000
+
+
+def _token_id(word: str) -> int:
+    return zlib.crc32(word.encode("utf-8")) % VOCAB
+
+
+class SyntheticBackend:
+    def __init__(
+        self,
+        *,
+        call_ms: float = 50.0,
+        text_ms: float = 5.0,
+        dimensions: int = 384,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._call_s = call_ms / 1000
+        self._text_s = text_ms / 1000
+        self._dimensions = dimensions
+        self._sleep = sleep
+
+    @property
+    def kind(self) -> ModelKind:
+        return "embedding"
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
+        return [Encoded((101, *(_token_id(w) for w in text.split()), 102)) for text in texts]
+
+    def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Encoded]:
+        raise NotImplementedError("the synthetic backend is an embedding model")
+
+    def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
+        self._sleep(self._call_s + self._text_s * len(batch))
+        out = np.empty((len(batch), self._dimensions), dtype=np.float32)
+        for row, item in enumerate(batch):
+            rng = np.random.default_rng(zlib.crc32(np.asarray(item.ids, dtype=np.int64).tobytes()))
+            vector = rng.standard_normal(self._dimensions).astype(np.float32)
+            out[row] = vector / np.linalg.norm(vector)
+        return out

@@ -1,0 +1,244 @@
+"""The worker's queue and dynamic batcher.
+
+One owner task takes chunks from a heap ordered by deadline (earliest first),
+waits at most ``max_wait_s`` for a batch to fill, drops chunks whose deadline
+has passed or cannot be met by the current service-time estimate, skips chunks
+whose caller has left, and runs each batch on the single inference thread.
+Submitting never blocks: a chunk that would overflow the queue bound (counted
+in texts) is refused at once with ``QueueFull``, a value, not an exception.
+If a batch fails, every chunk in it gets the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from headway.worker.backends.base import Backend, Encoded
+from headway.worker.planning import padded_tokens, plan_runs
+
+Clock = Callable[[], float]
+Values = npt.NDArray[np.float32]
+
+
+class DeadlineMissed(Exception):
+    """The chunk was dropped: its deadline passed, or could not be met, before it ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFull:
+    """The queue cannot take these texts now."""
+
+    queued_texts: int
+    max_queue_texts: int
+
+
+class BatchObserver(Protocol):
+    def batch_done(self, texts: int, calls: int, padded_tokens: int, seconds: float) -> None: ...
+    def dropped(self, reason: str, texts: int) -> None: ...
+    def queue_depth(self, texts: int) -> None: ...
+
+
+class NoObserver:
+    def batch_done(self, texts: int, calls: int, padded_tokens: int, seconds: float) -> None:
+        pass
+
+    def dropped(self, reason: str, texts: int) -> None:
+        pass
+
+    def queue_depth(self, texts: int) -> None:
+        pass
+
+
+@dataclass(order=True, slots=True)
+class _Job:
+    deadline: float
+    seq: int
+    encoded: list[Encoded] = field(compare=False)
+    future: asyncio.Future[Values] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    max_batch_size: int = 32
+    max_batch_tokens: int = 8192
+    max_wait_s: float = 0.002
+    max_queue_texts: int = 1024
+
+
+class ServiceTime:
+    """Exponentially weighted mean of how long one batch takes to run."""
+
+    def __init__(self, initial_s: float = 0.0, weight: float = 0.2) -> None:
+        self.seconds = initial_s
+        self._weight = weight
+
+    def observe(self, seconds: float) -> None:
+        self.seconds += self._weight * (seconds - self.seconds)
+
+
+class Batcher:
+    def __init__(
+        self,
+        backend: Backend,
+        limits: BatchLimits,
+        *,
+        clock: Clock = time.monotonic,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self._backend = backend
+        self._limits = limits
+        self._clock = clock
+        self._observer = observer or NoObserver()
+        self._heap: list[_Job] = []
+        self._seq = itertools.count()
+        self._queued_texts = 0
+        self._running_texts = 0
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self._task: asyncio.Task[None] | None = None
+        self.service_time = ServiceTime()
+
+    @property
+    def queued_texts(self) -> int:
+        return self._queued_texts
+
+    @property
+    def outstanding_texts(self) -> int:
+        return self._queued_texts + self._running_texts
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="batcher")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for job in self._heap:
+            if not job.future.done():
+                job.future.set_exception(DeadlineMissed("worker is shutting down"))
+        self._heap.clear()
+        self._executor.shutdown(wait=True)
+
+    async def drained(self) -> None:
+        """Wait until nothing is queued or running."""
+        await self._idle.wait()
+
+    async def run_now(self, encoded: Sequence[Encoded]) -> Values:
+        """Run one batch directly on the inference thread (warm-up); times it."""
+        started = self._clock()
+        values = await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._compute, list(encoded)
+        )
+        self.service_time.observe(self._clock() - started)
+        return values
+
+    def submit(self, encoded: list[Encoded], deadline: float) -> asyncio.Future[Values] | QueueFull:
+        texts = len(encoded)
+        if self._queued_texts + texts > self._limits.max_queue_texts:
+            return QueueFull(self._queued_texts, self._limits.max_queue_texts)
+        future: asyncio.Future[Values] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, _Job(deadline, next(self._seq), encoded, future))
+        self._queued_texts += texts
+        self._idle.clear()
+        self._observer.queue_depth(self._queued_texts)
+        self._wakeup.set()
+        return future
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._heap:
+                self._idle.set()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                await self._fill()
+            jobs = self._take()
+            if not jobs:
+                continue
+            encoded = [item for job in jobs for item in job.encoded]
+            self._running_texts = len(encoded)
+            started = self._clock()
+            try:
+                values = await loop.run_in_executor(self._executor, self._compute, encoded)
+            except Exception as exc:  # the backend failed: every waiter hears of it
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+                continue
+            finally:
+                self._running_texts = 0
+            self.service_time.observe(self._clock() - started)
+            offset = 0
+            for job in jobs:
+                rows = values[offset : offset + len(job.encoded)]
+                offset += len(job.encoded)
+                if not job.future.done():
+                    job.future.set_result(rows)
+
+    async def _fill(self) -> None:
+        """Give a batch that is not yet full up to ``max_wait_s`` to fill."""
+        fill_until = self._clock() + self._limits.max_wait_s
+        while self._queued_texts < self._limits.max_batch_size:
+            remaining = fill_until - self._clock()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return
+
+    def _take(self) -> list[_Job]:
+        """Pop the next batch in deadline order, dropping what cannot be served in time."""
+        now = self._clock()
+        expected_done = now + self.service_time.seconds
+        batch: list[_Job] = []
+        texts = 0
+        while self._heap:
+            job = self._heap[0]
+            size = len(job.encoded)
+            if batch and texts + size > self._limits.max_batch_size:
+                break
+            heapq.heappop(self._heap)
+            self._queued_texts -= size
+            if job.future.done():
+                self._observer.dropped("caller_left", size)
+            elif job.deadline <= expected_done:
+                reason = "expired" if job.deadline <= now else "cannot_finish"
+                self._observer.dropped(reason, size)
+                job.future.set_exception(DeadlineMissed(reason))
+            else:
+                batch.append(job)
+                texts += size
+        self._observer.queue_depth(self._queued_texts)
+        return batch
+
+    def _compute(self, encoded: list[Encoded]) -> Values:
+        """On the inference thread: split by length into model calls, reassemble in order."""
+        lengths = [item.n_tokens for item in encoded]
+        runs = plan_runs(lengths, self._limits.max_batch_tokens)
+        started = time.perf_counter()
+        out: Values | None = None
+        for run in runs:
+            values = self._backend.run([encoded[i] for i in run])
+            if out is None:
+                out = np.empty((len(encoded), *values.shape[1:]), dtype=np.float32)
+            out[run] = values
+        assert out is not None
+        seconds = time.perf_counter() - started
+        self._observer.batch_done(len(encoded), len(runs), padded_tokens(lengths, runs), seconds)
+        return out
