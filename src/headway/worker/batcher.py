@@ -127,9 +127,7 @@ class Batcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for job in self._heap:
-            if not job.future.done():
-                job.future.set_exception(DeadlineMissed("worker is shutting down"))
+        _fail(self._heap, DeadlineMissed("worker is shutting down"))
         self._heap.clear()
         self._executor.shutdown(wait=True)
 
@@ -174,10 +172,11 @@ class Batcher:
             started = self._clock()
             try:
                 values = await loop.run_in_executor(self._executor, self._compute, encoded)
+            except asyncio.CancelledError:
+                _fail(jobs, DeadlineMissed("worker is shutting down"))
+                raise
             except Exception as exc:  # the backend failed: every waiter hears of it
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
+                _fail(jobs, exc)
                 continue
             finally:
                 self._running_texts = 0
@@ -242,3 +241,9 @@ class Batcher:
         seconds = time.perf_counter() - started
         self._observer.batch_done(len(encoded), len(runs), padded_tokens(lengths, runs), seconds)
         return out
+
+
+def _fail(jobs: list[_Job], exc: BaseException) -> None:
+    for job in jobs:
+        if not job.future.done():
+            job.future.set_exception(exc)

@@ -1,0 +1,37 @@
+"""Things tests build for themselves: a tiny cross-encoder checkpoint."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from headway.models.importer import default_model_dir
+
+TINY_MAX_POSITIONS = 128
+
+
+def build_tiny_cross_encoder(directory: Path, seed: int = 1234) -> Path:
+    """A seeded, random BertForSequenceClassification saved as transformers saves any
+    checkpoint (``bert.``-prefixed safetensors), with the MiniLM tokenizer beside it.
+
+    No PyPI package ships a reranker's weights, so the tests make one.
+    """
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=TINY_MAX_POSITIONS,
+        num_labels=1,
+        initializer_range=0.2,  # wide enough that scores spread out and ranks are stable
+    )
+    model = BertForSequenceClassification(config).eval()
+    model.save_pretrained(directory)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(default_model_dir() / name, directory / name)
+    return directory

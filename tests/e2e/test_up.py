@@ -1,0 +1,92 @@
+"""``headway up`` end to end: real supervisor, gateway and workers, the real model."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tests.e2e.conftest import alive, children_of, start_up, wait_for
+
+from headway.models.store import ModelStore
+from headway.registry.sqlite import Registry
+from headway.worker.backends.onnx import OnnxBackend
+
+pytestmark = pytest.mark.e2e
+
+SEARCH_APP = {"authorization": "Bearer demo-key-search-app"}
+SUPPORT_BOT = {"authorization": "Bearer demo-key-support-bot"}
+PUMP = "Pump vibration rises when the bearing wears out"
+DOCUMENTS = ["Invoice 4471 is overdue", PUMP, "The compressor seal leaked"]
+
+
+def reference_embeddings(data_dir, texts):
+    record = Registry(data_dir / "registry.sqlite3").resolve_model("all-MiniLM-L6-v2")
+    assert record is not None
+    backend = OnnxBackend.load(ModelStore(data_dir / "models").get(record.version))
+    return backend.run(backend.encode_texts(texts)), record.version
+
+
+def test_quick_start_serves_the_real_model_and_stops_cleanly(running, model_data_dir):
+    texts = [PUMP, *(f"maintenance log entry {i}: the seal at pump {i} leaked" for i in range(39))]
+    expected, version = reference_embeddings(model_data_dir, texts)
+    with running.client() as client:
+        response = client.post(
+            "/v1/embeddings", headers=SEARCH_APP, json={"model": "all-MiniLM-L6-v2", "input": texts}
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["x-model-version"] == version
+        served = np.asarray([d["embedding"] for d in response.json()["data"]], dtype=np.float32)
+        cosines = np.sum(served * expected, axis=1)
+        assert cosines.min() > 0.9999  # 40 texts: fanned out over both replicas, merged in order
+
+        ranked = client.post(
+            "/v1/rerank",
+            headers=SUPPORT_BOT,
+            json={"query": "why is the pump vibrating", "top_n": 2, "documents": DOCUMENTS},
+        )
+        assert ranked.status_code == 200, ranked.text
+        results = ranked.json()["results"]
+        assert [r["index"] for r in results][0] == 1
+        assert len(results) == 2 and results[0]["relevance_score"] > results[1]["relevance_score"]
+
+    workers = children_of(running.process.pid)
+    assert len(workers) >= 4  # gateway + 2 embed + 1 rerank
+    assert running.stop(signal.SIGTERM) == 0
+    assert not [pid for pid in workers if alive(pid)]
+
+
+def test_a_new_tenant_key_works_without_a_restart(running, model_data_dir):
+    added = subprocess.run(
+        [sys.executable, "-m", "headway", "tenants", "add", "acme", "--tier", "batch"]
+        + ["--data-dir", str(model_data_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = added.stdout.strip().splitlines()[-1]
+    assert key.startswith("hw_")
+    body = {"model": "minilm", "input": ["hello"]}
+    with running.client() as client:
+        wait_for(
+            lambda: (
+                client.post(
+                    "/v1/embeddings", headers={"authorization": f"Bearer {key}"}, json=body
+                ).status_code
+                == 200
+            ),
+            timeout_s=10,
+            what="the gateway to pick up the new key",
+        )
+
+
+def test_killing_the_supervisor_takes_every_child_with_it(model_data_dir):
+    up = start_up(model_data_dir, "--embed-replicas", "1", "--rerank-replicas", "0")
+    workers = children_of(up.process.pid)
+    assert len(workers) >= 2
+    up.stop(signal.SIGKILL)
+    wait_for(
+        lambda: not [pid for pid in workers if alive(pid)], timeout_s=30, what="children to exit"
+    )

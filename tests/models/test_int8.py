@@ -1,0 +1,47 @@
+"""Dynamic int8 quantization of the default model, and the comparison it is judged by."""
+
+from __future__ import annotations
+
+import pytest
+
+from headway.models.evaluate import compare_models
+from headway.models.importer import quantize_int8
+from headway.models.store import ModelStore, StoredModel
+from headway.worker.backends.onnx import OnnxBackend
+
+
+@pytest.fixture(scope="module")
+def int8_model(model_store: ModelStore, default_model: StoredModel) -> StoredModel:
+    return quantize_int8(model_store, default_model)
+
+
+def test_int8_is_a_new_version_with_its_own_manifest(
+    int8_model: StoredModel, default_model: StoredModel, model_store: ModelStore
+) -> None:
+    assert int8_model.version != default_model.version
+    assert int8_model.manifest.quantization == "int8"
+    assert int8_model.manifest.name == "all-MiniLM-L6-v2-int8"
+    assert int8_model.manifest.dimensions == default_model.manifest.dimensions
+    assert int8_model.manifest.max_tokens == default_model.manifest.max_tokens
+    assert int8_model.tokenizer_path.read_bytes() == default_model.tokenizer_path.read_bytes()
+    # MatMul weights shrink 4x; the word embeddings (half of the file) stay float32
+    assert int8_model.onnx_path.stat().st_size < default_model.onnx_path.stat().st_size * 0.7
+    model_store.verify(int8_model.version)
+
+
+def test_int8_stays_close_to_fp32(
+    int8_model: StoredModel, default_backend: OnnxBackend, eval_texts: tuple[str, ...]
+) -> None:
+    comparison = compare_models(default_backend, OnnxBackend.load(int8_model), eval_texts)
+    print(f"int8 vs fp32: {comparison}")
+    assert comparison.mean_cosine >= 0.98
+    assert comparison.min_cosine >= 0.9
+    assert comparison.nn_agreement >= 0.75
+
+
+def test_a_model_compared_with_itself_agrees_completely(
+    default_backend: OnnxBackend, eval_texts: tuple[str, ...]
+) -> None:
+    comparison = compare_models(default_backend, default_backend, eval_texts)
+    assert comparison.min_cosine == pytest.approx(1.0, abs=1e-6)
+    assert comparison.nn_agreement == 1.0

@@ -1,0 +1,93 @@
+"""The gateway and two workers as ASGI apps in this process, joined by a fake transport."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
+from headway.gateway.app import build_gateway_app
+from headway.gateway.service import GatewayService
+from headway.http.asgi import App
+from headway.http.inprocess import AsgiTransport
+from headway.registry.sqlite import Registry
+from headway.settings import GatewaySettings, LimitsSettings, SyntheticSettings
+from headway.worker.app import LoadedModel, WorkerService, build_worker_app
+from headway.worker.backends.synthetic import SyntheticBackend
+from headway.worker.batcher import BatchLimits
+
+WORKER_URLS = ("http://embed-0", "http://embed-1")
+SYNTHETIC = SyntheticSettings(dimensions=8)
+TEST_LIMITS = LimitsSettings(max_texts=64, max_chars=200, max_body_bytes=20_000)
+
+
+@dataclass
+class Stack:
+    client: httpx.AsyncClient
+    gateway: GatewayService
+    gateway_app: App
+    workers: dict[str, WorkerService]
+    worker_apps: dict[str, App]
+    transport: AsgiTransport
+    registry: Registry
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        await self.gateway_app.shutdown()
+        for app in self.worker_apps.values():
+            await app.shutdown()
+
+
+def synthetic_loader() -> Any:
+    record = synthetic_record(SYNTHETIC)
+
+    def load() -> LoadedModel:
+        backend = SyntheticBackend(
+            call_ms=0, text_ms=0, dimensions=SYNTHETIC.dimensions, sleep=lambda s: None
+        )
+        return LoadedModel(backend, record.version)
+
+    return load
+
+
+async def make_stack(tmp_path, *, limits: BatchLimits | None = None, **gateway: Any) -> Stack:
+    registry = Registry(tmp_path / "registry.sqlite3")
+    registry.seed_demo()
+    registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
+    workers: dict[str, WorkerService] = {}
+    worker_apps: dict[str, App] = {}
+    for url in WORKER_URLS:
+        workers[url] = WorkerService("embed", synthetic_loader(), limits or BatchLimits())
+        worker_apps[url] = build_worker_app(workers[url])
+        await worker_apps[url].startup()
+        await workers[url].wait_ready()
+    transport = AsgiTransport(worker_apps)
+    service = GatewayService(
+        settings=GatewaySettings(
+            embed_replicas=WORKER_URLS, health_interval_s=60, limits=TEST_LIMITS, **gateway
+        ),
+        load_snapshot=registry.snapshot,
+        transport=transport,
+        embed_model=SYNTHETIC_ALIAS,
+        rerank_model="rerank",
+    )
+    gateway_app = build_gateway_app(service)
+    await gateway_app.startup()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway"
+    )
+    return Stack(client, service, gateway_app, workers, worker_apps, transport, registry)
+
+
+@pytest.fixture
+async def stack(tmp_path):
+    built = await make_stack(tmp_path)
+    yield built
+    await built.close()
+
+
+def auth(key: str = "demo-key-search-app") -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}

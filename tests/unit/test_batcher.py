@@ -1,0 +1,143 @@
+import asyncio
+
+import numpy as np
+import pytest
+from tests.fakes import FakeClock, RecordingBackend
+
+from headway.worker.backends.base import Encoded
+from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, QueueFull
+
+
+def texts(*first_ids: int, length: int = 1) -> list[Encoded]:
+    return [Encoded((i,) + (0,) * (length - 1)) for i in first_ids]
+
+
+async def started(backend: RecordingBackend, limits: BatchLimits, clock: FakeClock) -> Batcher:
+    batcher = Batcher(backend, limits, clock=clock)
+    batcher.start()
+    return batcher
+
+
+async def wait_entered(backend: RecordingBackend) -> None:
+    assert await asyncio.to_thread(backend.entered.wait, 5)
+
+
+async def test_results_come_back_to_the_right_caller_in_order():
+    backend = RecordingBackend()
+    batcher = await started(backend, BatchLimits(max_wait_s=0.001), FakeClock())
+    first = batcher.submit(texts(1, 2), deadline=2000)
+    second = batcher.submit(texts(3), deadline=2000)
+    assert not isinstance(first, QueueFull) and not isinstance(second, QueueFull)
+    np.testing.assert_array_equal((await first)[:, 0], [1, 2])
+    np.testing.assert_array_equal((await second)[:, 0], [3])
+    await batcher.close()
+
+
+async def test_queued_work_runs_earliest_deadline_first():
+    backend = RecordingBackend(gated=True)
+    clock = FakeClock()
+    batcher = await started(backend, BatchLimits(max_batch_size=1, max_wait_s=0), clock)
+    busy = batcher.submit(texts(99), deadline=5000)
+    await wait_entered(backend)  # the inference thread is now held on chunk 99
+    late = batcher.submit(texts(1), deadline=3000)
+    early = batcher.submit(texts(2), deadline=2000)
+    backend.gate.set()
+    await asyncio.gather(busy, late, early)  # type: ignore[arg-type]
+    assert backend.calls == [[99], [2], [1]]
+    await batcher.close()
+
+
+async def test_full_queue_is_refused_at_once_as_a_value():
+    backend = RecordingBackend(gated=True)
+    batcher = await started(backend, BatchLimits(max_queue_texts=3, max_wait_s=0), FakeClock())
+    running = batcher.submit(texts(1), deadline=2000)
+    await wait_entered(backend)
+    queued = batcher.submit(texts(2, 3, 4), deadline=2000)
+    refused = batcher.submit(texts(5), deadline=2000)
+    assert isinstance(refused, QueueFull)
+    assert refused.queued_texts == 3 and refused.max_queue_texts == 3
+    backend.gate.set()
+    await asyncio.gather(running, queued)  # type: ignore[arg-type]
+    await batcher.close()
+
+
+async def test_expired_work_is_dropped_before_the_model_runs():
+    backend = RecordingBackend(gated=True)
+    clock = FakeClock(1000.0)
+    batcher = await started(backend, BatchLimits(max_batch_size=1, max_wait_s=0), clock)
+    running = batcher.submit(texts(1), deadline=1100)
+    await wait_entered(backend)
+    doomed = batcher.submit(texts(2), deadline=1001)
+    kept = batcher.submit(texts(3), deadline=1100)
+    clock.advance(5)  # chunk 2's deadline passes while chunk 1 runs
+    backend.gate.set()
+    with pytest.raises(DeadlineMissed, match="expired"):
+        await doomed  # type: ignore[misc]
+    await asyncio.gather(running, kept)  # type: ignore[arg-type]
+    assert [2] not in backend.calls
+    await batcher.close()
+
+
+async def test_work_that_cannot_finish_in_time_is_dropped():
+    backend = RecordingBackend()
+    clock = FakeClock(1000.0)
+    batcher = await started(backend, BatchLimits(max_wait_s=0), clock)
+    batcher.service_time.seconds = 0.5  # one batch takes half a second
+    hopeless = batcher.submit(texts(1), deadline=1000.2)
+    with pytest.raises(DeadlineMissed, match="cannot_finish"):
+        await hopeless  # type: ignore[misc]
+    assert backend.calls == []
+    await batcher.close()
+
+
+async def test_callers_that_left_are_skipped():
+    backend = RecordingBackend(gated=True)
+    batcher = await started(backend, BatchLimits(max_batch_size=1, max_wait_s=0), FakeClock())
+    running = batcher.submit(texts(1), deadline=2000)
+    await wait_entered(backend)
+    gone = batcher.submit(texts(2), deadline=2000)
+    stays = batcher.submit(texts(3), deadline=2000)
+    gone.cancel()  # type: ignore[union-attr]
+    backend.gate.set()
+    await asyncio.gather(running, stays)  # type: ignore[arg-type]
+    assert backend.calls == [[1], [3]]
+    await batcher.close()
+
+
+async def test_a_failing_batch_fails_every_caller_in_it():
+    backend = RecordingBackend(fail=True, gated=True)
+    batcher = await started(backend, BatchLimits(max_wait_s=0), FakeClock())
+    first = batcher.submit(texts(1), deadline=2000)
+    await wait_entered(backend)
+    second = batcher.submit(texts(2), deadline=2000)
+    third = batcher.submit(texts(3), deadline=2000)
+    backend.gate.set()
+    for future in (first, second, third):
+        with pytest.raises(RuntimeError, match="model exploded"):
+            await future  # type: ignore[misc]
+    await batcher.close()
+
+
+async def test_waiting_work_is_batched_up_to_the_size_limit():
+    backend = RecordingBackend(gated=True)
+    batcher = await started(backend, BatchLimits(max_batch_size=4, max_wait_s=0), FakeClock())
+    first = batcher.submit(texts(0), deadline=2000)
+    await wait_entered(backend)
+    rest = [batcher.submit(texts(i), deadline=2000 + i) for i in range(1, 7)]
+    backend.gate.set()
+    await asyncio.gather(first, *rest)  # type: ignore[arg-type]
+    assert backend.calls == [[0], [1, 2, 3, 4], [5, 6]]
+    await batcher.close()
+
+
+async def test_close_fails_what_is_still_queued():
+    backend = RecordingBackend(gated=True)
+    batcher = await started(backend, BatchLimits(max_batch_size=1, max_wait_s=0), FakeClock())
+    running = batcher.submit(texts(1), deadline=2000)
+    await wait_entered(backend)
+    queued = batcher.submit(texts(2), deadline=2000)
+    backend.gate.set()
+    await running  # type: ignore[misc]
+    closing = asyncio.ensure_future(batcher.close())
+    await closing
+    assert queued.done()  # type: ignore[union-attr]
