@@ -49,7 +49,7 @@ def test_quick_start_serves_the_real_model_and_stops_cleanly(running, model_data
         )
         assert ranked.status_code == 200, ranked.text
         results = ranked.json()["results"]
-        assert [r["index"] for r in results][0] == 1
+        assert next(r["index"] for r in results) == 1
         assert len(results) == 2 and results[0]["relevance_score"] > results[1]["relevance_score"]
 
     workers = children_of(running.process.pid)
@@ -60,8 +60,18 @@ def test_quick_start_serves_the_real_model_and_stops_cleanly(running, model_data
 
 def test_a_new_tenant_key_works_without_a_restart(running, model_data_dir):
     added = subprocess.run(
-        [sys.executable, "-m", "headway", "tenants", "add", "acme", "--tier", "batch"]
-        + ["--data-dir", str(model_data_dir)],
+        [
+            sys.executable,
+            "-m",
+            "headway",
+            "tenants",
+            "add",
+            "acme",
+            "--tier",
+            "batch",
+            "--data-dir",
+            str(model_data_dir),
+        ],
         capture_output=True,
         text=True,
         check=True,
