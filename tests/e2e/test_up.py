@@ -16,6 +16,7 @@ from headway.worker.backends.onnx import OnnxBackend
 
 pytestmark = pytest.mark.e2e
 
+HEADWAY = (sys.executable, "-m", "headway")
 SEARCH_APP = {"authorization": "Bearer demo-key-search-app"}
 SUPPORT_BOT = {"authorization": "Bearer demo-key-support-bot"}
 PUMP = "Pump vibration rises when the bearing wears out"
