@@ -8,11 +8,11 @@ import sys
 
 import numpy as np
 import pytest
-from tests.e2e.conftest import alive, children_of, start_up, wait_for
 
 from headway.models.store import ModelStore
 from headway.registry.sqlite import Registry
 from headway.worker.backends.onnx import OnnxBackend
+from tests.e2e.conftest import alive, children_of, start_up, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""A tiny BertForSequenceClassification, built here, served as a cross-encoder.
+"""A tiny BertForSequenceClassification (``tests.builders``) served as a cross-encoder.
 
 No PyPI package ships a reranker's weights, so the test makes one: random but
 seeded weights, saved the way transformers saves any checkpoint (``bert.``
@@ -7,18 +7,18 @@ prefixed safetensors), with the MiniLM tokenizer beside it.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from headway.models.importer import default_model_dir, import_hf_bert
+from headway.models.importer import import_hf_bert
 from headway.models.store import ModelStore, StoredModel
 from headway.worker.backends.onnx import OnnxBackend
+from tests.builders import TINY_MAX_POSITIONS as MAX_POSITIONS
+from tests.builders import build_tiny_cross_encoder
 
-MAX_POSITIONS = 128
 QUERY = "how do batching and admission control keep latency predictable?"
 DOCUMENTS = (
     "Admission control refuses work that cannot finish before its deadline.",
@@ -33,26 +33,8 @@ DOCUMENTS = (
 
 @pytest.fixture(scope="module")
 def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory, offline: None) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(1234)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=MAX_POSITIONS,
-        num_labels=1,
-        initializer_range=0.2,  # wide enough that scores spread out and ranks are stable
-    )
-    model = BertForSequenceClassification(config).eval()
-    directory = tmp_path_factory.mktemp("tiny-cross-encoder")
-    model.save_pretrained(directory)  # transformers 5 always writes model.safetensors
-    assert (directory / "model.safetensors").is_file()
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copyfile(default_model_dir() / name, directory / name)
+    directory = build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))
+    assert (directory / "model.safetensors").is_file()  # transformers 5 always writes it
     return directory
 
 

@@ -1,6 +1,7 @@
 import logging
 
 import pytest
+
 from tests.service.conftest import auth
 
 SECRET = "confidential-patient-note-4471"

@@ -2,9 +2,9 @@ import base64
 
 import numpy as np
 import pytest
-from tests.service.conftest import SYNTHETIC, WORKER_URLS, auth, make_stack
 
 from headway.catalog import synthetic_record
+from tests.service.conftest import SYNTHETIC, WORKER_URLS, auth, make_stack
 
 
 async def embed(stack, texts, **extra):

@@ -1,4 +1,5 @@
 import numpy as np
+
 from tests.service.conftest import auth
 
 DOCS = ["Invoice 4471 is overdue", "Pump vibration rises", "The compressor seal leaked"]

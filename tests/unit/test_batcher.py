@@ -2,10 +2,10 @@ import asyncio
 
 import numpy as np
 import pytest
-from tests.fakes import FakeClock, RecordingBackend
 
 from headway.worker.backends.base import Encoded
 from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, QueueFull
+from tests.fakes import FakeClock, RecordingBackend
 
 
 def texts(*first_ids: int, length: int = 1) -> list[Encoded]:

@@ -71,4 +71,5 @@ def _unit_rows(x: _F32) -> npt.NDArray[np.float64]:
 def _nearest_other(unit: npt.NDArray[np.float64]) -> npt.NDArray[np.intp]:
     similarity = unit @ unit.T
     np.fill_diagonal(similarity, -np.inf)
-    return np.argmax(similarity, axis=1)
+    nearest: npt.NDArray[np.intp] = np.argmax(similarity, axis=1)
+    return nearest

@@ -78,9 +78,14 @@ class OnnxBackend:
         (output,) = self._session.run([self._output_name], feeds)
         if self.kind == "embedding":
             return np.ascontiguousarray(output, dtype=np.float32)
-        logits = np.asarray(output[:, 0], dtype=np.float32)
-        scores: npt.NDArray[np.float32] = 1.0 / (1.0 + np.exp(-logits))
-        return scores
+        return sigmoid(np.asarray(output[:, 0], dtype=np.float32))
+
+
+def sigmoid(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``1 / (1 + e^-x)`` without overflow: ``exp`` only ever sees ``-|x|``."""
+    decay = np.exp(-np.abs(logits))
+    scores = np.where(logits >= 0, 1.0 / (1.0 + decay), decay / (1.0 + decay))
+    return scores.astype(np.float32, copy=False)
 
 
 def pad_batch(batch: Sequence[Encoded], pad_id: int = 0) -> dict[str, npt.NDArray[np.int64]]:
