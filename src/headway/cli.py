@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -150,6 +151,9 @@ def worker(
         log_level=log_level,
         worker={"host": host, "port": port, "pool": pool, "backend": backend, "model": model},
     )
+    # The tokenizer's thread pool reads this once, on first use: a fixed, small
+    # number of threads per worker, so replicas do not oversubscribe the cores.
+    os.environ["RAYON_NUM_THREADS"] = str(settings.worker.tokenizer_threads)
     from headway.serve import serve
     from headway.worker.main import build_worker
 

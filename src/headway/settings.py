@@ -82,6 +82,9 @@ class WorkerSettings(_Section):
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill.")
     max_queue_texts: int = Field(1024, gt=0, description="Queue bound in texts; full answers 503.")
     inference_threads: int = Field(1, gt=0, description="ONNX Runtime intra-op threads per worker.")
+    tokenizer_threads: int = Field(
+        1, gt=0, description="Threads of the tokenizer's pool (it defaults to every core)."
+    )
     synthetic: SyntheticSettings = SyntheticSettings()
 
 
