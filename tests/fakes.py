@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -57,3 +59,12 @@ class RecordingBackend:
         if self.fail:
             raise RuntimeError("model exploded")
         return np.array([[item.ids[0], item.n_tokens] for item in batch], dtype=np.float32)
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait for a condition on the event loop, failing after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.001)

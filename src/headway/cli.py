@@ -27,6 +27,17 @@ DataDirOpt = Annotated[
 ]
 FdOpt = Annotated[int | None, typer.Option("--fd", help="Serve on this inherited socket.")]
 LogLevelOpt = Annotated[str | None, typer.Option("--log-level", help="debug|info|warning|error")]
+AdmissionOpt = Annotated[
+    str | None, typer.Option("--admission", help="on (default) or off, to compare without it.")
+]
+
+
+def _on_off(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    if value not in ("on", "off"):
+        raise typer.BadParameter("expected on or off", param_hint="--admission")
+    return value == "on"
 
 
 def _flags(**sections: dict[str, Any] | Any) -> dict[str, Any]:
@@ -69,6 +80,7 @@ def up(
         int | None, typer.Option(help="Rerank workers (default 1; 0: rerank on embed workers).")
     ] = None,
     backend: Annotated[str | None, typer.Option(help="onnx (default) or synthetic.")] = None,
+    admission: AdmissionOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Run the whole system on this machine: gateway + workers, embedded defaults."""
@@ -76,7 +88,7 @@ def up(
         config,
         data_dir=data_dir,
         log_level=log_level,
-        gateway={"host": host, "port": port},
+        gateway={"host": host, "port": port, "admission": _flags(enabled=_on_off(admission))},
         worker={"backend": backend},
         up={"embed_replicas": embed_replicas, "rerank_replicas": rerank_replicas},
     )
@@ -111,6 +123,7 @@ def gateway(
     rerank_replicas: Annotated[
         str | None, typer.Option(help="Comma-separated worker URLs of the rerank pool.")
     ] = None,
+    admission: AdmissionOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Run one gateway process."""
@@ -121,6 +134,7 @@ def gateway(
         gateway={
             "host": host,
             "port": port,
+            "admission": _flags(enabled=_on_off(admission)),
             "embed_replicas": _urls(embed_replicas),
             "rerank_replicas": _urls(rerank_replicas),
         },
@@ -250,7 +264,7 @@ def tenants_add(
             name,
             tier,
             rate_texts_per_s=rate,
-            burst_texts=burst,  # type: ignore[arg-type]
+            burst_texts=burst,
         )
     except RegistryError as exc:
         typer.echo(str(exc), err=True)

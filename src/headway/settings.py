@@ -37,6 +37,31 @@ class LimitsSettings(_Section):
     )
 
 
+class TierTimeouts(_Section):
+    default_ms: int = Field(gt=0, description="Deadline when X-Timeout-Ms is absent.")
+    max_ms: int = Field(gt=0, description="Largest X-Timeout-Ms honoured.")
+
+
+class AdmissionSettings(_Section):
+    enabled: bool = Field(True, description="Admission control on; off only for comparisons.")
+    latency_budget_ms: float = Field(
+        500.0, gt=0, description="Time in system admitted work should take (Little's law W)."
+    )
+    batch_share: float = Field(
+        0.7, gt=0, le=1, description="Share of the limit batch-tier work may fill."
+    )
+    crowding: float = Field(
+        0.8, gt=0, le=1, description="Tier fill above which a tenant over its share is refused."
+    )
+    window_ms: float = Field(250.0, gt=0, description="Throughput measurement window.")
+    floor_texts_per_replica: int = Field(
+        32, gt=0, description="Smallest limit per ready replica (before anything is measured)."
+    )
+    static_limit_texts: int | None = Field(
+        None, gt=0, description="A fixed limit instead of the learned one."
+    )
+
+
 class GatewaySettings(_Section):
     host: str = Field("127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on.")
@@ -44,20 +69,14 @@ class GatewaySettings(_Section):
         (), description="Base URLs of the embed pool's workers, e.g. http://127.0.0.1:9101."
     )
     rerank_replicas: tuple[str, ...] = Field(
-        (),
-        description="Base URLs of the rerank pool's workers (empty: rerank uses the embed pool).",
+        (), description="Base URLs of the rerank pool's workers (empty: rerank uses embed)."
     )
     chunk_texts: int = Field(16, gt=0, description="Requests above this many texts are split.")
-    default_timeout_ms: int = Field(
-        30_000, gt=0, description="Deadline when X-Timeout-Ms is absent."
-    )
-    max_timeout_ms: int = Field(120_000, gt=0, description="Largest X-Timeout-Ms honoured.")
-    health_interval_s: float = Field(
-        0.5, gt=0, description="How often replicas' /readyz is polled."
-    )
-    registry_refresh_s: float = Field(
-        2.0, gt=0, description="How often keys and aliases are reloaded."
-    )
+    interactive: TierTimeouts = TierTimeouts(default_ms=10_000, max_ms=60_000)
+    batch: TierTimeouts = TierTimeouts(default_ms=60_000, max_ms=300_000)
+    health_interval_s: float = Field(0.5, gt=0, description="How often /readyz is polled.")
+    registry_refresh_s: float = Field(2.0, gt=0, description="How often keys are reloaded.")
+    admission: AdmissionSettings = AdmissionSettings()
     limits: LimitsSettings = LimitsSettings()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,26 +42,32 @@ class Stack:
             await app.shutdown()
 
 
-def synthetic_loader() -> Any:
+def synthetic_loader(sleep: Callable[[float], None] = lambda s: None) -> Any:
     record = synthetic_record(SYNTHETIC)
 
     def load() -> LoadedModel:
         backend = SyntheticBackend(
-            call_ms=0, text_ms=0, dimensions=SYNTHETIC.dimensions, sleep=lambda s: None
+            call_ms=0, text_ms=0, dimensions=SYNTHETIC.dimensions, sleep=sleep
         )
         return LoadedModel(backend, record.version)
 
     return load
 
 
-async def make_stack(tmp_path, *, limits: BatchLimits | None = None, **gateway: Any) -> Stack:
+async def make_stack(
+    tmp_path,
+    *,
+    limits: BatchLimits | None = None,
+    sleep: Callable[[float], None] = lambda s: None,
+    **gateway: Any,
+) -> Stack:
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
     workers: dict[str, WorkerService] = {}
     worker_apps: dict[str, App] = {}
     for url in WORKER_URLS:
-        workers[url] = WorkerService("embed", synthetic_loader(), limits or BatchLimits())
+        workers[url] = WorkerService("embed", synthetic_loader(sleep), limits or BatchLimits())
         worker_apps[url] = build_worker_app(workers[url])
         await worker_apps[url].startup()
         await workers[url].wait_ready()

@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from headway.http.asgi import Request
+from headway.registry.model import Tier
 
 
 def _new_request_id() -> str:
@@ -19,4 +20,5 @@ class Call:
     request: Request
     request_id: str = field(default_factory=_new_request_id)
     tenant: str = ""
+    tier: Tier = "interactive"
     texts: int = 0

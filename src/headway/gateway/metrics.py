@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from headway.gateway.pool import ReplicaPool
 from headway.metrics import LATENCY_BUCKETS
 
 
@@ -35,9 +36,37 @@ class GatewayMetrics:
             ["route", "tenant"],
             registry=self.registry,
         )
-        self.ready_replicas = Gauge(
-            "headway_ready_replicas",
-            "Ready replicas per pool.",
+        self.shed = Counter(
+            "headway_shed_total",
+            "Requests refused by admission control, by pool and reason.",
+            ["pool", "reason"],
+            registry=self.registry,
+        )
+        self._ready = Gauge(
+            "headway_ready_replicas", "Ready replicas per pool.", ["pool"], registry=self.registry
+        )
+        self._limit = Gauge(
+            "headway_admission_limit_texts",
+            "Admission limit (texts outstanding) per pool.",
             ["pool"],
             registry=self.registry,
         )
+        self._outstanding = Gauge(
+            "headway_outstanding_texts",
+            "Texts admitted and not yet finished, per pool.",
+            ["pool"],
+            registry=self.registry,
+        )
+        self._throughput = Gauge(
+            "headway_throughput_estimate_texts_per_second",
+            "The pool's learned throughput.",
+            ["pool"],
+            registry=self.registry,
+        )
+
+    def watch_pool(self, pool: ReplicaPool) -> None:
+        """Gauges read from the pool when scraped."""
+        self._ready.labels(pool.name).set_function(lambda: len(pool.ready_replicas()))
+        self._limit.labels(pool.name).set_function(lambda: pool.admission.limit)
+        self._outstanding.labels(pool.name).set_function(lambda: pool.admission.outstanding)
+        self._throughput.labels(pool.name).set_function(lambda: pool.admission.throughput)

@@ -5,7 +5,8 @@ work, and each one's model version, kind and width come from there. A replica
 that refuses a connection is marked unready at once and comes back with the
 next successful poll. The next chunk goes to the ready replica with the least
 outstanding work (texts) sent from this gateway; power of two choices,
-retries and ejection are the routing layer's job, later.
+retries and ejection are the routing layer's job, later. Each pool has its
+own admission controller, sized by the replicas that are ready.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
 
+from headway.gateway.admission.controller import AdmissionConfig, AdmissionController
 from headway.gateway.transport import Transport, TransportError
 
 log = logging.getLogger(__name__)
@@ -46,10 +50,20 @@ class Replica:
 
 class ReplicaPool:
     def __init__(
-        self, name: str, urls: tuple[str, ...], transport: Transport, *, health_interval_s: float
+        self,
+        name: str,
+        urls: tuple[str, ...],
+        transport: Transport,
+        *,
+        health_interval_s: float,
+        admission: AdmissionConfig,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.replicas = [Replica(url.rstrip("/")) for url in urls]
+        self.admission = AdmissionController(
+            admission, lambda: len(self.ready_replicas()), clock=clock
+        )
         self._transport = transport
         self._interval = health_interval_s
         self._task: asyncio.Task[None] | None = None

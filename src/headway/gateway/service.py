@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from headway.errors import NoReplicas, NotFound
+from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.pool import ReplicaPool
 from headway.gateway.transport import Transport
 from headway.registry.model import ModelRecord, Snapshot
-from headway.settings import GatewaySettings
+from headway.settings import AdmissionSettings, GatewaySettings
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +39,22 @@ class GatewayService:
     _refresh: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
-        interval = self.settings.health_interval_s
+        admission = admission_config(self.settings.admission)
         for name, urls in (
             ("embed", self.settings.embed_replicas),
             ("rerank", self.settings.rerank_replicas),
         ):
             if urls:
-                self.pools[name] = ReplicaPool(
-                    name, urls, self.transport, health_interval_s=interval
+                pool = ReplicaPool(
+                    name,
+                    urls,
+                    self.transport,
+                    health_interval_s=self.settings.health_interval_s,
+                    admission=admission,
+                    clock=self.clock,
                 )
+                self.pools[name] = pool
+                self.metrics.watch_pool(pool)
 
     async def start(self) -> None:
         self.snapshot = await asyncio.to_thread(self.load_snapshot)
@@ -70,8 +78,12 @@ class GatewayService:
                 self.snapshot = await asyncio.to_thread(self.load_snapshot)
             except Exception:
                 log.exception("registry refresh failed; keeping the previous snapshot")
-            for name, pool in self.pools.items():
-                self.metrics.ready_replicas.labels(pool=name).set(len(pool.ready_replicas()))
+
+    def route_pool(self, route: str) -> ReplicaPool | None:
+        """The pool a route's requests usually go to, for the check made before parsing."""
+        if route == "rerank" and "rerank" in self.pools:
+            return self.pools["rerank"]
+        return self.pools.get("embed")
 
     @property
     def ready(self) -> bool:
@@ -98,3 +110,15 @@ class GatewayService:
     def served_models(self) -> list[ModelRecord]:
         versions = {p.served.model_version for p in self.pools.values() if p.served is not None}
         return [record for record in self.snapshot.models.values() if record.version in versions]
+
+
+def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
+    return AdmissionConfig(
+        enabled=settings.enabled,
+        latency_budget_s=settings.latency_budget_ms / 1000,
+        batch_share=settings.batch_share,
+        crowding=settings.crowding,
+        window_s=settings.window_ms / 1000,
+        floor_texts_per_replica=settings.floor_texts_per_replica,
+        static_limit=settings.static_limit_texts,
+    )

@@ -1,0 +1,1 @@
+"""Admission control: admit only the work the pool can finish within the latency budget."""

@@ -1,0 +1,151 @@
+"""One pool's admission state: a thin stateful wrapper around the pure parts.
+
+``try_admit`` returns a ``Permit`` or a ``Refusal`` (a value; only the HTTP
+edge turns it into 503). Every permit is released exactly once, saying whether
+its work completed; completions feed the throughput estimate, which rolls
+forward lazily on each call (no timer task). All calls happen on the gateway's
+event loop, which is the single owner of this state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from headway.gateway.admission.estimate import Window, admission_limit, next_throughput
+from headway.gateway.admission.policy import (
+    Occupancy,
+    RefusalReason,
+    Tier,
+    refusal,
+    tier_allowance,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    enabled: bool = True
+    latency_budget_s: float = 0.5
+    batch_share: float = 0.7
+    crowding: float = 0.8
+    window_s: float = 0.25
+    alpha: float = 0.5
+    floor_texts_per_replica: int = 32
+    static_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    tenant: str
+    tier: Tier
+    texts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: RefusalReason
+    retry_after_s: float
+
+
+@dataclass
+class _WindowCounters:
+    started: float
+    peak_outstanding: int
+    completed_texts: int = 0
+    refused: int = 0
+
+
+@dataclass
+class AdmissionController:
+    config: AdmissionConfig
+    ready_replicas: Callable[[], int]
+    clock: Callable[[], float] = time.monotonic
+    throughput: float = 0.0
+    outstanding: int = 0
+    _by_tier: Counter[str] = field(default_factory=Counter)
+    _by_tenant: dict[str, Counter[str]] = field(default_factory=dict)
+    _window: _WindowCounters | None = None
+
+    @property
+    def limit(self) -> int:
+        floor = max(1, self.ready_replicas()) * self.config.floor_texts_per_replica
+        return admission_limit(
+            self.throughput, self.config.latency_budget_s, floor, self.config.static_limit
+        )
+
+    def precheck(self, tier: Tier) -> Refusal | None:
+        """Made before the body is parsed: is there room for even one text of this tier?"""
+        window = self._roll(self.clock())
+        if not self.config.enabled or self.outstanding == 0:
+            return None
+        if self.outstanding + 1 <= tier_allowance(tier, self.limit, self.config.batch_share):
+            return None
+        window.refused += 1
+        return Refusal(
+            "pool_full" if tier == "interactive" else "batch_share", self.retry_after_s()
+        )
+
+    def try_admit(self, tenant: str, tier: Tier, texts: int) -> Permit | Refusal:
+        window = self._roll(self.clock())
+        tenants = self._by_tenant.setdefault(tier, Counter())
+        if self.config.enabled:
+            occupancy = Occupancy(
+                total=self.outstanding,
+                tier=self._by_tier[tier],
+                tenant=tenants[tenant],
+                active_tenants_in_tier=len(tenants) + (0 if tenant in tenants else 1),
+            )
+            reason = refusal(
+                texts,
+                tier,
+                occupancy,
+                self.limit,
+                batch_share=self.config.batch_share,
+                crowding=self.config.crowding,
+            )
+            if reason is not None:
+                window.refused += 1
+                return Refusal(reason, self.retry_after_s())
+        self.outstanding += texts
+        self._by_tier[tier] += texts
+        tenants[tenant] += texts
+        window.peak_outstanding = max(window.peak_outstanding, self.outstanding)
+        return Permit(tenant, tier, texts)
+
+    def release(self, permit: Permit, *, completed: bool) -> None:
+        window = self._roll(self.clock())
+        self.outstanding -= permit.texts
+        self._by_tier[permit.tier] -= permit.texts
+        tenants = self._by_tenant[permit.tier]
+        tenants[permit.tenant] -= permit.texts
+        if tenants[permit.tenant] <= 0:
+            del tenants[permit.tenant]
+        if completed:
+            window.completed_texts += permit.texts
+
+    def retry_after_s(self) -> float:
+        """Backlog ÷ drain rate: when the work outstanding now should be done."""
+        if self.throughput <= 0:
+            return self.config.latency_budget_s
+        return self.outstanding / self.throughput
+
+    def _roll(self, now: float) -> _WindowCounters:
+        window = self._window
+        if window is not None and now - window.started < self.config.window_s:
+            return window
+        if window is not None:
+            self.throughput = next_throughput(
+                self.throughput,
+                Window(
+                    seconds=now - window.started,
+                    completed_texts=window.completed_texts,
+                    refused=window.refused,
+                    peak_outstanding=window.peak_outstanding,
+                    limit=self.limit,
+                ),
+                self.config.alpha,
+            )
+        self._window = _WindowCounters(now, peak_outstanding=self.outstanding)
+        return self._window

@@ -1,0 +1,61 @@
+"""Who may add work to a pool now (pure).
+
+Limits are counted in texts, the unit that costs. With ``limit`` from Little's
+law and ``outstanding`` the texts admitted and not yet finished:
+
+- **interactive** work is admitted while ``outstanding + texts <= limit``;
+- **batch** work only while ``outstanding + texts <= batch_share x limit`` (70% by
+  default), so as the pool fills, batch work is refused first and the last 30%
+  is kept for interactive tenants;
+- **within a tier, no tenant may crowd out the others**: once the tier's own
+  outstanding work passes ``crowding`` (80%) of what the tier may use, a tenant
+  already holding more than an equal share (tier allowance ÷ active tenants of the
+  tier) is refused, while tenants under their share still get in. Below that
+  mark anyone may use the room, so the rule costs nothing when there is no
+  contention;
+- an idle pool always admits one request, however large, so nothing starves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Tier = Literal["interactive", "batch"]
+RefusalReason = Literal["pool_full", "batch_share", "tenant_share"]
+
+
+@dataclass(frozen=True, slots=True)
+class Occupancy:
+    """Outstanding texts, as the pool sees them at one instant."""
+
+    total: int
+    tier: int
+    tenant: int
+    active_tenants_in_tier: int
+
+
+def tier_allowance(tier: Tier, limit: int, batch_share: float) -> int:
+    return limit if tier == "interactive" else int(limit * batch_share)
+
+
+def refusal(
+    texts: int,
+    tier: Tier,
+    occupancy: Occupancy,
+    limit: int,
+    *,
+    batch_share: float = 0.7,
+    crowding: float = 0.8,
+) -> RefusalReason | None:
+    """Why this request may not be admitted now, or None if it may."""
+    if occupancy.total == 0:
+        return None
+    allowance = tier_allowance(tier, limit, batch_share)
+    if occupancy.total + texts > allowance:
+        return "pool_full" if tier == "interactive" else "batch_share"
+    if occupancy.active_tenants_in_tier > 1 and occupancy.tier + texts > crowding * allowance:
+        fair_share = allowance / occupancy.active_tenants_in_tier
+        if occupancy.tenant + texts > fair_share:
+            return "tenant_share"
+    return None

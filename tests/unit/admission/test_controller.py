@@ -1,0 +1,79 @@
+from headway.gateway.admission.controller import (
+    AdmissionConfig,
+    AdmissionController,
+    Permit,
+    Refusal,
+)
+from tests.fakes import FakeClock
+
+
+def controller(clock, replicas=1, **config):
+    return AdmissionController(
+        AdmissionConfig(latency_budget_s=0.5, floor_texts_per_replica=10, **config),
+        ready_replicas=lambda: replicas,
+        clock=clock,
+    )
+
+
+def saturate(ctl, clock, completed_per_window, windows):
+    """Drive the controller at a fixed completion rate while work is being refused."""
+    for _ in range(windows):
+        permits = []
+        while isinstance(p := ctl.try_admit("t", "interactive", 1), Permit):
+            permits.append(p)
+        clock.advance(0.25)
+        for permit in permits[:completed_per_window]:
+            ctl.release(permit, completed=True)
+        for permit in permits[completed_per_window:]:
+            ctl.release(permit, completed=False)
+
+
+def test_limit_starts_at_the_floor_and_grows_to_littles_law():
+    clock = FakeClock()
+    ctl = controller(clock, replicas=2)
+    assert ctl.limit == 20
+    saturate(ctl, clock, completed_per_window=50, windows=12)  # 200 texts/s
+    assert 195 < ctl.throughput < 205
+    assert ctl.limit == int(ctl.throughput * 0.5)
+
+
+def test_refusal_carries_retry_after_from_backlog_over_drain_rate():
+    clock = FakeClock()
+    ctl = controller(clock)
+    ctl.throughput = 40.0  # limit 20
+    held = [ctl.try_admit("t", "interactive", 5) for _ in range(4)]
+    assert all(isinstance(p, Permit) for p in held)
+    refused = ctl.try_admit("t", "interactive", 1)
+    assert isinstance(refused, Refusal)
+    assert refused.reason == "pool_full"
+    assert refused.retry_after_s == 20 / 40.0
+    assert isinstance(ctl.precheck("interactive"), Refusal)
+
+
+def test_release_returns_room_and_batch_is_shed_first():
+    clock = FakeClock()
+    ctl = controller(clock)
+    ctl.throughput = 40.0  # limit 20, batch allowance 14
+    first = ctl.try_admit("a", "interactive", 14)
+    assert isinstance(first, Permit)
+    assert isinstance(ctl.try_admit("b", "batch", 1), Refusal)
+    assert isinstance(ctl.try_admit("c", "interactive", 1), Permit)
+    ctl.release(first, completed=True)
+    assert ctl.outstanding == 1
+    assert isinstance(ctl.try_admit("b", "batch", 1), Permit)
+
+
+def test_disabled_admission_admits_everything_but_still_counts():
+    clock = FakeClock()
+    ctl = controller(clock, enabled=False)
+    permits = [ctl.try_admit("t", "batch", 100) for _ in range(5)]
+    assert all(isinstance(p, Permit) for p in permits)
+    assert ctl.outstanding == 500
+    assert ctl.precheck("batch") is None
+
+
+def test_static_limit_overrides_the_estimate():
+    clock = FakeClock()
+    ctl = controller(clock, static_limit=3)
+    ctl.throughput = 1000.0
+    assert ctl.limit == 3
