@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from headway.serve import listening_socket
 from headway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,16 +39,6 @@ STOP_TIMEOUT_S = 40.0
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(4096)
-    sock.set_inheritable(True)
-    return sock
 
 
 @dataclass
