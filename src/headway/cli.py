@@ -16,6 +16,8 @@ models_app = typer.Typer(no_args_is_help=True, help="Import and list model versi
 tenants_app = typer.Typer(no_args_is_help=True, help="Manage tenants and their API keys.")
 app.add_typer(models_app, name="models")
 app.add_typer(tenants_app, name="tenants")
+bench_app = typer.Typer(no_args_is_help=True, help="Measure; results go to docs/benchmarks.md.")
+app.add_typer(bench_app, name="bench")
 
 log = logging.getLogger("headway")
 
@@ -284,6 +286,31 @@ def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
             f"{tenant.name}  {tenant.tier}  rate={tenant.rate_texts_per_s:g}/s  "
             f"burst={tenant.burst_texts:g}"
         )
+
+
+BenchOut = Annotated[
+    Path | None, typer.Option("--out", help="Markdown file to update (default: print only).")
+]
+BenchSeconds = Annotated[float, typer.Option(help="Seconds per measured point.")]
+
+
+@bench_app.command("spine")
+def bench_spine(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Raw ONNX Runtime vs through the worker vs through the gateway; gateway overhead."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.bench.errors import BenchError
+    from headway.bench.spine import run_spine_bench
+
+    try:
+        typer.echo(run_spine_bench(settings.data_dir, seconds=seconds, out=out))
+    except BenchError as exc:
+        typer.echo(f"bench failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def main() -> None:

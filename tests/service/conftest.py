@@ -70,7 +70,6 @@ async def make_stack(
         workers[url] = WorkerService("embed", synthetic_loader(sleep), limits or BatchLimits())
         worker_apps[url] = build_worker_app(workers[url])
         await worker_apps[url].startup()
-        await workers[url].wait_ready()
     transport = AsgiTransport(worker_apps)
     service = GatewayService(
         settings=GatewaySettings(

@@ -71,19 +71,11 @@ class WorkerService:
         self.batcher: Batcher | None = None
         self.ready = False
         self.draining = False
-        self._loading: asyncio.Task[None] | None = None
 
     # lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Begin loading in the background so /healthz answers while the model loads."""
-        self._loading = asyncio.get_running_loop().create_task(self._load_and_warm())
-
-    async def wait_ready(self) -> None:
-        assert self._loading is not None
-        await self._loading
-
-    async def _load_and_warm(self) -> None:
+        """Load and warm up before serving; a model that cannot load stops the process."""
         started = time.perf_counter()
         model = await asyncio.to_thread(self._load)
         batcher = Batcher(model.backend, self._limits, clock=self._clock, observer=self.metrics)
@@ -106,8 +98,6 @@ class WorkerService:
         """Unready first, then finish what is queued, then release the inference thread."""
         self.ready = False
         self.draining = True
-        if self._loading is not None and not self._loading.done():
-            self._loading.cancel()
         if self.batcher is not None:
             await self.batcher.drained()
             await self.batcher.close()

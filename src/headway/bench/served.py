@@ -1,0 +1,265 @@
+"""The serving path under load: real worker and gateway processes, driven over HTTP.
+
+``serving`` starts one embed worker and one gateway with ``Supervisor``
+exactly as ``headway up`` does (the gateway on an ephemeral port: the
+supervisor binds the sockets itself and reads the port back), and stops
+them whatever happens. Points are measured with the closed-loop client;
+for each one the CPU seconds of the worker, the gateway and this process
+(the client) are read from ``/proc`` before and after, which shows who was
+busy when throughput falls short of the raw model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+
+import aiohttp
+import msgspec
+
+from headway.bench.closedloop import (
+    LoadResult,
+    Poster,
+    Request,
+    RequestFailed,
+    closed_loop,
+    gateway_poster,
+    gateway_requests,
+    worker_poster,
+    worker_requests,
+)
+from headway.bench.errors import ServingFailed
+from headway.bench.host import process_cpu_s
+from headway.bench.raw import batches_of
+from headway.bench.stats import cpu_us_per_request, per_second
+from headway.settings import Settings
+from headway.supervisor import Supervisor, write_run_config
+from headway.worker import protocol
+
+API_KEY = "demo-key-search-app"  # a demo tenant's key: run `registry.seed_demo()` first
+WORKER, GATEWAY, CLIENT = "worker", "gateway", "client"
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """What the processes serve: the alias clients name, the version, the row width."""
+
+    name: str
+    version: str
+    dimensions: int
+
+
+@dataclass(frozen=True, slots=True)
+class Processes:
+    """Where the worker and gateway listen; ``pids`` includes this process as the client."""
+
+    gateway_url: str
+    worker_url: str
+    pids: Mapping[str, int]
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[Processes]:
+    """One worker and one gateway, ready; both stopped on the way out, even on errors."""
+    config = write_run_config(settings)
+    supervisor = Supervisor(settings, config)
+    try:
+        gateway = supervisor.start()
+        if not supervisor.wait_ready(gateway):
+            states = [f"{c.name} {_state(c.process.poll())}" for c in supervisor.children]
+            raise ServingFailed(
+                f"gateway and worker not ready within {settings.up.ready_timeout_s:.0f}s "
+                f"({', '.join(states)})"
+            )
+        worker = next(child for child in supervisor.children if child.name != "gateway")
+        yield Processes(
+            gateway.url,
+            worker.url,
+            {
+                WORKER: worker.process.pid,
+                GATEWAY: gateway.process.pid,
+                CLIENT: os.getpid(),
+            },
+        )
+    finally:
+        supervisor.stop()
+        config.unlink(missing_ok=True)
+
+
+def _state(returncode: int | None) -> str:
+    return "running" if returncode is None else f"exited with {returncode}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """One closed-loop run and the CPU each process spent during it."""
+
+    path: str
+    texts_per_request: int
+    concurrency: int
+    result: LoadResult
+    cpu_s: Mapping[str, float]
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}, {self.note}" if self.note else self.path
+
+    @property
+    def sentences_per_s(self) -> float:
+        return per_second(self.result.texts, self.result.elapsed_s)
+
+    @property
+    def requests_per_s(self) -> float:
+        return per_second(self.result.requests, self.result.elapsed_s)
+
+    def cores(self, process: str) -> float:
+        """CPU seconds per wall-clock second: 1.0 is one core kept busy."""
+        return self.cpu_s[process] / self.result.elapsed_s
+
+    def cpu_us_per_request(self, process: str) -> float:
+        return cpu_us_per_request(self.cpu_s[process], self.result.requests)
+
+
+@asynccontextmanager
+async def _session() -> AsyncIterator[aiohttp.ClientSession]:
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        yield session
+
+
+def _poster(
+    session: aiohttp.ClientSession,
+    processes: Processes,
+    path: str,
+    batches: Sequence[Sequence[str]],
+    model: Model,
+) -> tuple[Poster, Request]:
+    """A poster cycling over ``batches`` on ``path``, and its first request."""
+    if path == WORKER:
+        requests = worker_requests(batches, model.version)
+        return worker_poster(session, processes.worker_url, requests), requests[0]
+    requests = gateway_requests(batches, model.name)
+    return gateway_poster(session, processes.gateway_url, requests, API_KEY), requests[0]
+
+
+async def _check(poster: Poster, path: str, request: Request, dimensions: int) -> None:
+    """One request, its answer decoded: the right number of rows of the right width."""
+    try:
+        payload = await poster.fetch(request)
+    except RequestFailed as exc:
+        raise ServingFailed(f"{path}: first request failed: {exc.reason}") from exc
+    try:
+        if path == WORKER:
+            result = protocol.result_decoder.decode(payload)
+            shape = (result.rows, result.dimensions)
+        else:
+            rows = msgspec.json.decode(payload)["data"]
+            shape = (len(rows), len(rows[0]["embedding"]) if rows else 0)
+    except (msgspec.DecodeError, KeyError, TypeError, IndexError) as exc:
+        raise ServingFailed(f"{path}: malformed answer: {exc}") from exc
+    if shape != (request.texts, dimensions):
+        raise ServingFailed(f"{path}: expected {request.texts}x{dimensions} values, got {shape}")
+
+
+async def measure(
+    poster: Poster,
+    processes: Processes,
+    *,
+    path: str,
+    texts_per_request: int,
+    concurrency: int,
+    warmup: int,
+    duration_s: float | None = None,
+    requests: int | None = None,
+    note: str = "",
+) -> LoadPoint:
+    """``warmup`` requests unmeasured, then one closed-loop run with CPU read around it."""
+    await closed_loop(poster, concurrency=concurrency, requests=warmup)
+    before = {name: process_cpu_s(pid) for name, pid in processes.pids.items()}
+    result = await closed_loop(
+        poster, concurrency=concurrency, duration_s=duration_s, requests=requests
+    )
+    after = {name: process_cpu_s(pid) for name, pid in processes.pids.items()}
+    cpu_s = {name: after[name] - before[name] for name in before}
+    return LoadPoint(path, texts_per_request, concurrency, result, cpu_s, note)
+
+
+async def throughput(
+    processes: Processes,
+    model: Model,
+    corpus: Sequence[str],
+    *,
+    paths: Sequence[str],
+    batch_sizes: Sequence[int],
+    concurrency: int,
+    seconds: float,
+    note: str = "",
+) -> list[LoadPoint]:
+    """Sentences per second on each path (``WORKER``: straight to it; ``GATEWAY``)."""
+    points = []
+    async with _session() as session:
+        for path in paths:
+            for batch in batch_sizes:
+                poster, first = _poster(session, processes, path, batches_of(corpus, batch), model)
+                await _check(poster, path, first, model.dimensions)
+                point = await measure(
+                    poster,
+                    processes,
+                    path=path,
+                    texts_per_request=batch,
+                    concurrency=concurrency,
+                    warmup=concurrency,  # opens the connections; the worker is already warm
+                    duration_s=seconds,
+                    note=note,
+                )
+                points.append(point)
+    return points
+
+
+@dataclass(frozen=True, slots=True)
+class Overhead:
+    """Per path (worker, gateway): latency one request at a time, and CPU under load."""
+
+    latency: Mapping[str, LoadPoint]
+    cpu: Mapping[str, LoadPoint]
+
+
+async def overhead(
+    processes: Processes,
+    model: Model,
+    corpus: Sequence[str],
+    *,
+    latency_requests: int,
+    cpu_concurrency: int,
+    seconds: float,
+) -> Overhead:
+    """1-text requests to a zero-cost model: what is left is the cost of serving them."""
+    latency: dict[str, LoadPoint] = {}
+    cpu: dict[str, LoadPoint] = {}
+    async with _session() as session:
+        for path in (WORKER, GATEWAY):
+            poster, first = _poster(session, processes, path, batches_of(corpus, 1), model)
+            await _check(poster, path, first, model.dimensions)
+            latency[path] = await measure(
+                poster,
+                processes,
+                path=path,
+                texts_per_request=1,
+                concurrency=1,
+                warmup=50,
+                requests=latency_requests,
+            )
+            cpu[path] = await measure(
+                poster,
+                processes,
+                path=path,
+                texts_per_request=1,
+                concurrency=cpu_concurrency,
+                warmup=2 * cpu_concurrency,
+                duration_s=seconds,
+            )
+    return Overhead(latency, cpu)
