@@ -46,6 +46,10 @@ class RecordingBackend:
     def dimensions(self) -> int:
         return 2
 
+    @property
+    def call_overhead_tokens(self) -> int:
+        return 64
+
     def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
         return [Encoded(tuple(int(word) for word in text.split())) for text in texts]
 

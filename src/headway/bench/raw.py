@@ -77,7 +77,11 @@ def _step(
     """One batch: (model calls, tokens computed with padding, real tokens)."""
     encoded = backend.encode_texts(texts)
     lengths = [item.n_tokens for item in encoded]
-    runs = plan_runs(lengths, max_batch_tokens) if length_sorted else [list(range(len(encoded)))]
+    runs = (
+        plan_runs(lengths, max_batch_tokens, backend.call_overhead_tokens)
+        if length_sorted
+        else [list(range(len(encoded)))]
+    )
     for run in runs:
         backend.run([encoded[i] for i in run])
     return len(runs), padded_tokens(lengths, runs), sum(lengths)

@@ -229,7 +229,7 @@ class Batcher:
     def _compute(self, encoded: list[Encoded]) -> Values:
         """On the inference thread: split by length into model calls, reassemble in order."""
         lengths = [item.n_tokens for item in encoded]
-        runs = plan_runs(lengths, self._limits.max_batch_tokens)
+        runs = plan_runs(lengths, self._limits.max_batch_tokens, self._backend.call_overhead_tokens)
         started = time.perf_counter()
         out: Values | None = None
         for run in runs:

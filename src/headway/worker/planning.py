@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 
 def plan_runs(
-    lengths: Sequence[int], max_tokens: int, call_overhead_tokens: int = 64
+    lengths: Sequence[int], max_tokens: int, call_overhead_tokens: int
 ) -> list[list[int]]:
     """Indices of ``lengths`` grouped into model calls; every index appears exactly once."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)

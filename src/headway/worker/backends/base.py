@@ -44,6 +44,15 @@ class Backend(Protocol):
         """Width of an embedding row (1 for a cross-encoder)."""
         ...
 
+    @property
+    def call_overhead_tokens(self) -> int:
+        """The fixed cost of one model call, in padded tokens' worth of compute.
+
+        The batcher splits a batch into calls of similar length when the padding
+        saved outweighs this (see ``worker.planning``).
+        """
+        ...
+
     def encode_texts(self, texts: Sequence[str]) -> list[Encoded]: ...
 
     def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Encoded]: ...

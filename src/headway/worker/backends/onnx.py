@@ -24,6 +24,7 @@ from headway.models.tokenizer import load_tokenizer
 from headway.worker.backends.base import Encoded, ModelKind
 
 _PAD_TOKEN = "[PAD]"
+CALL_OVERHEAD_TOKENS = 8
 
 
 class OnnxBackend:
@@ -59,6 +60,11 @@ class OnnxBackend:
     @property
     def dimensions(self) -> int:
         return self._manifest.dimensions
+
+    @property
+    def call_overhead_tokens(self) -> int:
+        """Measured on a 2-core EPYC: ~1.7 ms fixed per call vs ~0.2 ms per padded token."""
+        return CALL_OVERHEAD_TOKENS
 
     def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
         """Ids with ``[CLS]``/``[SEP]``; type ids are all 0 for one text, so left as None."""

@@ -46,6 +46,11 @@ class SyntheticBackend:
     def dimensions(self) -> int:
         return self._dimensions
 
+    @property
+    def call_overhead_tokens(self) -> int:
+        """Cost is per call and per text, never per padded token: never split a batch."""
+        return 1 << 30
+
     def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
         return [Encoded((101, *(_token_id(w) for w in text.split()), 102)) for text in texts]
 
