@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from headway import __version__
-from headway.errors import HeadwayError
+from headway.errors import DeadlineExceeded, HeadwayError, Overloaded
 from headway.gateway.auth import authenticate
 from headway.gateway.call import Call
 from headway.gateway.embeddings import create_embeddings
@@ -23,8 +24,14 @@ Endpoint = Callable[[GatewayService, Call], Awaitable[Response]]
 
 
 def _instrumented(service: GatewayService, route: str, endpoint: Endpoint) -> Handler:
-    """Run an endpoint; turn its error into a JSON response; count and time both."""
+    """Run an endpoint; turn its error into a JSON response; count and time both.
+
+    Labelled metric children are looked up once per label value, not per request.
+    """
     metrics = service.metrics
+    latency = metrics.latency.labels(route)
+    by_code: dict[int, Any] = {}
+    by_failure: dict[str, Any] = {}
 
     async def handle(request: Request) -> Response:
         started = time.perf_counter()
@@ -32,8 +39,14 @@ def _instrumented(service: GatewayService, route: str, endpoint: Endpoint) -> Ha
         try:
             response = await endpoint(service, call)
         except HeadwayError as exc:
-            metrics.failures.labels(route, exc.type).inc()
-            if exc.status >= 500:
+            failures = by_failure.get(exc.type)
+            if failures is None:
+                failures = by_failure[exc.type] = metrics.failures.labels(route, exc.type)
+            failures.inc()
+            # Shedding and deadlines are the system working as designed, counted
+            # in metrics; under overload a log line each would cost more than the
+            # refusal itself. Failures of our own are logged.
+            if exc.status >= 500 and not isinstance(exc, Overloaded | DeadlineExceeded):
                 log.warning(
                     "%s failed: %s (%s) request_id=%s tenant=%s",
                     route,
@@ -44,8 +57,11 @@ def _instrumented(service: GatewayService, route: str, endpoint: Endpoint) -> Ha
                 )
             response = error_response(exc)
         response.headers["x-request-id"] = call.request_id
-        metrics.requests.labels(route, str(response.status)).inc()
-        metrics.latency.labels(route).observe(time.perf_counter() - started)
+        requests = by_code.get(response.status)
+        if requests is None:
+            requests = by_code[response.status] = metrics.requests.labels(route, response.status)
+        requests.inc()
+        latency.observe(time.perf_counter() - started)
         if call.texts:
             metrics.texts.labels(route, call.tenant).inc(call.texts)
         return response
@@ -79,7 +95,7 @@ def build_gateway_app(service: GatewayService) -> App:
 
     async def readyz(request: Request) -> Response:
         pools = {
-            name: {"ready": len(pool.ready_replicas()), "replicas": len(pool.replicas)}
+            name: {"ready": pool.ready_count, "replicas": len(pool.replicas)}
             for name, pool in service.pools.items()
         }
         return json_response(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import dataclass, field
 
 from headway.http.asgi import Request
@@ -10,7 +10,7 @@ from headway.registry.model import Tier
 
 
 def _new_request_id() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 @dataclass(slots=True)

@@ -66,7 +66,7 @@ class GatewayMetrics:
 
     def watch_pool(self, pool: ReplicaPool) -> None:
         """Gauges read from the pool when scraped."""
-        self._ready.labels(pool.name).set_function(lambda: len(pool.ready_replicas()))
+        self._ready.labels(pool.name).set_function(lambda: pool.ready_count)
         self._limit.labels(pool.name).set_function(lambda: pool.admission.limit)
         self._outstanding.labels(pool.name).set_function(lambda: pool.admission.outstanding)
         self._throughput.labels(pool.name).set_function(lambda: pool.admission.throughput)

@@ -61,9 +61,8 @@ class ReplicaPool:
     ) -> None:
         self.name = name
         self.replicas = [Replica(url.rstrip("/")) for url in urls]
-        self.admission = AdmissionController(
-            admission, lambda: len(self.ready_replicas()), clock=clock
-        )
+        self.ready_count = 0
+        self.admission = AdmissionController(admission, lambda: self.ready_count, clock=clock)
         self._transport = transport
         self._interval = health_interval_s
         self._task: asyncio.Task[None] | None = None
@@ -96,7 +95,7 @@ class ReplicaPool:
             state, ready = ReadyState(ready=False), False
         if ready != replica.ready:
             log.info("replica %s of pool %s: ready=%s", replica.url, self.name, ready)
-        replica.ready = ready
+        self._set_ready(replica, ready)
         if ready:
             replica.model_version = state.model_version
             replica.kind = state.kind
@@ -105,7 +104,11 @@ class ReplicaPool:
     def mark_unreachable(self, replica: Replica) -> None:
         if replica.ready:
             log.warning("replica %s of pool %s is unreachable", replica.url, self.name)
-        replica.ready = False
+        self._set_ready(replica, False)
+
+    def _set_ready(self, replica: Replica, ready: bool) -> None:
+        replica.ready = ready
+        self.ready_count = sum(r.ready for r in self.replicas)
 
     def ready_replicas(self) -> list[Replica]:
         return [replica for replica in self.replicas if replica.ready]

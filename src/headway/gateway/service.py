@@ -87,7 +87,7 @@ class GatewayService:
 
     @property
     def ready(self) -> bool:
-        return bool(self.pools) and all(pool.ready_replicas() for pool in self.pools.values())
+        return bool(self.pools) and all(pool.ready_count for pool in self.pools.values())
 
     def resolve(self, name: str) -> ModelRecord:
         record = self.snapshot.resolve_model(name)

@@ -224,22 +224,28 @@ class App:
 
 
 async def _unless_disconnected(work: Awaitable[Response], receive: Receive) -> Response:
-    """Await ``work``; if the client disconnects first, cancel it (body already read)."""
-    task = asyncio.ensure_future(work)
-    watcher: asyncio.Task[Message] | None = None
+    """Await ``work`` in this task; if the client disconnects first, cancel it (body read).
+
+    One watcher task per request, which cancels this one on ``http.disconnect``.
+    """
+    handler_task = asyncio.current_task()
+    assert handler_task is not None
+    disconnected = False
+
+    async def watch() -> None:
+        nonlocal disconnected
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected = True
+        handler_task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
     try:
-        while not task.done():
-            if watcher is None:
-                watcher = asyncio.ensure_future(receive())
-            await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-            if watcher.done() and not task.done():
-                if watcher.result()["type"] == "http.disconnect":
-                    task.cancel()
-                    raise ClientDisconnected
-                watcher = None
-        return task.result()
+        return await work
+    except asyncio.CancelledError:
+        if disconnected:
+            handler_task.uncancel()
+            raise ClientDisconnected from None
+        raise
     finally:
-        if watcher is not None and not watcher.done():
-            watcher.cancel()
-        if not task.done():
-            task.cancel()
+        watcher.cancel()
