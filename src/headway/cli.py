@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -288,6 +289,64 @@ def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
         )
 
 
+@app.command()
+def loadgen(
+    url: Annotated[str, typer.Option(help="Gateway base URL.")] = "http://127.0.0.1:8080",
+    spec: Annotated[
+        Path | None, typer.Option(help="TOML/JSON load spec (classes, rate steps).", exists=True)
+    ] = None,
+    rate: Annotated[float, typer.Option(help="Requests per second (without --spec).")] = 50.0,
+    duration: Annotated[float, typer.Option(help="Seconds (without --spec).")] = 10.0,
+    key: Annotated[str, typer.Option(help="API key.")] = "demo-key-search-app",
+    model: Annotated[str, typer.Option(help="Model name.")] = "all-MiniLM-L6-v2",
+    texts: Annotated[str, typer.Option(help="Texts per request: N or MIN-MAX.")] = "1",
+    words: Annotated[str, typer.Option(help="Words per text: N or MIN-MAX.")] = "8-40",
+    timeout_ms: Annotated[int, typer.Option(help="X-Timeout-Ms, the deadline.")] = 1000,
+    arrivals: Annotated[str, typer.Option(help="fixed or poisson.")] = "poisson",
+    seed: Annotated[int, typer.Option(help="Seed for arrivals and texts.")] = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the report as JSON.")
+    ] = None,
+) -> None:
+    """Open-loop load: requests leave on schedule whatever the latency (no coordinated omission)."""
+    import json
+
+    from headway.loadgen import (
+        LoadgenError,
+        load_spec,
+        parse_range,
+        render_text,
+        run_load_sync,
+        spec_from_args,
+        to_json,
+    )
+
+    try:
+        load = (
+            load_spec(spec)
+            if spec is not None
+            else spec_from_args(
+                rate=rate,
+                duration=duration,
+                key=key,
+                model=model,
+                texts=parse_range(texts),
+                words=parse_range(words),
+                timeout_ms=timeout_ms,
+                arrivals=arrivals,
+                seed=seed,
+            )
+        )
+    except LoadgenError as exc:
+        typer.echo(f"invalid load: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    timeout_s = max(c.timeout_ms for c in load.workload.classes) / 1000 + 1.0
+    result = run_load_sync(url, load.workload, load.schedule, client_timeout_s=timeout_s)
+    typer.echo(render_text(result.report))
+    if json_out is not None:
+        json_out.write_text(json.dumps(to_json(result.report), indent=2), encoding="utf-8")
+
+
 BenchOut = Annotated[
     Path | None, typer.Option("--out", help="Markdown file to update (default: print only).")
 ]
@@ -311,6 +370,36 @@ def bench_spine(
     except BenchError as exc:
         typer.echo(f"bench failed: {exc}", err=True)
         raise typer.Exit(1) from exc
+
+
+@bench_app.command("overload")
+def bench_overload(
+    seconds: Annotated[
+        float, typer.Option(help="Seconds per measured point (30 for the docs).")
+    ] = 30.0,
+    out: BenchOut = None,
+    real_model: Annotated[bool, typer.Option(help="Include the real-model scenario.")] = True,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Overload 2x/5x/10x, noisy neighbour, step; each with and without admission control."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.bench.errors import BenchError
+    from headway.bench.host import Machine
+    from headway.bench.overload import run_scenarios
+    from headway.bench.overload_report import SECTION, render
+    from headway.bench.stats import command_line, write_section
+
+    machine = Machine.here()
+    try:
+        results = run_scenarios(settings.data_dir, seconds=seconds, real_model=real_model)
+    except BenchError as exc:
+        typer.echo(f"bench failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    section = render(results, machine, command_line(sys.argv), seconds)
+    if out is not None:
+        write_section(out, SECTION, section)
+    typer.echo(section)
 
 
 def main() -> None:

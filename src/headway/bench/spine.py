@@ -56,7 +56,7 @@ from headway.bench.stats import (
     fmt_ratio,
     markdown_table,
     percentile,
-    replace_section,
+    write_section,
 )
 from headway.catalog import SYNTHETIC_ALIAS, ensure_default_model, synthetic_record
 from headway.models.store import ModelStore
@@ -165,7 +165,7 @@ def run_spine_bench(data_dir: Path, *, seconds: float, out: Path | None) -> str:
         )
     )
     if out is not None:
-        write_section(out, section)
+        write_section(out, SECTION, section)
     return section
 
 
@@ -207,14 +207,6 @@ def _raw(
         for batch, length_sorted in shapes
     ]
     return points, token_lengths, str(onnxruntime.__version__)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Put ``section`` between the spine markers of ``path``, creating either if absent."""
-    document = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    updated = replace_section(document, SECTION, section)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(updated, encoding="utf-8")
 
 
 # the report -------------------------------------------------------------------

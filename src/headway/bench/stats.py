@@ -108,6 +108,14 @@ def replace_section(document: str, name: str, body: str) -> str:
     return head + block + tail
 
 
+def write_section(path: Path, name: str, section: str) -> None:
+    """Put ``section`` between the markers of ``name`` in ``path``, creating either if absent."""
+    document = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    updated = replace_section(document, name, section)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(updated, encoding="utf-8")
+
+
 def fmt_rate(value: float) -> str:
     """``1,234`` for large rates, ``12.3`` for small ones."""
     if math.isnan(value):

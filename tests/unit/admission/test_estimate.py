@@ -8,11 +8,16 @@ def window(completed, *, seconds=0.25, refused=0, peak=0, limit=100):
     return Window(seconds, completed, refused, peak, limit)
 
 
-def test_saturated_windows_converge_to_the_completion_rate_within_a_second():
-    estimate = 50.0
+def test_a_higher_completion_rate_is_taken_at_once():
+    assert next_throughput(50.0, window(50, refused=3)) == 200.0
+    assert next_throughput(50.0, window(50)) == 200.0
+
+
+def test_saturated_windows_follow_a_capacity_loss_within_a_second():
+    estimate = 400.0
     for _ in range(4):  # four 250 ms windows refusing work while completing 200 texts/s
         estimate = next_throughput(estimate, window(50, refused=3))
-    assert abs(estimate - 200) / 150 < 0.07
+    assert abs(estimate - 200) / 200 < 0.07
 
 
 def test_capacity_loss_is_followed_down_when_the_limit_fills():

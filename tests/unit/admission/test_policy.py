@@ -45,3 +45,12 @@ def test_batch_share_is_configurable(share):
     boundary = int(limit * share)
     assert refusal(1, "batch", occ(boundary - 1), limit, batch_share=share) is None
     assert refusal(1, "batch", occ(boundary), limit, batch_share=share) == "batch_share"
+
+
+def test_batch_work_does_not_count_against_interactive():
+    # Batch holds 70 of a 100-text limit; interactive still has its whole limit.
+    assert refusal(100, "interactive", Occupancy(70, 0, 0, 1), limit=100) is None
+    assert refusal(40, "interactive", Occupancy(120, 50, 50, 1), limit=100) is None
+    assert refusal(51, "interactive", Occupancy(120, 50, 50, 1), limit=100) == "pool_full"
+    # ...while interactive work does count against batch.
+    assert refusal(1, "batch", Occupancy(70, 0, 0, 1), limit=100) == "batch_share"

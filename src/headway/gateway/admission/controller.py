@@ -78,9 +78,10 @@ class AdmissionController:
     def precheck(self, tier: Tier) -> Refusal | None:
         """Made before the body is parsed: is there room for even one text of this tier?"""
         window = self._roll(self.clock())
-        if not self.config.enabled or self.outstanding == 0:
+        counted = self._by_tier[tier] if tier == "interactive" else self.outstanding
+        if not self.config.enabled or counted == 0:
             return None
-        if self.outstanding + 1 <= tier_allowance(tier, self.limit, self.config.batch_share):
+        if counted + 1 <= tier_allowance(tier, self.limit, self.config.batch_share):
             return None
         window.refused += 1
         return Refusal(

@@ -1,19 +1,19 @@
 """The pool's throughput, learned online from what it completes (pure).
 
 Time is cut into windows (250 ms by default). At the end of a window the rate
-``r`` of texts completed in it is a sample of the pool's throughput, but it
-only measures *capacity* when the pool had more work than it could do at once:
+``r`` of texts completed in it is a sample of the pool's throughput:
 
-- an **informative** window (work was refused, or at least half of the limit
-  was outstanding at some point) moves the estimate toward ``r`` by an
-  exponential weight ``alpha``: it follows capacity down when replicas die or
-  slow down (their queues fill the limit), and up when they join (more replicas
-  finish the same outstanding work sooner, so ``r`` rises);
-- an idle window can only raise it: ``X = max(X, r)``, since a pool that completed
-  ``r`` texts per second can do at least that.
+- a pool that completed ``r`` texts per second can do at least that, so an
+  estimate below ``r`` rises to it at once (this is how it follows replicas that
+  join: they finish the outstanding work sooner, so ``r`` rises);
+- an estimate above ``r`` is lowered only by an **informative** window, one in
+  which the pool had more work than it could do at once (work was refused, or at
+  least half of the limit was outstanding); it then moves toward ``r`` by an
+  exponential weight ``alpha``, following capacity down when replicas die or slow
+  down. An idle window says nothing about capacity and changes nothing.
 
-With ``alpha = 0.5`` and 250 ms windows the estimate covers 94% of a step in
-four windows, i.e. one second.
+With ``alpha = 0.5`` and 250 ms windows a loss of capacity is 94% followed
+within four windows, one second.
 """
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ def next_throughput(current: float, window: Window, alpha: float = 0.5) -> float
     if window.seconds <= 0:
         return current
     rate = window.completed_texts / window.seconds
+    if rate >= current:
+        return rate
     if window.informative:
         return current + alpha * (rate - current)
-    return max(current, rate)
+    return current
 
 
 def admission_limit(

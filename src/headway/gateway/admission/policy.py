@@ -3,10 +3,16 @@
 Limits are counted in texts, the unit that costs. With ``limit`` from Little's
 law and ``outstanding`` the texts admitted and not yet finished:
 
-- **interactive** work is admitted while ``outstanding + texts <= limit``;
-- **batch** work only while ``outstanding + texts <= batch_share x limit`` (70% by
-  default), so as the pool fills, batch work is refused first and the last 30%
-  is kept for interactive tenants;
+- **batch** work is admitted only while ``outstanding + texts <= batch_share x
+  limit`` (70% by default), counting both tiers: as the pool fills, batch work is
+  refused first, and none is admitted once interactive work holds 70%;
+- **interactive** work is admitted while the *interactive* outstanding work fits
+  the whole limit: batch work already admitted does not count against it.
+  Workers serve earliest deadline first and batch deadlines are longer, so queued
+  batch work delays interactive work by at most the batch being computed; counting
+  it would refuse interactive requests to protect batch ones. Outstanding work can
+  therefore pass the limit, by at most the batch share, only while both tiers
+  are saturated;
 - **within a tier, no tenant may crowd out the others**: once the tier's own
   outstanding work passes ``crowding`` (80%) of what the tier may use, a tenant
   already holding more than an equal share (tier allowance ÷ active tenants of the
@@ -49,10 +55,11 @@ def refusal(
     crowding: float = 0.8,
 ) -> RefusalReason | None:
     """Why this request may not be admitted now, or None if it may."""
-    if occupancy.total == 0:
+    if occupancy.total == 0 or (tier == "interactive" and occupancy.tier == 0):
         return None
     allowance = tier_allowance(tier, limit, batch_share)
-    if occupancy.total + texts > allowance:
+    counted = occupancy.tier if tier == "interactive" else occupancy.total
+    if counted + texts > allowance:
         return "pool_full" if tier == "interactive" else "batch_share"
     if occupancy.active_tenants_in_tier > 1 and occupancy.tier + texts > crowding * allowance:
         fair_share = allowance / occupancy.active_tenants_in_tier

@@ -1,0 +1,242 @@
+"""Overload scenarios, each with and without admission control, open-loop.
+
+Every point starts fresh processes (``serving``, as ``headway up`` does), measures
+the pool's capacity first where needed, then offers a multiple of it with the
+open-loop load generator: latency counts from each request's intended send
+time, and goodput is what was served within the request's own deadline.
+
+Scenarios (the issue's list):
+- overload at 2x, 5x, 10x capacity, synthetic backend, 2 replicas;
+- overload at 2x, real model, 1 replica;
+- a batch tenant flooding at 3x capacity while an interactive tenant sends 0.5x;
+- a step 0.5x -> 2x -> 0.5x: how long until goodput settles after each edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from headway.bench.served import Processes, serving
+from headway.catalog import SYNTHETIC_ALIAS, ensure_default_model, synthetic_record
+from headway.loadgen import LoadResult, RequestClass, Schedule, Step, Summary, Workload, run_load
+from headway.loadgen.recorder import Outcome
+from headway.registry.sqlite import Registry
+from headway.settings import Settings, load_settings
+
+INTERACTIVE_KEY = "demo-key-search-app"
+BATCH_KEY = "demo-key-nightly-index"
+DEADLINE_MS = 1000  # each request's X-Timeout-Ms; goodput = served within it
+BATCH_DEADLINE_MS = 5000
+TEXTS = (2, 2)
+WORDS = (8, 40)
+CAPACITY_PROBE_S = 10.0
+SETTLE_WINDOW_S = 1.0
+SETTLE_STEP_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """What a point runs on: backend, replicas, admission on or off."""
+
+    backend: str
+    replicas: int
+    admission: bool
+
+    def settings(self, data_dir: Path) -> Settings:
+        worker: dict[str, Any] = {"backend": self.backend}
+        return load_settings(
+            flags={
+                "data_dir": str(data_dir),
+                "log_level": "warning",
+                "gateway": {"port": 0, "admission": {"enabled": self.admission}},
+                "worker": worker,
+                "up": {"embed_replicas": self.replicas, "rerank_replicas": 0},
+            }
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One open-loop run: what was offered, and what came back."""
+
+    scenario: str
+    admission: bool
+    capacity_rps: float
+    offered_x: float
+    result: LoadResult
+
+    @property
+    def overall(self) -> Summary:
+        return self.result.report.overall
+
+    def by_class(self, name: str) -> Summary:
+        return next(c for c in self.result.report.classes if c.name == name)
+
+
+def model_name(backend: str) -> str:
+    return SYNTHETIC_ALIAS if backend == "synthetic" else "all-MiniLM-L6-v2"
+
+
+def workload(backend: str, *classes: tuple[str, str, str, float, int]) -> Workload:
+    """Classes as (name, key, tier, weight, deadline_ms), all on the stack's model."""
+    return Workload(
+        tuple(
+            RequestClass(
+                name=name,
+                key=key,
+                tier=tier,
+                weight=weight,
+                model=model_name(backend),
+                texts=TEXTS,
+                words=WORDS,
+                timeout_ms=deadline_ms,
+            )
+            for name, key, tier, weight, deadline_ms in classes
+        ),
+        seed=7,
+    )
+
+
+def interactive_only(backend: str) -> Workload:
+    return workload(backend, ("interactive", INTERACTIVE_KEY, "interactive", 1.0, DEADLINE_MS))
+
+
+def load(processes: Processes, work: Workload, steps: Sequence[Step]) -> LoadResult:
+    timeout_s = max(c.timeout_ms for c in work.classes) / 1000 + 1.0
+    schedule = Schedule(tuple(steps), arrivals="poisson", seed=11)
+    return asyncio.run(run_load(processes.gateway_url, work, schedule, client_timeout_s=timeout_s))
+
+
+@contextmanager
+def running(stack: Stack, data_dir: Path) -> Iterator[Processes]:
+    with serving(stack.settings(data_dir)) as processes:
+        yield processes
+
+
+def measure_capacity(stack: Stack, data_dir: Path, guess_rps: float) -> float:
+    """Requests/s the stack serves when offered far more (admission on): its capacity."""
+    with running(Stack(stack.backend, stack.replicas, True), data_dir) as processes:
+        result = load(
+            processes, interactive_only(stack.backend), [Step(CAPACITY_PROBE_S, 3 * guess_rps)]
+        )
+    steady = result.report.timeline[len(result.report.timeline) // 2 :]
+    return float(np.mean([s.served for s in steady]))
+
+
+def overload_point(
+    scenario: str, stack: Stack, data_dir: Path, capacity: float, multiple: float, seconds: float
+) -> Point:
+    with running(stack, data_dir) as processes:
+        result = load(
+            processes, interactive_only(stack.backend), [Step(seconds, multiple * capacity)]
+        )
+    return Point(scenario, stack.admission, capacity, multiple, result)
+
+
+def noisy_neighbour_point(stack: Stack, data_dir: Path, capacity: float, seconds: float) -> Point:
+    """Batch tenant at 3x capacity, interactive tenant at 0.5x, at the same time."""
+    work = workload(
+        stack.backend,
+        ("interactive", INTERACTIVE_KEY, "interactive", 0.5, DEADLINE_MS),
+        ("batch", BATCH_KEY, "batch", 3.0, BATCH_DEADLINE_MS),
+    )
+    with running(stack, data_dir) as processes:
+        result = load(processes, work, [Step(seconds, 3.5 * capacity)])
+    return Point("noisy neighbour", stack.admission, capacity, 3.5, result)
+
+
+def step_point(stack: Stack, data_dir: Path, capacity: float, seconds: float) -> Point:
+    third = max(10.0, seconds / 3)
+    steps = [Step(third, 0.5 * capacity), Step(third, 2 * capacity), Step(third, 0.5 * capacity)]
+    with running(stack, data_dir) as processes:
+        result = load(processes, interactive_only(stack.backend), steps)
+    return Point("step 0.5x-2x-0.5x", stack.admission, capacity, 2.0, result)
+
+
+def settling_s(result: LoadResult, start_s: float, end_s: float, target_rps: float) -> float | None:
+    """Seconds after ``start_s`` from which goodput stays >= 90% of ``target_rps``.
+
+    Goodput is counted by completion time over sliding 1 s windows advanced in
+    250 ms steps up to ``end_s`` (shorter windows are dominated by Poisson noise);
+    the answer is the start of the first window from which every later one meets
+    the target, or None if none does.
+    """
+    records = result.records
+    done = records.intended_s + records.latency_s
+    good = (records.outcome == Outcome.OK) & (records.latency_s <= records.deadline_s)
+    completions = np.sort(done[good])
+    starts = np.arange(start_s, end_s - SETTLE_WINDOW_S + 1e-9, SETTLE_STEP_S)
+    counts = np.searchsorted(completions, starts + SETTLE_WINDOW_S) - np.searchsorted(
+        completions, starts
+    )
+    ok = counts / SETTLE_WINDOW_S >= 0.9 * target_rps
+    for i in range(len(ok)):
+        if ok[i:].all():
+            return float(starts[i] - start_s)
+    return None
+
+
+def prepare(data_dir: Path, real_model: bool) -> None:
+    settings = Stack("synthetic", 2, True).settings(data_dir)
+    registry = Registry(settings.registry_path)
+    registry.seed_demo()
+    registry.add_model(synthetic_record(settings.worker.synthetic), (SYNTHETIC_ALIAS,))
+    if real_model:
+        ensure_default_model(settings, registry)
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadResults:
+    capacity: Mapping[str, float]
+    points: Sequence[Point]
+    settling: Mapping[tuple[bool, str], float | None]
+
+
+def run_scenarios(data_dir: Path, *, seconds: float, real_model: bool) -> OverloadResults:
+    prepare(data_dir, real_model)
+    synthetic_on = Stack("synthetic", 2, True)
+    synthetic_off = Stack("synthetic", 2, False)
+    # 2 replicas x 32 texts per 50 + 5 x 32 ms call, 2 texts per request.
+    capacity = {"synthetic": measure_capacity(synthetic_on, data_dir, guess_rps=150)}
+    points: list[Point] = []
+    for multiple in (2.0, 5.0, 10.0):
+        for stack in (synthetic_on, synthetic_off):
+            points.append(
+                overload_point(
+                    "synthetic, 2 replicas",
+                    stack,
+                    data_dir,
+                    capacity["synthetic"],
+                    multiple,
+                    seconds,
+                )
+            )
+    if real_model:
+        onnx_on, onnx_off = Stack("onnx", 1, True), Stack("onnx", 1, False)
+        capacity["onnx"] = measure_capacity(onnx_on, data_dir, guess_rps=30)
+        for stack in (onnx_on, onnx_off):
+            points.append(
+                overload_point(
+                    "real model, 1 replica", stack, data_dir, capacity["onnx"], 2.0, seconds
+                )
+            )
+    for stack in (synthetic_on, synthetic_off):
+        points.append(noisy_neighbour_point(stack, data_dir, capacity["synthetic"], seconds))
+    settling: dict[tuple[bool, str], float | None] = {}
+    for stack in (synthetic_on, synthetic_off):
+        point = step_point(stack, data_dir, capacity["synthetic"], seconds)
+        points.append(point)
+        third = point.result.report.duration_s / 3
+        cap = capacity["synthetic"]
+        settling[(stack.admission, "up")] = settling_s(point.result, third, 2 * third, cap)
+        settling[(stack.admission, "down")] = settling_s(
+            point.result, 2 * third, 3 * third, 0.5 * cap
+        )
+    return OverloadResults(capacity, points, settling)

@@ -1,0 +1,151 @@
+"""The overload scenarios as a Markdown section, with the goals beside the figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from headway.bench.host import Machine
+from headway.bench.overload import (
+    BATCH_DEADLINE_MS,
+    DEADLINE_MS,
+    TEXTS,
+    OverloadResults,
+    Point,
+)
+from headway.bench.stats import markdown_table
+from headway.loadgen import Summary
+
+SECTION = "overload"
+GOODPUT_GOALS = {2.0: 0.95, 5.0: 0.90, 10.0: 0.85}
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _pct(part: float, whole: float) -> str:
+    return "n/a" if whole <= 0 else f"{100 * part / whole:.1f}%"
+
+
+def _on(point: Point) -> str:
+    return "on" if point.admission else "off"
+
+
+def _overload_rows(points: Sequence[Point]) -> list[list[str]]:
+    rows = []
+    for p in points:
+        s = p.overall
+        rows.append(
+            [
+                p.scenario,
+                f"{p.offered_x:g}×",
+                _on(p),
+                f"{s.offered_rps:,.0f}",
+                f"{s.served_rps:,.1f}",
+                f"{s.goodput_rps:,.1f}",
+                _pct(s.goodput_rps, p.capacity_rps),
+                _pct(s.shed, s.offered),
+                str(s.timeouts),
+                str(s.errors),
+                _ms(s.latency_p50_ms),
+                _ms(s.latency_p95_ms),
+                _ms(s.latency_p99_ms),
+                _ms(s.rejection_p99_ms),
+                "yes" if p.result.report.behind_schedule else "no",
+            ]
+        )
+    return rows
+
+
+def _class_row(p: Point, c: Summary) -> list[str]:
+    return [
+        _on(p),
+        c.name,
+        f"{c.offered_rps:,.1f}",
+        f"{c.served_rps:,.1f}",
+        _pct(c.goodput, c.offered),
+        _pct(c.shed, c.offered),
+        str(c.timeouts),
+        _ms(c.latency_p95_ms),
+        _ms(c.latency_p99_ms),
+    ]
+
+
+def render(results: OverloadResults, machine: Machine, command: str, seconds: float) -> str:
+    overload = [p for p in results.points if p.scenario.startswith(("synthetic", "real"))]
+    noisy = [p for p in results.points if p.scenario == "noisy neighbour"]
+    steps = [p for p in results.points if p.scenario.startswith("step")]
+    capacity = ", ".join(f"{name} {rps:.1f} req/s" for name, rps in results.capacity.items())
+    parts = [
+        "## Overload: admission control, priority shedding, deadlines",
+        f"Command: `{command}`  \n"
+        f"Date: {machine.date}  \n"
+        f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; the load generator runs on the "
+        f"same machine as the gateway and workers.  \n"
+        f"Open-loop, Poisson arrivals, {seconds:g} s per point; requests of {TEXTS[0]} texts, "
+        f"deadline (`X-Timeout-Ms`) {DEADLINE_MS} ms (batch tenant {BATCH_DEADLINE_MS} ms); "
+        f"latency budget 500 ms; synthetic backend 50 ms per call + 5 ms per text. "
+        f"Goodput = served within the request's deadline, measured from its intended send "
+        f"time. Capacity measured first (served req/s when offered 3× a guess, admission "
+        f"on): {capacity}.",
+        "### Overload",
+        markdown_table(
+            [
+                "scenario",
+                "offered",
+                "admission",
+                "offered req/s",
+                "served req/s",
+                "goodput req/s",
+                "goodput / capacity",
+                "shed",
+                "timeouts",
+                "errors",
+                "p50 ms",
+                "p95 ms",
+                "p99 ms",
+                "p99 rejection ms",
+                "client behind",
+            ],
+            _overload_rows(overload),
+            "llllrrrrrrrrrrl",
+        ),
+        "### Noisy neighbour: batch tenant at 3× capacity, interactive tenant at 0.5×",
+        markdown_table(
+            [
+                "admission",
+                "tenant",
+                "offered req/s",
+                "served req/s",
+                "served in time",
+                "shed",
+                "timeouts",
+                "p95 ms",
+                "p99 ms",
+            ],
+            [_class_row(p, c) for p in noisy for c in p.result.report.classes],
+            "llrrrrrrr",
+        ),
+        "### Step 0.5× → 2× → 0.5× capacity",
+        "Settling: time after the step until goodput (by completion time, over sliding 1 s "
+        "windows in 250 ms steps) stays at ≥ 90% of capacity (step up) or of the offered "
+        "0.5× (step down) to the end of the phase.",
+        markdown_table(
+            ["admission", "settles after step up", "settles after step down", "goodput req/s"],
+            [
+                [
+                    _on(p),
+                    _settle(results.settling.get((p.admission, "up"))),
+                    _settle(results.settling.get((p.admission, "down"))),
+                    f"{p.overall.goodput_rps:,.1f}",
+                ]
+                for p in steps
+            ],
+            "lrrr",
+        ),
+    ]
+    return "\n\n".join(parts)
+
+
+def _settle(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f} s"

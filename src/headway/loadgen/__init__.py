@@ -1,0 +1,63 @@
+"""``headway loadgen``: an open-loop load generator for the gateway's HTTP API.
+
+Requests leave on a schedule whatever the latency, as real traffic does, and
+latency is measured from each request's *intended* send time, so a stalled
+server shows up in every request that waited behind the stall (no coordinated
+omission). The pieces, in the order a run uses them:
+
+- ``spec``: a TOML/JSON load spec (or CLI-like arguments) → ``Workload`` + ``Schedule``
+- ``schedule``: intended send times (fixed spacing or Poisson, in rate steps)
+- ``workload``: weighted request classes, with bodies built before the clock starts
+- ``client``: a keep-alive connection pool with per-request deadlines, over
+  ``connection``: one HTTP/1.1 connection that parses its responses in place
+- ``run``: fires each request at its time and records what came back
+- ``recorder``: per-request records → summaries (overall, per class, per second)
+- ``report``: a summary as a plain-text table or a JSON-able dict
+"""
+
+from __future__ import annotations
+
+from headway.loadgen.errors import InvalidSpec, LoadgenError, MalformedReport, RequestFailed
+from headway.loadgen.recorder import (
+    ClientStats,
+    Outcome,
+    Record,
+    Records,
+    Report,
+    Summary,
+    summarize,
+)
+from headway.loadgen.report import from_json, render_text, to_json
+from headway.loadgen.run import LoadResult, run_load, run_load_sync
+from headway.loadgen.schedule import Schedule, Step
+from headway.loadgen.spec import LoadSpec, load_spec, parse_range, parse_spec, spec_from_args
+from headway.loadgen.workload import RequestClass, Workload
+
+__all__ = [
+    "ClientStats",
+    "InvalidSpec",
+    "LoadResult",
+    "LoadSpec",
+    "LoadgenError",
+    "MalformedReport",
+    "Outcome",
+    "Record",
+    "Records",
+    "Report",
+    "RequestClass",
+    "RequestFailed",
+    "Schedule",
+    "Step",
+    "Summary",
+    "Workload",
+    "from_json",
+    "load_spec",
+    "parse_range",
+    "parse_spec",
+    "render_text",
+    "run_load",
+    "run_load_sync",
+    "spec_from_args",
+    "summarize",
+    "to_json",
+]
