@@ -372,6 +372,24 @@ def bench_spine(
         raise typer.Exit(1) from exc
 
 
+@bench_app.command("int8")
+def bench_int8(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """fp32 vs int8 of the default model: embedding agreement and raw speed."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.bench.int8 import SECTION, run_int8_bench
+    from headway.bench.stats import command_line, write_section
+
+    section = run_int8_bench(settings.data_dir, seconds=seconds, command=command_line(sys.argv))
+    if out is not None:
+        write_section(out, SECTION, section)
+    typer.echo(section)
+
+
 @bench_app.command("overload")
 def bench_overload(
     seconds: Annotated[

@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 from headway.settings import AdmissionSettings
+from headway.worker.batcher import BatchLimits
 from tests.fakes import until
 from tests.service.conftest import auth, make_stack
 
@@ -85,6 +86,40 @@ async def test_with_admission_off_nothing_is_shed(tmp_path):
         await until(lambda: not (pool.admission.outstanding < 20))
         gate.open.set()
         assert [r.status_code for r in await asyncio.gather(*requests)] == [200] * 5
+    finally:
+        gate.open.set()
+        await stack.close()
+
+
+async def test_a_passed_deadline_is_504_and_the_worker_drops_the_abandoned_chunk(tmp_path):
+    gate = Gate()
+    # One chunk per model call, so chunks that are not running wait in the queue.
+    stack = await make_stack(tmp_path, sleep=gate.sleep, limits=BatchLimits(max_batch_size=4))
+    try:
+        holder = asyncio.ensure_future(embed(stack, "demo-key-search-app"))  # occupies a worker
+        pool = stack.gateway.pools["embed"]
+        await until(lambda: pool.admission.outstanding > 0)
+        late = await stack.client.post(
+            "/v1/embeddings",
+            headers=auth("demo-key-support-bot") | {"x-timeout-ms": "50"},
+            json={"model": "synthetic", "input": ["x"] * 40},  # three chunks, both workers
+        )
+        assert late.status_code == 504
+        assert late.json()["error"]["type"] == "deadline_exceeded"
+        assert pool.admission.outstanding == 4  # the 504's permit was released
+        gate.open.set()
+        assert (await holder).status_code == 200
+
+        def dropped() -> float:
+            return sum(
+                w.metrics.registry.get_sample_value(
+                    "headway_worker_dropped_texts_total", {"pool": "embed", "reason": "caller_left"}
+                )
+                or 0.0
+                for w in stack.workers.values()
+            )
+
+        await until(lambda: dropped() > 0)
     finally:
         gate.open.set()
         await stack.close()

@@ -38,11 +38,12 @@ async def call_chunk(
     body_for: BodyForBudget,
     texts: int,
     deadline: Deadline,
+    version: str,
 ) -> protocol.ChunkResult:
-    """One chunk to one replica; a replica that cannot be reached gets one stand-in."""
+    """One chunk to a replica serving ``version``; an unreachable one gets one stand-in."""
     tried: Replica | None = None
     for _ in range(2):
-        replica = pool.pick(exclude=tried)
+        replica = pool.pick(version, exclude=tried)
         if replica is None:
             if tried is not None:
                 raise UpstreamFailed(f"pool {pool.name}: no other replica to try")

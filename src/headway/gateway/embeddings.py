@@ -37,7 +37,9 @@ async def create_embeddings(service: GatewayService, call: Call) -> Response:
             )
         )
 
-    results = await run_chunks(service, call, pool, "/internal/embed", len(texts), chunk, deadline)
+    results = await run_chunks(
+        service, call, pool, "/internal/embed", len(texts), chunk, deadline, record.version
+    )
     matrix = merge([result.array() for result in results])
     tokens = sum(result.tokens for result in results)
     call.texts = len(texts)

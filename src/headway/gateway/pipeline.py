@@ -59,6 +59,7 @@ async def run_chunks(
     n_texts: int,
     body_for: ChunkBody,
     deadline: Deadline,
+    version: str,
 ) -> list[protocol.ChunkResult]:
     outcome = pool.admission.try_admit(call.tenant, call.tier, n_texts)
     if isinstance(outcome, Refusal):
@@ -74,6 +75,7 @@ async def run_chunks(
                     _bind(body_for, part),
                     part.stop - part.start,
                     deadline,
+                    version,
                 )
                 for part in split(n_texts, service.settings.chunk_texts)
             ]

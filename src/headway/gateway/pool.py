@@ -16,7 +16,6 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,6 +61,7 @@ class ReplicaPool:
         self.name = name
         self.replicas = [Replica(url.rstrip("/")) for url in urls]
         self.ready_count = 0
+        self.versions: frozenset[str] = frozenset()  # model versions ready replicas serve
         self.admission = AdmissionController(admission, lambda: self.ready_count, clock=clock)
         self._transport = transport
         self._interval = health_interval_s
@@ -95,11 +95,11 @@ class ReplicaPool:
             state, ready = ReadyState(ready=False), False
         if ready != replica.ready:
             log.info("replica %s of pool %s: ready=%s", replica.url, self.name, ready)
-        self._set_ready(replica, ready)
         if ready:
             replica.model_version = state.model_version
             replica.kind = state.kind
             replica.dimensions = state.dimensions
+        self._set_ready(replica, ready)
 
     def mark_unreachable(self, replica: Replica) -> None:
         if replica.ready:
@@ -109,24 +109,22 @@ class ReplicaPool:
     def _set_ready(self, replica: Replica, ready: bool) -> None:
         replica.ready = ready
         self.ready_count = sum(r.ready for r in self.replicas)
+        self.versions = frozenset(r.model_version for r in self.replicas if r.ready)
 
     def ready_replicas(self) -> list[Replica]:
         return [replica for replica in self.replicas if replica.ready]
 
-    def pick(self, exclude: Replica | None = None) -> Replica | None:
-        """Least outstanding texts among ready replicas; ties rotate."""
-        candidates = [r for r in self.ready_replicas() if r is not exclude]
+    def pick(self, version: str, exclude: Replica | None = None) -> Replica | None:
+        """Least outstanding texts among ready replicas serving ``version``; ties rotate.
+
+        During a rollout replicas of two versions may be ready at once; a request
+        goes only to replicas of the version it was admitted with.
+        """
+        candidates = [
+            r for r in self.replicas if r.ready and r.model_version == version and r is not exclude
+        ]
         if not candidates:
             return None
         offset = next(self._turn) % len(candidates)
         rotated = candidates[offset:] + candidates[:offset]
         return min(rotated, key=lambda replica: replica.outstanding_texts)
-
-    @property
-    def served(self) -> Replica | None:
-        """A ready replica showing the version most ready replicas serve."""
-        ready = self.ready_replicas()
-        if not ready:
-            return None
-        version, _ = Counter(r.model_version for r in ready).most_common(1)[0]
-        return next(r for r in ready if r.model_version == version)

@@ -58,7 +58,7 @@ async def rerank(service: GatewayService, call: Call) -> Response:
         )
 
     results = await run_chunks(
-        service, call, pool, "/internal/score", len(documents), chunk, deadline
+        service, call, pool, "/internal/score", len(documents), chunk, deadline, record.version
     )
     scores = merge([result.array() for result in results])
     call.texts = len(documents)

@@ -96,19 +96,16 @@ class GatewayService:
         return record
 
     def pool_serving(self, record: ModelRecord) -> ReplicaPool:
-        """The pool whose ready replicas serve this exact version."""
-        any_ready = False
+        """A pool with ready replicas serving this exact version."""
         for pool in self.pools.values():
-            served = pool.served
-            any_ready = any_ready or served is not None
-            if served is not None and served.model_version == record.version:
+            if record.version in pool.versions:
                 return pool
-        if not any_ready:
+        if not any(pool.ready_count for pool in self.pools.values()):
             raise NoReplicas("no replica is ready yet")
         raise NotFound(f"model {record.name!r} ({record.version[:12]}) is not being served")
 
     def served_models(self) -> list[ModelRecord]:
-        versions = {p.served.model_version for p in self.pools.values() if p.served is not None}
+        versions = frozenset().union(*(pool.versions for pool in self.pools.values()))
         return [record for record in self.snapshot.models.values() if record.version in versions]
 
 

@@ -1,0 +1,85 @@
+"""fp32 against int8 (dynamic, per-channel): accuracy and speed of the same model.
+
+Accuracy: cosine of each text's two embeddings, and nearest-neighbour agreement
+(would a search return the same closest text), over the benchmark corpus.
+Speed: raw ONNX Runtime sentences/s on one thread, side by side in one run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headway.bench.corpus import sentences
+from headway.bench.host import Machine
+from headway.bench.raw import run_point
+from headway.bench.stats import markdown_table
+from headway.catalog import ensure_default_model, register
+from headway.models.evaluate import compare_models
+from headway.models.importer import quantize_int8
+from headway.models.store import ModelStore
+from headway.registry.sqlite import Registry
+from headway.settings import load_settings
+from headway.worker.backends.onnx import OnnxBackend
+
+SECTION = "int8"
+ACCURACY_TEXTS = 1024
+BATCHES = (1, 8, 32)
+
+
+def run_int8_bench(data_dir: Path, *, seconds: float, command: str) -> str:
+    settings = load_settings(flags={"data_dir": str(data_dir)})
+    registry = Registry(settings.registry_path)
+    store = ModelStore(settings.model_root)
+    fp32_record = ensure_default_model(settings, registry)
+    fp32_model = store.get(fp32_record.version)
+    int8_model = quantize_int8(store, fp32_model)
+    register(registry, int8_model, ("all-MiniLM-L6-v2-int8", "minilm-int8"))
+    fp32, int8 = OnnxBackend.load(fp32_model), OnnxBackend.load(int8_model)
+    corpus = sentences(ACCURACY_TEXTS)
+    accuracy = compare_models(fp32, int8, corpus)
+    max_tokens = settings.worker.max_batch_tokens
+    rows = []
+    for batch in BATCHES:
+        speeds = [
+            run_point(
+                backend,
+                corpus,
+                batch=batch,
+                length_sorted=True,
+                seconds=seconds,
+                max_batch_tokens=max_tokens,
+            ).sentences_per_s
+            for backend in (fp32, int8)
+        ]
+        rows.append(
+            [str(batch), f"{speeds[0]:.1f}", f"{speeds[1]:.1f}", f"{speeds[1] / speeds[0]:.2f}×"]
+        )
+    machine = Machine.here()
+    sizes = [m.onnx_path.stat().st_size / 1e6 for m in (fp32_model, int8_model)]
+    return "\n\n".join(
+        [
+            "## int8 dynamic quantization (per-channel) against fp32",
+            f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; one intra-op thread; "
+            f"{seconds:g} s per point; {ACCURACY_TEXTS} generated sentences of 13–98 tokens.  \n"
+            f"Versions: fp32 `{fp32_model.version[:12]}` ({sizes[0]:.1f} MB), "
+            f"int8 `{int8_model.version[:12]}` ({sizes[1]:.1f} MB; word embeddings stay fp32). "
+            "Import it with `headway models import --int8`; fp32 stays the default.",
+            markdown_table(
+                ["mean cosine to fp32", "min cosine", "same nearest neighbour"],
+                [
+                    [
+                        f"{accuracy.mean_cosine:.4f}",
+                        f"{accuracy.min_cosine:.4f}",
+                        f"{100 * accuracy.nn_agreement:.1f}%",
+                    ]
+                ],
+                "rrr",
+            ),
+            markdown_table(
+                ["batch (length-planned)", "fp32 sentences/s", "int8 sentences/s", "speed-up"],
+                rows,
+                "rrrr",
+            ),
+        ]
+    )

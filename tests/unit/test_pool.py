@@ -1,0 +1,68 @@
+import msgspec
+
+from headway.gateway.admission.controller import AdmissionConfig
+from headway.gateway.pool import ReplicaPool
+from headway.gateway.transport import Reply, TransportError
+
+
+class ReadinessTransport:
+    """Answers /readyz from a table: url -> (ready, version); a missing url is unreachable."""
+
+    def __init__(self, states: dict[str, tuple[bool, str]]) -> None:
+        self.states = states
+
+    async def get(self, base_url: str, path: str, timeout_s: float) -> Reply:
+        if base_url not in self.states:
+            raise TransportError("connection refused")
+        ready, version = self.states[base_url]
+        body = msgspec.json.encode({"ready": ready, "model_version": version, "kind": "embedding"})
+        return Reply(200 if ready else 503, body, {})
+
+    async def post(self, *args: object, **kwargs: object) -> Reply:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+
+def pool_of(transport: ReadinessTransport) -> ReplicaPool:
+    return ReplicaPool(
+        "embed",
+        tuple(transport.states),
+        transport,
+        health_interval_s=1,
+        admission=AdmissionConfig(),
+    )
+
+
+async def test_only_ready_replicas_of_the_requested_version_are_picked():
+    transport = ReadinessTransport(
+        {"http://a": (True, "v1"), "http://b": (True, "v2"), "http://c": (False, "v1")}
+    )
+    pool = pool_of(transport)
+    await pool.poll_once()
+    assert pool.ready_count == 2
+    assert pool.versions == {"v1", "v2"}
+    assert {pool.pick("v1").url for _ in range(10)} == {"http://a"}
+    assert pool.pick("v3") is None
+
+
+async def test_least_outstanding_wins_and_ties_rotate():
+    transport = ReadinessTransport({"http://a": (True, "v"), "http://b": (True, "v")})
+    pool = pool_of(transport)
+    await pool.poll_once()
+    assert {pool.pick("v").url for _ in range(4)} == {"http://a", "http://b"}
+    pool.replicas[0].outstanding_texts = 5
+    assert {pool.pick("v").url for _ in range(4)} == {"http://b"}
+    assert pool.pick("v", exclude=pool.replicas[1]).url == "http://a"
+
+
+async def test_unreachable_replicas_drop_out_and_come_back_with_the_next_poll():
+    transport = ReadinessTransport({"http://a": (True, "v")})
+    pool = pool_of(transport)
+    await pool.poll_once()
+    pool.mark_unreachable(pool.replicas[0])
+    assert pool.ready_count == 0
+    assert pool.versions == frozenset()
+    await pool.poll_once()
+    assert pool.ready_count == 1
