@@ -48,6 +48,9 @@ def serve(app: App, *, host: str, port: int, fd: int | None, log_level: str) -> 
         log_config=None,
         log_level=log_level,
         timeout_graceful_shutdown=30,
+        # Longer than the gateway client's 30 s keep-alive, so the client closes an
+        # idle connection first and never reuses one the server is closing.
+        timeout_keep_alive=75,
         limit_concurrency=None,
         backlog=4096,
     )

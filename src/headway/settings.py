@@ -47,6 +47,12 @@ class AdmissionSettings(_Section):
     latency_budget_ms: float = Field(
         500.0, gt=0, description="Time in system admitted work should take (Little's law W)."
     )
+    mean_latency_share: float = Field(
+        0.6,
+        gt=0,
+        le=1,
+        description="Mean time in system aimed at, as a share of the budget, so the p95 fits it.",
+    )
     batch_share: float = Field(
         0.7, gt=0, le=1, description="Share of the limit batch-tier work may fill."
     )

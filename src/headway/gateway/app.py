@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from headway import __version__
-from headway.errors import DeadlineExceeded, HeadwayError, Overloaded
+from headway.errors import DeadlineExceeded, HeadwayError, NoReplicas, Overloaded
 from headway.gateway.auth import authenticate
 from headway.gateway.call import Call
 from headway.gateway.embeddings import create_embeddings
@@ -43,10 +43,13 @@ def _instrumented(service: GatewayService, route: str, endpoint: Endpoint) -> Ha
             if failures is None:
                 failures = by_failure[exc.type] = metrics.failures.labels(route, exc.type)
             failures.inc()
-            # Shedding and deadlines are the system working as designed, counted
-            # in metrics; under overload a log line each would cost more than the
-            # refusal itself. Failures of our own are logged.
-            if exc.status >= 500 and not isinstance(exc, Overloaded | DeadlineExceeded):
+            # Shedding, deadlines and an empty pool are counted in metrics (the
+            # pool logs its replicas' state changes once); under overload a log
+            # line per request would cost more than the refusal. Failures of our
+            # own are logged.
+            if exc.status >= 500 and not isinstance(
+                exc, Overloaded | DeadlineExceeded | NoReplicas
+            ):
                 log.warning(
                     "%s failed: %s (%s) request_id=%s tenant=%s",
                     route,

@@ -1,9 +1,12 @@
 """Sending chunks to a pool within a deadline, and translating what comes back.
 
 A worker's answer maps onto the error tree: its 503 (queue full) is our
-``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``; an
-unreachable replica is marked unready and the chunk tries one other replica,
-if the deadline allows; anything else is ``UpstreamFailed``. Chunks of one
+``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``;
+anything else is ``UpstreamFailed``. A replica that refuses connections is
+marked unready; a connection that breaks mid-call (a reused keep-alive
+connection the server closed, say) says nothing about the replica. Either way
+the chunk is tried once more, elsewhere when another replica is ready, if the
+deadline allows: computing an embedding twice has no side effect. Chunks of one
 request run in parallel; the first failure cancels the others.
 """
 
@@ -23,7 +26,13 @@ from headway.errors import (
 )
 from headway.gateway.deadline import Deadline
 from headway.gateway.pool import Replica, ReplicaPool
-from headway.gateway.transport import Reply, Transport, TransportError, TransportTimeout
+from headway.gateway.transport import (
+    ConnectFailed,
+    Reply,
+    Transport,
+    TransportError,
+    TransportTimeout,
+)
 from headway.worker import protocol
 
 T = TypeVar("T")
@@ -40,10 +49,10 @@ async def call_chunk(
     deadline: Deadline,
     version: str,
 ) -> protocol.ChunkResult:
-    """One chunk to a replica serving ``version``; an unreachable one gets one stand-in."""
+    """One chunk to a replica serving ``version``, tried at most twice."""
     tried: Replica | None = None
     for _ in range(2):
-        replica = pool.pick(version, exclude=tried)
+        replica = pool.pick(version, exclude=tried) or (tried if tried and tried.ready else None)
         if replica is None:
             if tried is not None:
                 raise UpstreamFailed(f"pool {pool.name}: no other replica to try")
@@ -58,8 +67,11 @@ async def call_chunk(
             )
         except TransportTimeout as exc:
             raise DeadlineExceeded("deadline passed while the work ran") from exc
-        except TransportError:
+        except ConnectFailed:
             pool.mark_unreachable(replica)
+            tried = replica
+            continue
+        except TransportError:
             tried = replica
             continue
         finally:

@@ -113,6 +113,7 @@ def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
     return AdmissionConfig(
         enabled=settings.enabled,
         latency_budget_s=settings.latency_budget_ms / 1000,
+        mean_latency_share=settings.mean_latency_share,
         batch_share=settings.batch_share,
         crowding=settings.crowding,
         window_s=settings.window_ms / 1000,

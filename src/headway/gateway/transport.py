@@ -19,6 +19,10 @@ class TransportError(Exception):
     """The replica could not be reached, or the connection broke mid-call."""
 
 
+class ConnectFailed(TransportError):
+    """No connection could be made: the replica is down or gone."""
+
+
 class TransportTimeout(TransportError):
     """The call did not finish within its timeout."""
 
@@ -76,6 +80,8 @@ class AiohttpTransport:
                 )
         except TimeoutError as exc:
             raise TransportTimeout(f"{method} {url} timed out") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise ConnectFailed(f"{method} {url}: {type(exc).__name__}") from exc
         except aiohttp.ClientError as exc:
             raise TransportError(f"{method} {url}: {type(exc).__name__}") from exc
 

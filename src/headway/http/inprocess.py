@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from headway.gateway.transport import Reply, TransportError, TransportTimeout
+from headway.gateway.transport import ConnectFailed, Reply, TransportTimeout
 from headway.http.asgi import App, Message
 
 
@@ -39,7 +39,7 @@ class AsgiTransport:
     ) -> Reply:
         app = self.apps.get(base_url)
         if app is None or base_url in self.down:
-            raise TransportError(f"connection refused: {base_url}")
+            raise ConnectFailed(f"connection refused: {base_url}")
         self.calls.append((base_url, path))
         scope = {
             "type": "http",

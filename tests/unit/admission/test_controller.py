@@ -8,6 +8,8 @@ from tests.fakes import FakeClock
 
 
 def controller(clock, replicas=1, **config):
+    """Mean latency aimed at the whole 0.5 s budget unless a test says otherwise."""
+    config = {"mean_latency_share": 1.0} | config
     return AdmissionController(
         AdmissionConfig(latency_budget_s=0.5, floor_texts_per_replica=10, **config),
         ready_replicas=lambda: replicas,
@@ -70,6 +72,12 @@ def test_disabled_admission_admits_everything_but_still_counts():
     assert all(isinstance(p, Permit) for p in permits)
     assert ctl.outstanding == 500
     assert ctl.precheck("batch") is None
+
+
+def test_the_limit_aims_the_mean_latency_at_a_share_of_the_budget():
+    ctl = controller(FakeClock(), mean_latency_share=0.6)
+    ctl.throughput = 1000.0
+    assert ctl.limit == 300  # 1000 texts/s x (0.6 x 0.5 s)
 
 
 def test_static_limit_overrides_the_estimate():

@@ -28,6 +28,7 @@ from headway.gateway.admission.policy import (
 class AdmissionConfig:
     enabled: bool = True
     latency_budget_s: float = 0.5
+    mean_latency_share: float = 0.6
     batch_share: float = 0.7
     crowding: float = 0.8
     window_s: float = 0.25
@@ -71,9 +72,8 @@ class AdmissionController:
     @property
     def limit(self) -> int:
         floor = max(1, self.ready_replicas()) * self.config.floor_texts_per_replica
-        return admission_limit(
-            self.throughput, self.config.latency_budget_s, floor, self.config.static_limit
-        )
+        mean_latency_s = self.config.latency_budget_s * self.config.mean_latency_share
+        return admission_limit(self.throughput, mean_latency_s, floor, self.config.static_limit)
 
     def precheck(self, tier: Tier) -> Refusal | None:
         """Made before the body is parsed: is there room for even one text of this tier?"""

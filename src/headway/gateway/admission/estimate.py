@@ -49,9 +49,13 @@ def next_throughput(current: float, window: Window, alpha: float = 0.5) -> float
 
 
 def admission_limit(
-    throughput: float, latency_budget_s: float, floor: int, static: int | None = None
+    throughput: float, mean_latency_s: float, floor: int, static: int | None = None
 ) -> int:
-    """Little's law: outstanding work = throughput x time in system, never below ``floor``."""
+    """Little's law: outstanding work = throughput x mean time in system, at least ``floor``.
+
+    ``mean_latency_s`` is a share of the latency budget (60% by default): Little's
+    law fixes the *mean* time in system, and the tail must fit the budget too.
+    """
     if static is not None:
         return static
-    return max(floor, int(throughput * latency_budget_s))
+    return max(floor, int(throughput * mean_latency_s))
