@@ -160,14 +160,16 @@ def step_point(stack: Stack, data_dir: Path, capacity: float, seconds: float) ->
     return Point("step 0.5x-2x-0.5x", stack.admission, capacity, 2.0, result)
 
 
-def settling_s(result: LoadResult, start_s: float, end_s: float, target_rps: float) -> float | None:
-    """Seconds after ``start_s`` from which goodput stays >= 90% of ``target_rps``.
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """How goodput answered a step: when it got there, and where "there" is."""
 
-    Goodput is counted by completion time over sliding 1 s windows advanced in
-    250 ms steps up to ``end_s`` (shorter windows are dominated by Poisson noise);
-    the answer is the start of the first window from which every later one meets
-    the target, or None if none does.
-    """
+    seconds: float | None
+    steady_rps: float
+
+
+def goodput_windows(result: LoadResult, start_s: float, end_s: float) -> tuple[Any, Any]:
+    """Goodput (req/s, by completion time) of sliding 1 s windows in 250 ms steps."""
     records = result.records
     done = records.intended_s + records.latency_s
     good = (records.outcome == Outcome.OK) & (records.latency_s <= records.deadline_s)
@@ -176,11 +178,20 @@ def settling_s(result: LoadResult, start_s: float, end_s: float, target_rps: flo
     counts = np.searchsorted(completions, starts + SETTLE_WINDOW_S) - np.searchsorted(
         completions, starts
     )
-    ok = counts / SETTLE_WINDOW_S >= 0.9 * target_rps
-    for i in range(len(ok)):
-        if ok[i:].all():
-            return float(starts[i] - start_s)
-    return None
+    return starts, counts / SETTLE_WINDOW_S
+
+
+def settling(result: LoadResult, start_s: float, end_s: float) -> Settling:
+    """Time after ``start_s`` until goodput first reaches 90% of the phase's steady level.
+
+    The steady level is the median goodput of the windows in the second half of
+    the phase; report it beside the time, since a collapse also "settles".
+    """
+    starts, rates = goodput_windows(result, start_s, end_s)
+    steady = float(np.median(rates[len(rates) // 2 :])) if len(rates) else 0.0
+    reached = np.flatnonzero(rates >= 0.9 * steady) if steady > 0 else np.array([], dtype=int)
+    seconds = float(starts[reached[0]] - start_s) if len(reached) else None
+    return Settling(seconds, steady)
 
 
 def prepare(data_dir: Path, real_model: bool) -> None:
@@ -196,7 +207,7 @@ def prepare(data_dir: Path, real_model: bool) -> None:
 class OverloadResults:
     capacity: Mapping[str, float]
     points: Sequence[Point]
-    settling: Mapping[tuple[bool, str], float | None]
+    settling: Mapping[tuple[bool, str], Settling]
 
 
 def run_scenarios(data_dir: Path, *, seconds: float, real_model: bool) -> OverloadResults:
@@ -229,14 +240,11 @@ def run_scenarios(data_dir: Path, *, seconds: float, real_model: bool) -> Overlo
             )
     for stack in (synthetic_on, synthetic_off):
         points.append(noisy_neighbour_point(stack, data_dir, capacity["synthetic"], seconds))
-    settling: dict[tuple[bool, str], float | None] = {}
+    settled: dict[tuple[bool, str], Settling] = {}
     for stack in (synthetic_on, synthetic_off):
         point = step_point(stack, data_dir, capacity["synthetic"], seconds)
         points.append(point)
         third = point.result.report.duration_s / 3
-        cap = capacity["synthetic"]
-        settling[(stack.admission, "up")] = settling_s(point.result, third, 2 * third, cap)
-        settling[(stack.admission, "down")] = settling_s(
-            point.result, 2 * third, 3 * third, 0.5 * cap
-        )
-    return OverloadResults(capacity, points, settling)
+        settled[(stack.admission, "up")] = settling(point.result, third, 2 * third)
+        settled[(stack.admission, "down")] = settling(point.result, 2 * third, 3 * third)
+    return OverloadResults(capacity, points, settled)
