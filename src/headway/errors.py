@@ -6,6 +6,7 @@
     ├── Forbidden               403  key is valid but not allowed here
     ├── NotFound                404  unknown route or model
     ├── MethodNotAllowed        405
+    ├── ModelMismatch           409  a chunk names a version its worker does not serve
     ├── PayloadTooLarge         413  body bytes over the limit
     ├── UnsupportedMediaType    415  body is not JSON
     ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
@@ -67,6 +68,13 @@ class MethodNotAllowed(HeadwayError):
 
     status = 405
     type = "method_not_allowed"
+
+
+class ModelMismatch(HeadwayError):
+    """A chunk asks a worker for a model version it does not serve."""
+
+    status = 409
+    type = "model_mismatch"
 
 
 class PayloadTooLarge(HeadwayError):

@@ -20,6 +20,7 @@ from headway.errors import (
     DeadlineExceeded,
     HeadwayError,
     InvalidRequest,
+    ModelMismatch,
     NoReplicas,
     Overloaded,
     ValidationFailed,
@@ -35,13 +36,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 WARMUP_TEXT = "headway warm-up: the quick brown fox jumps over the lazy dog"
-
-
-class ModelMismatch(HeadwayError):
-    """The chunk asks for a model version this worker does not serve."""
-
-    status = 409
-    type = "model_mismatch"
 
 
 @dataclass(frozen=True, slots=True)
