@@ -353,6 +353,14 @@ BenchOut = Annotated[
 BenchSeconds = Annotated[float, typer.Option(help="Seconds per measured point.")]
 
 
+def _publish(section: str, name: str, out: Path | None) -> None:
+    from headway.bench.stats import write_section
+
+    if out is not None:
+        write_section(out, name, section)
+    typer.echo(section)
+
+
 @bench_app.command("spine")
 def bench_spine(
     seconds: BenchSeconds = 10.0,
@@ -382,12 +390,10 @@ def bench_int8(
     """fp32 vs int8 of the default model: embedding agreement and raw speed."""
     settings = _settings(config, data_dir=data_dir)
     from headway.bench.int8 import SECTION, run_int8_bench
-    from headway.bench.stats import command_line, write_section
+    from headway.bench.stats import command_line
 
     section = run_int8_bench(settings.data_dir, seconds=seconds, command=command_line(sys.argv))
-    if out is not None:
-        write_section(out, SECTION, section)
-    typer.echo(section)
+    _publish(section, SECTION, out)
 
 
 @bench_app.command("overload")
@@ -406,7 +412,7 @@ def bench_overload(
     from headway.bench.host import Machine
     from headway.bench.overload import run_scenarios
     from headway.bench.overload_report import SECTION, render
-    from headway.bench.stats import command_line, write_section
+    from headway.bench.stats import command_line
 
     machine = Machine.here()
     try:
@@ -414,10 +420,7 @@ def bench_overload(
     except BenchError as exc:
         typer.echo(f"bench failed: {exc}", err=True)
         raise typer.Exit(1) from exc
-    section = render(results, machine, command_line(sys.argv), seconds)
-    if out is not None:
-        write_section(out, SECTION, section)
-    typer.echo(section)
+    _publish(render(results, machine, command_line(sys.argv), seconds), SECTION, out)
 
 
 def main() -> None:

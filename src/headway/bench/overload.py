@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from headway.bench.served import Processes, serving
+from headway.bench.served import Processes, bench_settings, serving
 from headway.catalog import SYNTHETIC_ALIAS, ensure_default_model, synthetic_record
 from headway.loadgen import LoadResult, RequestClass, Schedule, Step, Summary, Workload, run_load
 from headway.loadgen.recorder import Outcome
 from headway.registry.sqlite import Registry
-from headway.settings import Settings, load_settings
+from headway.settings import Settings
 
 INTERACTIVE_KEY = "demo-key-search-app"
 BATCH_KEY = "demo-key-nightly-index"
@@ -50,15 +50,11 @@ class Stack:
     admission: bool
 
     def settings(self, data_dir: Path) -> Settings:
-        worker: dict[str, Any] = {"backend": self.backend}
-        return load_settings(
-            flags={
-                "data_dir": str(data_dir),
-                "log_level": "warning",
-                "gateway": {"port": 0, "admission": {"enabled": self.admission}},
-                "worker": worker,
-                "up": {"embed_replicas": self.replicas, "rerank_replicas": 0},
-            }
+        return bench_settings(
+            data_dir,
+            {"backend": self.backend},
+            {"admission": {"enabled": self.admission}},
+            embed_replicas=self.replicas,
         )
 
 

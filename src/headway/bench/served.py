@@ -15,6 +15,8 @@ import os
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -34,7 +36,7 @@ from headway.bench.errors import ServingFailed
 from headway.bench.host import process_cpu_s
 from headway.bench.raw import batches_of
 from headway.bench.stats import cpu_us_per_request, per_second
-from headway.settings import Settings
+from headway.settings import Settings, load_settings
 from headway.supervisor import Supervisor, write_run_config
 from headway.worker import protocol
 
@@ -58,6 +60,25 @@ class Processes:
     gateway_url: str
     worker_url: str
     pids: Mapping[str, int]
+
+
+def bench_settings(
+    data_dir: Path,
+    worker: Mapping[str, Any],
+    gateway: Mapping[str, Any] | None = None,
+    *,
+    embed_replicas: int = 1,
+) -> Settings:
+    """Settings for a benchmark stack: quiet logs, an ephemeral gateway port, no rerank pool."""
+    return load_settings(
+        flags={
+            "data_dir": str(data_dir),
+            "log_level": "warning",
+            "gateway": {"port": 0, **(gateway or {})},
+            "worker": dict(worker),
+            "up": {"embed_replicas": embed_replicas, "rerank_replicas": 0},
+        }
+    )
 
 
 @contextmanager

@@ -30,7 +30,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from headway.bench.closedloop import LoadResult
 from headway.bench.corpus import DEFAULT_SEED, sentences
@@ -45,6 +44,7 @@ from headway.bench.served import (
     LoadPoint,
     Model,
     Overhead,
+    bench_settings,
     overhead,
     serving,
     throughput,
@@ -62,7 +62,7 @@ from headway.catalog import SYNTHETIC_ALIAS, ensure_default_model, synthetic_rec
 from headway.models.store import ModelStore
 from headway.registry.keys import key_digest
 from headway.registry.sqlite import Registry
-from headway.settings import Settings, load_settings
+from headway.settings import Settings
 
 SECTION = "spine"
 BATCH_SIZES = (1, 8, 32)
@@ -92,7 +92,7 @@ def run_spine_bench(data_dir: Path, *, seconds: float, out: Path | None) -> str:
         raise ValueError(f"seconds must be positive, not {seconds}")
     command = command_line(sys.argv)
     machine = Machine.here()
-    onnx_settings = _settings(data_dir, {"backend": "onnx"})
+    onnx_settings = bench_settings(data_dir, {"backend": "onnx"})
     registry = Registry(onnx_settings.registry_path)
     registry.seed_demo()
     if key_digest(API_KEY) not in registry.snapshot().principals:
@@ -105,7 +105,7 @@ def run_spine_bench(data_dir: Path, *, seconds: float, out: Path | None) -> str:
     corpus = sentences(CORPUS_SIZE)
 
     raw, token_lengths, ort_version = _raw(onnx_settings, record.version, corpus, seconds)
-    path_only = _settings(data_dir, {"backend": "onnx"}, {"admission": {"enabled": False}})
+    path_only = bench_settings(data_dir, {"backend": "onnx"}, {"admission": {"enabled": False}})
     with serving(path_only) as processes:
         served = asyncio.run(
             throughput(
@@ -133,7 +133,7 @@ def run_spine_bench(data_dir: Path, *, seconds: float, out: Path | None) -> str:
                 )
             )
 
-    zero_cost = _settings(
+    zero_cost = bench_settings(
         data_dir, {"backend": "synthetic", "synthetic": {"call_ms": 0, "text_ms": 0}}
     )
     synthetic = synthetic_record(zero_cost.worker.synthetic)
@@ -167,20 +167,6 @@ def run_spine_bench(data_dir: Path, *, seconds: float, out: Path | None) -> str:
     if out is not None:
         write_section(out, SECTION, section)
     return section
-
-
-def _settings(
-    data_dir: Path, worker: Mapping[str, Any], gateway: Mapping[str, Any] | None = None
-) -> Settings:
-    return load_settings(
-        flags={
-            "data_dir": str(data_dir),
-            "log_level": "warning",
-            "gateway": {"port": 0, **(gateway or {})},
-            "worker": dict(worker),
-            "up": {"embed_replicas": 1, "rerank_replicas": 0},
-        }
-    )
 
 
 def _raw(
