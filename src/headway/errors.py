@@ -10,6 +10,7 @@
     ├── PayloadTooLarge         413  body bytes over the limit
     ├── UnsupportedMediaType    415  body is not JSON
     ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
+    ├── QuotaExceeded           429  the tenant's token bucket is empty (carries retry_after_s)
     ├── Overloaded              503  no capacity now (carries retry_after_s)
     ├── UpstreamFailed          502  every replica that was tried failed
     ├── NoReplicas              503  no ready replica in the pool
@@ -29,10 +30,17 @@ class HeadwayError(Exception):
     status = 500
     type = "internal_error"
 
-    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s
+        self.headers = headers or {}
 
 
 class InvalidRequest(HeadwayError):
@@ -96,6 +104,13 @@ class ValidationFailed(HeadwayError):
 
     status = 422
     type = "validation_error"
+
+
+class QuotaExceeded(HeadwayError):
+    """The tenant has used its quota; retry after ``retry_after_s``."""
+
+    status = 429
+    type = "quota_exceeded"
 
 
 class Overloaded(HeadwayError):

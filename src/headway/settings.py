@@ -68,6 +68,21 @@ class AdmissionSettings(_Section):
     )
 
 
+class QuotaSettings(_Section):
+    enabled: bool = Field(True, description="Charge each tenant's token bucket (texts).")
+    gateways: int | None = Field(
+        None,
+        gt=0,
+        description="Gateways sharing the quota, for the Redis-down fallback (default: learned).",
+    )
+    probe_interval_s: float = Field(
+        1.0, gt=0, description="While Redis is down, how often a request tries it again."
+    )
+    heartbeat_s: float = Field(
+        2.0, gt=0, description="How often a gateway announces itself in Redis (to count them)."
+    )
+
+
 class GatewaySettings(_Section):
     host: str = Field("127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on.")
@@ -83,6 +98,7 @@ class GatewaySettings(_Section):
     health_interval_s: float = Field(0.5, gt=0, description="How often /readyz is polled.")
     registry_refresh_s: float = Field(2.0, gt=0, description="How often keys are reloaded.")
     admission: AdmissionSettings = AdmissionSettings()
+    quota: QuotaSettings = QuotaSettings()
     limits: LimitsSettings = LimitsSettings()
 
 
@@ -128,6 +144,10 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(Path(".headway"), description="Registry, model store and run files.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    redis_url: str | None = Field(
+        None,
+        description="Shared mode: quotas in Redis (redis://host:port/db), one for all gateways.",
+    )
     embed_model: str = Field(
         "all-MiniLM-L6-v2", description="Default model alias of the embed pool."
     )

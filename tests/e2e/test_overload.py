@@ -39,6 +39,7 @@ def test_saturation_sheds_with_retry_after_and_serves_the_admitted(tmp_path, mon
     monkeypatch.setenv("HEADWAY_WORKER__SYNTHETIC__CALL_MS", "100")
     monkeypatch.setenv("HEADWAY_WORKER__SYNTHETIC__TEXT_MS", "2")
     monkeypatch.setenv("HEADWAY_GATEWAY__ADMISSION__STATIC_LIMIT_TEXTS", "64")
+    monkeypatch.setenv("HEADWAY_GATEWAY__QUOTA__ENABLED", "false")  # shedding, not quotas
     up = start_up(tmp_path, "--backend", "synthetic", "--embed-replicas", "2")
     try:
         results = asyncio.run(burst(up.url, 60))  # 480 texts at once against a limit of 64

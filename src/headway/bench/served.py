@@ -69,12 +69,13 @@ def bench_settings(
     *,
     embed_replicas: int = 1,
 ) -> Settings:
-    """Settings for a benchmark stack: quiet logs, an ephemeral gateway port, no rerank pool."""
+    """Settings for a benchmark stack: quiet logs, an ephemeral gateway port, no rerank pool,
+    and no tenant quotas (the load comes from one demo tenant far above its quota)."""
     return load_settings(
         flags={
             "data_dir": str(data_dir),
             "log_level": "warning",
-            "gateway": {"port": 0, **(gateway or {})},
+            "gateway": {"port": 0, "quota": {"enabled": False}, **(gateway or {})},
             "worker": dict(worker),
             "up": {"embed_replicas": embed_replicas, "rerank_replicas": 0},
         }

@@ -59,6 +59,7 @@ def _instrumented(service: GatewayService, route: str, endpoint: Endpoint) -> Ha
                     call.tenant or "-",
                 )
             response = error_response(exc)
+        response.headers.update(call.headers)
         response.headers["x-request-id"] = call.request_id
         requests = by_code.get(response.status)
         if requests is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from headway.gateway.quota.store import Quota
 from headway.http.asgi import Request
 from headway.registry.model import Tier
 
@@ -21,4 +22,7 @@ class Call:
     request_id: str = field(default_factory=_new_request_id)
     tenant: str = ""
     tier: Tier = "interactive"
+    quota: Quota | None = None
     texts: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with the response whatever it is (the rate-limit headers)."""

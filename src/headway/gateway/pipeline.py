@@ -2,16 +2,20 @@
 
 ``begin``: media type → key → tenant → deadline from the tier's timeouts →
 the cheap admission check, all before the body is parsed, so a full pool
-refuses in microseconds. ``run_chunks``: admit the request's texts on the pool
-that serves its model, fan the chunks out in parallel, release the permit
-whatever happens (completed work feeds the throughput estimate).
+refuses in microseconds. ``run_chunks``: charge the tenant's quota for the
+request's texts (429 when the bucket is short), admit them on the pool that
+serves its model, fan the chunks out in parallel, release the permit whatever
+happens (completed work feeds the throughput estimate). Texts charged for work
+that then fails on our side (shed, 5xx, our deadline) are refunded; a client's
+own mistakes and completed work are not.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-from headway.errors import Overloaded
+from headway.errors import HeadwayError, Overloaded, QuotaExceeded
 from headway.gateway.admission.controller import Refusal
 from headway.gateway.auth import authenticate, require_tenant
 from headway.gateway.call import Call
@@ -19,6 +23,7 @@ from headway.gateway.deadline import Deadline, deadline_from_headers
 from headway.gateway.dispatch import BodyForBudget, call_chunk, gather_or_cancel
 from headway.gateway.fanout import split
 from headway.gateway.pool import ReplicaPool
+from headway.gateway.quota.store import Quota
 from headway.gateway.service import GatewayService
 from headway.gateway.validation import check_media_type
 from headway.registry.model import Tier
@@ -32,6 +37,8 @@ def begin(service: GatewayService, call: Call, route_pool: ReplicaPool | None) -
     check_media_type(headers)
     tenant = require_tenant(authenticate(headers, service.snapshot))
     call.tenant, call.tier = tenant.name, tenant.tier
+    if service.settings.quota.enabled:
+        call.quota = Quota(tenant.name, tenant.rate_texts_per_s, tenant.burst_texts)
     timeouts = getattr(service.settings, tenant.tier)
     deadline = deadline_from_headers(
         headers, default_ms=timeouts.default_ms, max_ms=timeouts.max_ms, clock=service.clock
@@ -52,6 +59,49 @@ def _bind(body_for: ChunkBody, part: slice) -> BodyForBudget:
 
 
 async def run_chunks(
+    service: GatewayService,
+    call: Call,
+    pool: ReplicaPool,
+    path: str,
+    n_texts: int,
+    body_for: ChunkBody,
+    deadline: Deadline,
+    version: str,
+) -> list[protocol.ChunkResult]:
+    await _charge(service, call, n_texts)
+    try:
+        return await _admitted(service, call, pool, path, n_texts, body_for, deadline, version)
+    except HeadwayError as exc:
+        if call.quota is not None and exc.status >= 500:
+            await service.quota.refund(call.quota, n_texts)
+        raise
+
+
+async def _charge(service: GatewayService, call: Call, n_texts: int) -> None:
+    if call.quota is None:
+        return
+    taken = await service.quota.take(call.quota, n_texts)
+    call.headers.update(
+        {
+            "x-ratelimit-limit": f"{taken.limit:g}",
+            "x-ratelimit-remaining": str(int(taken.remaining)),
+            "x-ratelimit-reset": str(math.ceil(taken.reset_s)),
+        }
+    )
+    if taken.granted:
+        return
+    if taken.retry_after_s == math.inf:
+        raise QuotaExceeded(
+            f"a request of {n_texts} texts is larger than the tenant's burst of "
+            f"{call.quota.burst:g} texts; split it"
+        )
+    raise QuotaExceeded(
+        f"quota of {call.quota.rate:g} texts/s (burst {call.quota.burst:g}) used up; retry later",
+        retry_after_s=taken.retry_after_s,
+    )
+
+
+async def _admitted(
     service: GatewayService,
     call: Call,
     pool: ReplicaPool,

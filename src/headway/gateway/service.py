@@ -18,6 +18,7 @@ from headway.errors import NoReplicas, NotFound
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.pool import ReplicaPool
+from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.transport import Transport
 from headway.registry.model import ModelRecord, Snapshot
 from headway.settings import AdmissionSettings, GatewaySettings
@@ -32,6 +33,7 @@ class GatewayService:
     transport: Transport
     embed_model: str
     rerank_model: str
+    quota: QuotaStore = field(default_factory=LocalQuotaStore)
     clock: Callable[[], float] = time.monotonic
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     snapshot: Snapshot = field(default_factory=Snapshot)
@@ -57,7 +59,7 @@ class GatewayService:
                 self.metrics.watch_pool(pool)
 
     async def start(self) -> None:
-        self.snapshot = await asyncio.to_thread(self.load_snapshot)
+        await self.refresh_now()
         for pool in self.pools.values():
             await pool.start()
         self._refresh = asyncio.get_running_loop().create_task(self._refresh_forever())
@@ -70,12 +72,17 @@ class GatewayService:
         for pool in self.pools.values():
             await pool.stop()
         await self.transport.close()
+        await self.quota.close()
+
+    async def refresh_now(self) -> None:
+        """Reload keys, tenants and aliases (the snapshot is replaced whole)."""
+        self.snapshot = await asyncio.to_thread(self.load_snapshot)
 
     async def _refresh_forever(self) -> None:
         while True:
             await asyncio.sleep(self.settings.registry_refresh_s)
             try:
-                self.snapshot = await asyncio.to_thread(self.load_snapshot)
+                await self.refresh_now()
             except Exception:
                 log.exception("registry refresh failed; keeping the previous snapshot")
 

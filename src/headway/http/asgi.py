@@ -105,9 +105,9 @@ def json_response(
     return Response(_json.encode(content), status, headers=headers or {})
 
 
-def error_response(exc: HeadwayError, headers: Mapping[str, str] | None = None) -> Response:
-    merged = dict(headers or {})
-    if exc.retry_after_s is not None:
+def error_response(exc: HeadwayError) -> Response:
+    merged = dict(exc.headers)
+    if exc.retry_after_s is not None and exc.retry_after_s != float("inf"):
         merged["retry-after"] = str(max(1, round(exc.retry_after_s + 0.499)))
     return json_response(error_body(exc), exc.status, merged)
 

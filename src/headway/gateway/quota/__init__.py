@@ -1,0 +1,1 @@
+"""Per-tenant quotas: token buckets counted in texts, charged before the work runs."""

@@ -1,0 +1,83 @@
+"""The quota seam: where buckets live. In this process, or in Redis for many gateways.
+
+``QuotaStore.take`` answers a ``QuotaDecision`` (a value; the HTTP edge turns a
+refusal into 429). ``refund`` gives tokens back for work charged but not done
+on our side. Buckets are keyed by tenant name; rate and burst travel with each
+call, so changing a tenant's quota takes effect on its next request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from headway.gateway.quota.bucket import BucketState, refund, take
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A tenant's bucket: ``rate`` texts per second, at most ``burst`` at once."""
+
+    tenant: str
+    rate: float
+    burst: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDecision:
+    granted: bool
+    remaining: float
+    retry_after_s: float
+    limit: float
+    reset_s: float
+    """Seconds until the bucket would be full again."""
+
+
+def decision(quota: Quota, granted: bool, remaining: float, retry_after_s: float) -> QuotaDecision:
+    return QuotaDecision(
+        granted, remaining, retry_after_s, quota.burst, (quota.burst - remaining) / quota.rate
+    )
+
+
+class QuotaStore(Protocol):
+    async def take(self, quota: Quota, cost: float) -> QuotaDecision: ...
+
+    async def refund(self, quota: Quota, cost: float) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalQuotaStore:
+    """Buckets in this process: exact for one gateway. ``share`` scales every rate and
+    burst (a gateway standing in for 1/N of a shared quota)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, share: float = 1.0) -> None:
+        self._clock = clock
+        self._buckets: dict[str, BucketState] = {}
+        self.share = share
+
+    def _scaled(self, quota: Quota) -> Quota:
+        if self.share == 1.0:
+            return quota
+        return Quota(quota.tenant, quota.rate * self.share, quota.burst * self.share)
+
+    async def take(self, quota: Quota, cost: float) -> QuotaDecision:
+        scaled = self._scaled(quota)
+        outcome = take(
+            self._buckets.get(quota.tenant), self._clock(), scaled.rate, scaled.burst, cost
+        )
+        self._buckets[quota.tenant] = outcome.state
+        return decision(scaled, outcome.granted, outcome.remaining, outcome.retry_after_s)
+
+    async def refund(self, quota: Quota, cost: float) -> None:
+        state = self._buckets.get(quota.tenant)
+        if state is not None:
+            scaled = self._scaled(quota)
+            self._buckets[quota.tenant] = refund(
+                state, self._clock(), scaled.rate, scaled.burst, cost
+            )
+
+    async def close(self) -> None:
+        pass
