@@ -276,6 +276,42 @@ def tenants_add(
     typer.echo(key)
 
 
+@tenants_app.command("set")
+def tenants_set(
+    name: str,
+    tier: Annotated[str | None, typer.Option(help="interactive or batch.")] = None,
+    rate: Annotated[float | None, typer.Option(help="Quota refill, texts per second.")] = None,
+    burst: Annotated[float | None, typer.Option(help="Quota bucket size, texts.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Change a tenant's tier or quota (running gateways pick it up within seconds)."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.registry.model import TIERS
+    from headway.registry.sqlite import Registry, RegistryError
+
+    if tier is not None and tier not in TIERS:
+        typer.echo(f"--tier must be one of {', '.join(TIERS)}", err=True)
+        raise typer.Exit(2)
+    if (rate is not None and rate <= 0) or (burst is not None and burst <= 0):
+        typer.echo("--rate and --burst must be positive", err=True)
+        raise typer.Exit(2)
+    try:
+        tenant = Registry(settings.registry_path).update_tenant(
+            name,
+            tier=tier,
+            rate_texts_per_s=rate,
+            burst_texts=burst,
+        )
+    except RegistryError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(
+        f"{tenant.name}  {tenant.tier}  rate={tenant.rate_texts_per_s:g}/s  "
+        f"burst={tenant.burst_texts:g}"
+    )
+
+
 @tenants_app.command("list")
 def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """Tenants with their tier and quota."""

@@ -72,3 +72,12 @@ def test_aliases_resolve_to_versions_and_can_move(registry):
     assert snapshot.resolve_model("latest") == v2
     assert snapshot.resolve_model("a" * 64) == v1
     assert snapshot.resolve_model("unknown") is None
+
+
+def test_a_tenants_quota_and_tier_can_change(registry):
+    registry.add_tenant("acme", "interactive", rate_texts_per_s=5, burst_texts=10)
+    updated = registry.update_tenant("acme", tier="batch", rate_texts_per_s=50)
+    assert (updated.tier, updated.rate_texts_per_s, updated.burst_texts) == ("batch", 50, 10)
+    assert registry.snapshot().principals  # still one key, now for a batch tenant
+    with pytest.raises(RegistryError, match="no tenant"):
+        registry.update_tenant("nobody", burst_texts=1)

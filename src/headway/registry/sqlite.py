@@ -115,6 +115,38 @@ class Registry:
         assert tenant_id is not None
         return Tenant(tenant_id, name, tier, rate, burst), key
 
+    def update_tenant(
+        self,
+        name: str,
+        *,
+        tier: Tier | None = None,
+        rate_texts_per_s: float | None = None,
+        burst_texts: float | None = None,
+    ) -> Tenant:
+        """Change a tenant's tier or quota; gateways pick it up on their next refresh."""
+        changes = {
+            column: value
+            for column, value in (
+                ("tier", tier),
+                ("rate_texts_per_s", rate_texts_per_s),
+                ("burst_texts", burst_texts),
+            )
+            if value is not None
+        }
+        with self._connect() as db:
+            if changes:
+                assignments = ", ".join(f"{column} = ?" for column in changes)
+                db.execute(
+                    f"UPDATE tenants SET {assignments} WHERE name = ?", (*changes.values(), name)
+                )
+            row = db.execute(
+                "SELECT id, name, tier, rate_texts_per_s, burst_texts FROM tenants WHERE name = ?",
+                (name,),
+            ).fetchone()
+        if row is None:
+            raise RegistryError(f"no tenant named {name!r}")
+        return Tenant(*row)
+
     def add_admin_key(self, key: str | None = None) -> str:
         key = key or new_key()
         with self._connect() as db:
