@@ -30,6 +30,12 @@ DataDirOpt = Annotated[
 ]
 FdOpt = Annotated[int | None, typer.Option("--fd", help="Serve on this inherited socket.")]
 LogLevelOpt = Annotated[str | None, typer.Option("--log-level", help="debug|info|warning|error")]
+RedisOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url", help="Shared mode: quotas in Redis, e.g. redis://127.0.0.1:6379/0."
+    ),
+]
 AdmissionOpt = Annotated[
     str | None, typer.Option("--admission", help="on (default) or off, to compare without it.")
 ]
@@ -83,7 +89,11 @@ def up(
         int | None, typer.Option(help="Rerank workers (default 1; 0: rerank on embed workers).")
     ] = None,
     backend: Annotated[str | None, typer.Option(help="onnx (default) or synthetic.")] = None,
+    gateways: Annotated[
+        int | None, typer.Option(help="Gateway processes (default 1), on port, port+1, ...")
+    ] = None,
     admission: AdmissionOpt = None,
+    redis_url: RedisOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Run the whole system on this machine: gateway + workers, embedded defaults."""
@@ -91,9 +101,14 @@ def up(
         config,
         data_dir=data_dir,
         log_level=log_level,
+        redis_url=redis_url,
         gateway={"host": host, "port": port, "admission": _flags(enabled=_on_off(admission))},
         worker={"backend": backend},
-        up={"embed_replicas": embed_replicas, "rerank_replicas": rerank_replicas},
+        up={
+            "embed_replicas": embed_replicas,
+            "rerank_replicas": rerank_replicas,
+            "gateways": gateways,
+        },
     )
     from headway.catalog import ensure_default_model
     from headway.registry.sqlite import Registry
@@ -127,6 +142,7 @@ def gateway(
         str | None, typer.Option(help="Comma-separated worker URLs of the rerank pool.")
     ] = None,
     admission: AdmissionOpt = None,
+    redis_url: RedisOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Run one gateway process."""
@@ -134,6 +150,7 @@ def gateway(
         config,
         data_dir=data_dir,
         log_level=log_level,
+        redis_url=redis_url,
         gateway={
             "host": host,
             "port": port,

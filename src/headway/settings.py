@@ -131,6 +131,9 @@ class WorkerSettings(_Section):
 
 class UpSettings(_Section):
     embed_replicas: int = Field(1, ge=1, description="Embed workers started by `headway up`.")
+    gateways: int = Field(
+        1, ge=1, description="Gateways started by `headway up` (ports port, port+1, ...)."
+    )
     rerank_replicas: int = Field(
         1, ge=0, description="Rerank workers (0: rerank on the embed pool)."
     )

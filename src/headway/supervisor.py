@@ -53,6 +53,7 @@ class Supervisor:
         self.settings = settings
         self.config_path = config_path
         self.children: list[Child] = []
+        self.gateways: list[Child] = []
         self._stopping = False
 
     def _spawn(self, name: str, args: list[str], sock: socket.socket) -> Child:
@@ -89,28 +90,30 @@ class Supervisor:
                 sockets.append(sock)
                 child = self._spawn(f"{pool}-worker-{index}", ["worker", "--pool", pool], sock)
                 urls[pool].append(child.url)
-        gateway_socket = listening_socket(self.settings.gateway.host, self.settings.gateway.port)
-        sockets.append(gateway_socket)
         gateway_args = ["gateway"]
         for pool, pool_urls in urls.items():
             if pool_urls:
                 gateway_args += [f"--{pool}-replicas", ",".join(pool_urls)]
-        gateway = self._spawn("gateway", gateway_args, gateway_socket)
+        port = self.settings.gateway.port
+        for index in range(up.gateways):
+            sock = listening_socket(self.settings.gateway.host, port + index if port else 0)
+            sockets.append(sock)
+            name = "gateway" if index == 0 else f"gateway-{index}"
+            self.gateways.append(self._spawn(name, gateway_args, sock))
         for sock in sockets:  # the children hold them now
             sock.close()
-        return gateway
+        return self.gateways[0]
 
     def wait_ready(self, gateway: Child) -> bool:
+        """Until ``gateway`` and every other gateway answer /readyz with 200."""
         deadline = time.monotonic() + self.settings.up.ready_timeout_s
+        waiting = {gateway.url, *(g.url for g in self.gateways)}
         while time.monotonic() < deadline and not self._stopping:
             if self._exited() is not None:
                 return False
-            try:
-                with urllib.request.urlopen(gateway.url + "/readyz", timeout=1) as response:
-                    if response.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
+            waiting = {url for url in waiting if not _ready(url)}
+            if not waiting:
+                return True
             time.sleep(0.2)
         return False
 
@@ -122,8 +125,9 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_signal)
         gateway = self.start()
         if self.wait_ready(gateway):
+            others = "".join(f" {g.url}" for g in self.gateways[1:])
             print(
-                f"headway is ready on {gateway.url}  "
+                f"headway is ready on {gateway.url}{others}  "
                 f"(embed replicas: {self.settings.up.embed_replicas}, "
                 f"rerank replicas: {self.settings.up.rerank_replicas}); Ctrl-C stops it",
                 flush=True,
@@ -150,9 +154,8 @@ class Supervisor:
     def stop(self) -> None:
         """Gateway first, then workers; SIGKILL whatever outlives the timeout."""
         self._stopping = True
-        gateways = [c for c in self.children if c.name == "gateway"]
-        workers = [c for c in self.children if c.name != "gateway"]
-        for group in (gateways, workers):
+        workers = [c for c in self.children if c not in self.gateways]
+        for group in (self.gateways, workers):
             for child in group:
                 if child.process.poll() is None:
                     child.process.send_signal(signal.SIGTERM)
@@ -164,6 +167,14 @@ class Supervisor:
                     log.warning("%s did not stop in time; killing it", child.name)
                     child.process.kill()
                     child.process.wait()
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=1) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def write_run_config(settings: Settings) -> Path:
