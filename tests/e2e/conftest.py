@@ -64,6 +64,7 @@ class Up:
 
     process: subprocess.Popen[str]
     url: str = ""
+    urls: list[str] = field(default_factory=list)  # every gateway, the first is ``url``
     lines: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
 
@@ -98,7 +99,8 @@ def start_up(data_dir: Path, *args: str, timeout_s: float = 120) -> Up:
         for line in process.stdout:
             up.lines.append(line)
             if line.startswith(READY_PREFIX):
-                up.url = line[len(READY_PREFIX) :].split()[0]
+                up.urls = [w for w in line[len(READY_PREFIX) :].split() if w.startswith("http")]
+                up.url = up.urls[0]
                 ready.set()
 
     up.reader = threading.Thread(target=read, daemon=True)

@@ -64,6 +64,17 @@ class GatewayMetrics:
             registry=self.registry,
         )
 
+        self._quota_mode = Gauge(
+            "headway_quota_mode",
+            "1 for where quotas are counted now: redis (shared) or local (fallback share).",
+            ["mode"],
+            registry=self.registry,
+        )
+
+    def quota_mode(self, mode: str) -> None:
+        for each in ("redis", "local"):
+            self._quota_mode.labels(each).set(1 if each == mode else 0)
+
     def watch_pool(self, pool: ReplicaPool) -> None:
         """Gauges read from the pool when scraped."""
         self._ready.labels(pool.name).set_function(lambda: pool.ready_count)

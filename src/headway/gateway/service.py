@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from headway.errors import NoReplicas, NotFound
@@ -34,11 +34,13 @@ class GatewayService:
     embed_model: str
     rerank_model: str
     quota: QuotaStore = field(default_factory=LocalQuotaStore)
+    quota_heartbeat: Callable[[], Awaitable[object]] | None = None
+    """Shared mode: announces this gateway in Redis, so each knows how many share a quota."""
     clock: Callable[[], float] = time.monotonic
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     snapshot: Snapshot = field(default_factory=Snapshot)
     pools: dict[str, ReplicaPool] = field(default_factory=dict)
-    _refresh: asyncio.Task[None] | None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         admission = admission_config(self.settings.admission)
@@ -62,13 +64,17 @@ class GatewayService:
         await self.refresh_now()
         for pool in self.pools.values():
             await pool.start()
-        self._refresh = asyncio.get_running_loop().create_task(self._refresh_forever())
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._refresh_forever()))
+        if self.quota_heartbeat is not None:
+            await self.quota_heartbeat()
+            self._tasks.append(loop.create_task(self._heartbeat_forever(self.quota_heartbeat)))
 
     async def stop(self) -> None:
-        if self._refresh is not None:
-            self._refresh.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._refresh
+                await task
         for pool in self.pools.values():
             await pool.stop()
         await self.transport.close()
@@ -77,6 +83,11 @@ class GatewayService:
     async def refresh_now(self) -> None:
         """Reload keys, tenants and aliases (the snapshot is replaced whole)."""
         self.snapshot = await asyncio.to_thread(self.load_snapshot)
+
+    async def _heartbeat_forever(self, heartbeat: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await asyncio.sleep(self.settings.quota.heartbeat_s)
+            await heartbeat()
 
     async def _refresh_forever(self) -> None:
         while True:

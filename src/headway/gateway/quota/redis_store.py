@@ -1,0 +1,158 @@
+"""Buckets in Redis, shared by every gateway: one Lua script per operation.
+
+Each script reads Redis ``TIME``, refills, and checks-and-takes in one atomic
+step, so gateways with skewed clocks agree and two gateways never both spend the
+last token. The arithmetic is ``bucket.take`` / ``bucket.refund`` (floats), with
+the bucket stored as a hash ``{key_prefix}{tenant}`` holding ``tokens`` and
+``updated`` (Redis time in microseconds). A bucket idle for ``2 x burst / rate
++ 1`` seconds is full again and expires, so idle tenants cost no memory.
+
+Gateway membership lives beside the buckets: ``heartbeat`` records this gateway
+in a sorted set scored by Redis time, drops members older than the TTL and
+answers how many are live, which ``FallbackQuotaStore`` uses to split a quota
+when Redis goes away.
+
+Every Redis failure (refused, timed out, protocol) is raised as
+``QuotaStoreUnavailable``; a refusal is a value, not an exception.
+"""
+
+from __future__ import annotations
+
+import math
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from headway.gateway.quota.store import Quota, QuotaDecision, decision
+
+# Redis >= 5 replicates a script's effects, which a script calling TIME needs;
+# REDIS_VERSION_NUM exists from 7.0, where replicate_commands is deprecated.
+_PRELUDE = """
+if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local fields = redis.call('HMGET', KEYS[1], 'tokens', 'updated')
+local tokens = burst
+if fields[1] and fields[2] then
+  local elapsed = math.max(0, now - tonumber(fields[2])) / 1000000
+  tokens = math.min(burst, tonumber(fields[1]) + elapsed * rate)
+end
+"""
+
+# Answers {granted (0|1), remaining, retry_after_s (-1: never)} as strings,
+# since Redis truncates Lua numbers to integers.
+_TAKE = (
+    _PRELUDE
+    + """
+local granted = 0
+local wait = 0
+if cost <= tokens then
+  tokens = tokens - cost
+  granted = 1
+elseif cost <= burst then
+  wait = (cost - tokens) / rate
+else
+  wait = -1
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'updated', now)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {granted, string.format('%.17g', tokens), string.format('%.17g', wait)}
+"""
+)
+
+# Refunding a bucket that has expired (or was never taken from) changes nothing:
+# it would read as full anyway.
+_REFUND = (
+    _PRELUDE
+    + """
+if not fields[1] then return 0 end
+tokens = math.min(burst, tokens + cost)
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'updated', now)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+)
+
+_HEARTBEAT = """
+if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], string.format('%.6f', now), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.6f', now - ttl))
+redis.call('PEXPIRE', KEYS[1], math.ceil(2 * ttl * 1000))
+return redis.call('ZCARD', KEYS[1])
+"""
+
+
+class QuotaStoreUnavailable(Exception):
+    """The shared quota store could not be reached or did not answer in time."""
+
+
+def idle_ttl_ms(quota: Quota) -> int:
+    """How long an untouched bucket is kept: twice the time to refill from empty, plus 1 s."""
+    return math.ceil((2.0 * quota.burst / quota.rate + 1.0) * 1000.0)
+
+
+class RedisQuotaStore:
+    """Token buckets in Redis, checked and taken atomically by Lua scripts on Redis time."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 0.25,
+        key_prefix: str = "headway:quota:",
+        gateways_key: str = "headway:gateways",
+    ) -> None:
+        # One immediate retry on a broken connection (a restarted server leaves
+        # the pool's sockets dead); none on a timeout, which would double it.
+        self._redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), retries=1, supported_errors=(RedisConnectionError,)),
+        )
+        self._key_prefix = key_prefix
+        self._gateways_key = gateways_key
+        self._take = self._redis.register_script(_TAKE)
+        self._refund = self._redis.register_script(_REFUND)
+        self._heartbeat = self._redis.register_script(_HEARTBEAT)
+
+    def key(self, tenant: str) -> str:
+        return self._key_prefix + tenant
+
+    async def take(self, quota: Quota, cost: float) -> QuotaDecision:
+        args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
+        try:
+            granted, remaining, wait = await self._take(keys=[self.key(quota.tenant)], args=args)
+        except (RedisError, OSError) as exc:
+            raise QuotaStoreUnavailable(f"quota take failed: {exc}") from exc
+        retry_after_s = float(wait)
+        if retry_after_s < 0:
+            retry_after_s = float("inf")
+        return decision(quota, granted == 1, float(remaining), retry_after_s)
+
+    async def refund(self, quota: Quota, cost: float) -> None:
+        args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
+        try:
+            await self._refund(keys=[self.key(quota.tenant)], args=args)
+        except (RedisError, OSError) as exc:
+            raise QuotaStoreUnavailable(f"quota refund failed: {exc}") from exc
+
+    async def heartbeat(self, gateway_id: str, ttl_s: float) -> int:
+        """Record ``gateway_id`` as live now; answer how many gateways beat within ``ttl_s``."""
+        try:
+            live = await self._heartbeat(keys=[self._gateways_key], args=[gateway_id, float(ttl_s)])
+        except (RedisError, OSError) as exc:
+            raise QuotaStoreUnavailable(f"gateway heartbeat failed: {exc}") from exc
+        return int(live)
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,131 @@
+"""A throw-away ``redis-server`` on a free port, for tests that need a real Redis.
+
+No persistence, its own temporary directory, and ``start()`` after ``stop()`` or
+``kill()`` comes back on the same port, so a test can take Redis away mid-load
+and bring it back where its clients expect it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class RedisServerError(RuntimeError):
+    """redis-server is missing, or did not start answering PING in time."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def answers_ping(port: int, timeout_s: float = 0.2) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """One ``redis-server`` process; ``url`` and ``port`` stay the same across restarts."""
+
+    def __init__(self, port: int | None = None, start_timeout_s: float = 10.0) -> None:
+        executable = shutil.which("redis-server")
+        if executable is None:
+            raise RedisServerError(
+                "redis-server is not on PATH; install it (apt-get install redis-server)"
+            )
+        self._executable = executable
+        self.port = port if port is not None else free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._start_timeout_s = start_timeout_s
+        self._dir = tempfile.TemporaryDirectory(prefix="headway-redis-")
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> RedisServer:
+        if self.running:
+            raise RedisServerError(f"redis-server on port {self.port} is already running")
+        log_path = Path(self._dir.name) / "redis.log"
+        options = {
+            "port": str(self.port),
+            "bind": "127.0.0.1",
+            "save": "",
+            "appendonly": "no",
+            "dir": self._dir.name,
+            "daemonize": "no",
+        }
+        argv = [self._executable]
+        for name, value in options.items():
+            argv += [f"--{name}", value]
+        with log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        deadline = time.monotonic() + self._start_timeout_s
+        while not answers_ping(self.port):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self._reap()
+                raise RedisServerError(
+                    f"redis-server on port {self.port} did not answer PING:\n"
+                    + log_path.read_text(errors="replace")[-2000:]
+                )
+            time.sleep(0.01)  # poll interval of the condition wait above
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then wait for it to exit."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout_s)
+        self._process = None
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-conversation, as in a crash."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(10.0)
+        self._process = None
+
+    def _reap(self) -> None:
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait(10.0)
+        self._process = None
+
+    def close(self) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
