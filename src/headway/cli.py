@@ -449,6 +449,22 @@ def bench_int8(
     _publish(section, SECTION, out)
 
 
+@bench_app.command("quota")
+def bench_quota(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """CPU per quota check (embedded, Redis); over-admission of 4 gateways on one Redis."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.bench.quota import SECTION, run_quota_bench
+    from headway.bench.stats import command_line
+
+    section = run_quota_bench(settings.data_dir, seconds=seconds, command=command_line(sys.argv))
+    _publish(section, SECTION, out)
+
+
 @bench_app.command("overload")
 def bench_overload(
     seconds: Annotated[

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from headway.registry.sqlite import Registry
+from headway.testing.redis_server import RedisServer
 from tests.e2e.conftest import start_up, wait_for
-from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import Quota
-from tests.redis_server import RedisServer
+from headway.testing.redis_server import RedisServer
 
 QUOTA = Quota("acme", rate=500.0, burst=50.0)
 KEY = "headway:quota:acme"

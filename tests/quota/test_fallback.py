@@ -10,8 +10,8 @@ import pytest
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.redis_store import QuotaStoreUnavailable, RedisQuotaStore
 from headway.gateway.quota.store import LocalQuotaStore, Quota, QuotaDecision
+from headway.testing.redis_server import RedisServer
 from tests.fakes import FakeClock
-from tests.redis_server import RedisServer
 
 QUOTA = Quota("acme", rate=40.0, burst=20.0)
 FALLBACK_LOGGER = "headway.gateway.quota.fallback"

@@ -60,6 +60,7 @@ class Processes:
     gateway_url: str
     worker_url: str
     pids: Mapping[str, int]
+    gateway_urls: tuple[str, ...] = ()
 
 
 def bench_settings(
@@ -95,7 +96,7 @@ def serving(settings: Settings) -> Iterator[Processes]:
                 f"gateway and worker not ready within {settings.up.ready_timeout_s:.0f}s "
                 f"({', '.join(states)})"
             )
-        worker = next(child for child in supervisor.children if child.name != "gateway")
+        worker = next(child for child in supervisor.children if child not in supervisor.gateways)
         yield Processes(
             gateway.url,
             worker.url,
@@ -104,6 +105,7 @@ def serving(settings: Settings) -> Iterator[Processes]:
                 GATEWAY: gateway.process.pid,
                 CLIENT: os.getpid(),
             },
+            tuple(g.url for g in supervisor.gateways),
         )
     finally:
         supervisor.stop()

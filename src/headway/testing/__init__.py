@@ -1,0 +1,1 @@
+"""Throw-away servers for tests and benchmarks (started from installed binaries)."""
