@@ -72,9 +72,6 @@ class Point:
     def overall(self) -> Summary:
         return self.result.report.overall
 
-    def by_class(self, name: str) -> Summary:
-        return next(c for c in self.result.report.classes if c.name == name)
-
 
 def model_name(backend: str) -> str:
     return SYNTHETIC_ALIAS if backend == "synthetic" else "all-MiniLM-L6-v2"

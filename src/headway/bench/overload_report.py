@@ -17,7 +17,6 @@ from headway.bench.stats import markdown_table
 from headway.loadgen import Summary
 
 SECTION = "overload"
-GOODPUT_GOALS = {2.0: 0.95, 5.0: 0.90, 10.0: 0.85}
 
 
 def _ms(value: float | None) -> str:

@@ -22,9 +22,6 @@ class Deadline:
     def remaining_s(self) -> float:
         return self.at - self.clock()
 
-    def remaining_ms(self) -> float:
-        return (self.at - self.clock()) * 1000
-
 
 def deadline_from_headers(
     headers: Mapping[str, str], *, default_ms: int, max_ms: int, clock: Clock

@@ -58,10 +58,6 @@ class Schedule:
     def duration_s(self) -> float:
         return sum(step.seconds for step in self.steps)
 
-    def expected_count(self) -> float:
-        """Mean number of arrivals (exact for ``fixed`` up to rounding up per step)."""
-        return sum(step.seconds * step.rps for step in self.steps)
-
     def offsets(self) -> Iterator[float]:
         """Intended send times, in seconds from the start of the run."""
         rng = random.Random(f"headway.loadgen.arrivals:{self.seed}")
