@@ -1,3 +1,5 @@
+import random
+
 import msgspec
 
 from headway.gateway.admission.controller import AdmissionConfig
@@ -32,6 +34,7 @@ def pool_of(transport: ReadinessTransport) -> ReplicaPool:
         transport,
         health_interval_s=1,
         admission=AdmissionConfig(),
+        rng=random.Random(7),
     )
 
 
@@ -47,13 +50,13 @@ async def test_only_ready_replicas_of_the_requested_version_are_picked():
     assert pool.pick("v3") is None
 
 
-async def test_least_outstanding_wins_and_ties_rotate():
+async def test_power_of_two_choices_prefers_the_less_loaded_and_spreads_ties():
     transport = ReadinessTransport({"http://a": (True, "v"), "http://b": (True, "v")})
     pool = pool_of(transport)
     await pool.poll_once()
-    assert {pool.pick("v").url for _ in range(4)} == {"http://a", "http://b"}
+    assert {pool.pick("v").url for _ in range(50)} == {"http://a", "http://b"}
     pool.replicas[0].outstanding_texts = 5
-    assert {pool.pick("v").url for _ in range(4)} == {"http://b"}
+    assert {pool.pick("v").url for _ in range(50)} == {"http://b"}
     assert pool.pick("v", exclude=pool.replicas[1]).url == "http://a"
 
 

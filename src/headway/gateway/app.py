@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from headway import __version__
-from headway.errors import DeadlineExceeded, HeadwayError, NoReplicas, Overloaded
+from headway.errors import DeadlineExceeded, Forbidden, HeadwayError, NoReplicas, Overloaded
 from headway.gateway.auth import authenticate
 from headway.gateway.call import Call
 from headway.gateway.embeddings import create_embeddings
@@ -94,6 +94,27 @@ def build_gateway_app(service: GatewayService) -> App:
         ]
         return json_response({"object": "list", "data": data})
 
+    async def admin_replicas(service: GatewayService, call: Call) -> Response:
+        principal = authenticate(call.request.headers, service.snapshot)
+        if principal.role != "admin":
+            raise Forbidden("an admin key is required")
+        pools = {
+            name: [
+                {
+                    "url": replica.url,
+                    "state": pool.state(replica),
+                    "model_version": replica.model_version,
+                    "outstanding_texts": replica.outstanding_texts,
+                    "latency_ms": round(replica.latency_s * 1000, 2),
+                    "consecutive_failures": replica.health.consecutive_failures,
+                    "ejections": replica.health.ejections,
+                }
+                for replica in pool.replicas
+            ]
+            for name, pool in service.pools.items()
+        }
+        return json_response({"pools": pools})
+
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
 
@@ -112,6 +133,7 @@ def build_gateway_app(service: GatewayService) -> App:
     router.add("POST", "/v1/embeddings", _instrumented(service, "embeddings", create_embeddings))
     router.add("POST", "/v1/rerank", _instrumented(service, "rerank", rerank))
     router.add("GET", "/v1/models", _instrumented(service, "models", list_models))
+    router.add("GET", "/admin/replicas", _instrumented(service, "admin", admin_replicas))
     router.add("GET", "/healthz", healthz)
     router.add("GET", "/readyz", readyz)
     router.add("GET", "/metrics", metrics_handler(service.metrics.registry))

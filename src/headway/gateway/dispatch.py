@@ -4,15 +4,16 @@ A worker's answer maps onto the error tree: its 503 (queue full) is our
 ``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``;
 anything else is ``UpstreamFailed``. A replica that refuses connections is
 marked unready; a connection that breaks mid-call (a reused keep-alive
-connection the server closed, say) says nothing about the replica. Either way
-the chunk is tried once more, elsewhere when another replica is ready, if the
-deadline allows: computing an embedding twice has no side effect. Chunks of one
+connection the server closed, say) says nothing about the replica. A failed
+chunk is tried once more (see ``call_chunk``): computing an embedding twice has
+no side effect, and the retry carries the same request id. Chunks of one
 request run in parallel; the first failure cancels the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -20,6 +21,7 @@ import msgspec
 
 from headway.errors import (
     DeadlineExceeded,
+    HeadwayError,
     NoReplicas,
     Overloaded,
     UpstreamFailed,
@@ -49,35 +51,60 @@ async def call_chunk(
     deadline: Deadline,
     version: str,
 ) -> protocol.ChunkResult:
-    """One chunk to a replica serving ``version``, tried at most twice."""
+    """One chunk to a replica serving ``version``; on failure, once more elsewhere.
+
+    Retried: connection failures, broken connections, 5xx, and a worker's 503 (its
+    queue is full; another may not be), within the deadline and the pool's retry
+    budget. The retry goes to another replica; only a broken connection may be
+    retried on the same one (a reused keep-alive connection the server closed).
+    Failures other than a full queue count toward the replica's ejection.
+    """
+    pool.retry_budget.record_request()
     tried: Replica | None = None
-    for _ in range(2):
-        replica = pool.pick(version, exclude=tried) or (tried if tried and tried.ready else None)
+    same_allowed = False
+    failure: HeadwayError | None = None
+    for attempt in range(2):
+        replica = pool.pick(version, exclude=tried)
+        if replica is None and same_allowed and tried is not None and tried.ready:
+            replica = tried
         if replica is None:
-            if tried is not None:
-                raise UpstreamFailed(f"pool {pool.name}: no other replica to try")
-            raise NoReplicas(f"pool {pool.name} has no ready replica")
+            if failure is not None:
+                raise failure
+            raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
+        if attempt and not pool.retry_budget.try_retry():
+            assert failure is not None
+            raise failure
         remaining_s = deadline.remaining_s()
         if remaining_s <= 0:
             raise DeadlineExceeded("deadline passed before the work was sent")
         replica.outstanding_texts += texts
+        started = time.monotonic()
         try:
             reply = await transport.post(
                 replica.url, path, body_for(remaining_s * 1000), protocol.CONTENT_TYPE, remaining_s
             )
+            result = _interpret(reply, replica)
         except TransportTimeout as exc:
             raise DeadlineExceeded("deadline passed while the work ran") from exc
-        except ConnectFailed:
+        except ConnectFailed as exc:
             pool.mark_unreachable(replica)
-            tried = replica
-            continue
-        except TransportError:
-            tried = replica
-            continue
+            pool.record(replica, ok=False)
+            failure, same_allowed = UpstreamFailed(f"replica unreachable: {exc}"), False
+        except TransportError as exc:
+            failure, same_allowed = UpstreamFailed(f"connection to replica broke: {exc}"), True
+        except Overloaded as exc:
+            failure, same_allowed = exc, False
+        except UpstreamFailed as exc:
+            pool.record(replica, ok=False)
+            failure, same_allowed = exc, False
+        else:
+            pool.record(replica, ok=True, latency_s=time.monotonic() - started)
+            return result
         finally:
             replica.outstanding_texts -= texts
-        return _interpret(reply, replica)
-    raise UpstreamFailed(f"pool {pool.name}: replicas unreachable")
+        tried = replica
+    assert failure is not None
+    raise failure
 
 
 def _interpret(reply: Reply, replica: Replica) -> protocol.ChunkResult:

@@ -3,25 +3,28 @@
 A health task polls every replica's ``/readyz``; only ready replicas receive
 work, and each one's model version, kind and width come from there. A replica
 that refuses a connection is marked unready at once and comes back with the
-next successful poll. The next chunk goes to the ready replica with the least
-outstanding work (texts) sent from this gateway; power of two choices,
-retries and ejection are the routing layer's job, later. Each pool has its
-own admission controller, sized by the replicas that are ready.
+next successful poll. The next chunk goes to the replica with less
+outstanding work (texts) sent from this gateway, by power of two choices among
+replicas that are ready and not ejected. Each pool has its own admission
+controller, sized by the replicas that are ready, and its own retry budget.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
+import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
 from headway.gateway.admission.controller import AdmissionConfig, AdmissionController
+from headway.gateway.routing.ejection import EjectionPolicy, Health, after_failure, after_success
+from headway.gateway.routing.p2c import choose
+from headway.gateway.routing.retry_budget import RetryBudget
 from headway.gateway.transport import Transport, TransportError
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,7 @@ class ReadyState(msgspec.Struct):
 
 
 _ready_decoder = msgspec.json.Decoder(ReadyState)
+DEFAULT_EJECTION = EjectionPolicy()
 
 
 @dataclass(slots=True)
@@ -45,6 +49,9 @@ class Replica:
     kind: str = ""
     dimensions: int = 0
     outstanding_texts: int = 0
+    health: Health = field(default_factory=Health)
+    latency_s: float = 0.0
+    """Exponentially weighted latency of its recent successful calls."""
 
 
 class ReplicaPool:
@@ -57,8 +64,14 @@ class ReplicaPool:
         health_interval_s: float,
         admission: AdmissionConfig,
         clock: Callable[[], float] = time.monotonic,
+        ejection: EjectionPolicy = DEFAULT_EJECTION,
+        rng: random.Random | None = None,
     ) -> None:
         self.name = name
+        self._clock = clock
+        self._ejection = ejection
+        self._rng = rng or random.Random()
+        self.retry_budget = RetryBudget(clock)
         self.replicas = [Replica(url.rstrip("/")) for url in urls]
         self.ready_count = 0
         self.versions: frozenset[str] = frozenset()  # model versions ready replicas serve
@@ -66,7 +79,6 @@ class ReplicaPool:
         self._transport = transport
         self._interval = health_interval_s
         self._task: asyncio.Task[None] | None = None
-        self._turn = itertools.count()
 
     async def start(self) -> None:
         await self.poll_once()
@@ -115,16 +127,45 @@ class ReplicaPool:
         return [replica for replica in self.replicas if replica.ready]
 
     def pick(self, version: str, exclude: Replica | None = None) -> Replica | None:
-        """Least outstanding texts among ready replicas serving ``version``; ties rotate.
-
-        During a rollout replicas of two versions may be ready at once; a request
-        goes only to replicas of the version it was admitted with.
-        """
+        """Power of two choices on outstanding texts among the replicas that may take work:
+        ready, not ejected, and serving ``version`` (during a rollout two versions may be
+        ready at once; a request goes only to the version it was admitted with)."""
+        now = self._clock()
         candidates = [
-            r for r in self.replicas if r.ready and r.model_version == version and r is not exclude
+            r
+            for r in self.replicas
+            if r.ready
+            and r.model_version == version
+            and r is not exclude
+            and not r.health.ejected(now)
         ]
-        if not candidates:
-            return None
-        offset = next(self._turn) % len(candidates)
-        rotated = candidates[offset:] + candidates[:offset]
-        return min(rotated, key=lambda replica: replica.outstanding_texts)
+        return choose(candidates, _outstanding, self._rng)
+
+    def record(self, replica: Replica, *, ok: bool, latency_s: float = 0.0) -> None:
+        """A call's outcome: feeds ejection (failures) and the replica's recent latency."""
+        if ok:
+            replica.health = after_success(replica.health)
+            replica.latency_s += 0.2 * (latency_s - replica.latency_s)
+            return
+        now = self._clock()
+        ejected_now = sum(r.health.ejected(now) for r in self.replicas)
+        was_ejected = replica.health.ejected(now)
+        replica.health = after_failure(
+            replica.health, now, self._ejection, ejected_now, len(self.replicas)
+        )
+        if replica.health.ejected(now) and not was_ejected:
+            log.warning(
+                "replica %s of pool %s ejected for %.1fs after repeated failures",
+                replica.url,
+                self.name,
+                replica.health.ejected_until - now,
+            )
+
+    def state(self, replica: Replica) -> str:
+        if replica.health.ejected(self._clock()):
+            return "ejected"
+        return "ready" if replica.ready else "unready"
+
+
+def _outstanding(replica: Replica) -> int:
+    return replica.outstanding_texts
