@@ -7,7 +7,9 @@ requests), then the workers (they finish their queues), and exits. Children
 live in their own process group, so a terminal's Ctrl-C reaches only the
 supervisor, which signals each child once; each child also asks the kernel to
 send it SIGTERM if the supervisor dies, so nothing is orphaned. If a child
-exits on its own, everything is stopped and ``up`` exits non-zero.
+exits on its own it is started again on the same address (the gateway retries
+its chunks elsewhere meanwhile); one that keeps exiting right after it starts
+stops everything, and ``up`` exits non-zero.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 40.0
+QUICK_EXIT_S = 10.0
+MAX_QUICK_EXITS = 3
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -46,6 +50,10 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     url: str
+    args: list[str]
+    address: tuple[str, int]
+    started: float
+    quick_exits: int = 0
 
 
 class Supervisor:
@@ -58,6 +66,15 @@ class Supervisor:
 
     def _spawn(self, name: str, args: list[str], sock: socket.socket) -> Child:
         host, port = sock.getsockname()[:2]
+        child = Child(
+            name, self._popen(args, sock), f"http://{host}:{port}", args, (host, port), 0.0
+        )
+        child.started = time.monotonic()
+        self.children.append(child)
+        log.info("started %s (pid %d) on %s", name, child.process.pid, child.url)
+        return child
+
+    def _popen(self, args: list[str], sock: socket.socket) -> subprocess.Popen[bytes]:
         command = [
             sys.executable,
             "-m",
@@ -68,16 +85,35 @@ class Supervisor:
             "--fd",
             str(sock.fileno()),
         ]
-        process = subprocess.Popen(
+        return subprocess.Popen(
             command,
             pass_fds=(sock.fileno(),),
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        child = Child(name, process, f"http://{host}:{port}")
-        self.children.append(child)
-        log.info("started %s (pid %d) on %s", name, process.pid, child.url)
-        return child
+
+    def restart(self, child: Child) -> bool:
+        """Start a child that died again, on the same address; False if it keeps dying.
+
+        A child that exits within ``QUICK_EXIT_S`` of starting, ``MAX_QUICK_EXITS`` times
+        in a row, is crash-looping (a model that cannot load, say): give up.
+        """
+        quick = time.monotonic() - child.started < QUICK_EXIT_S
+        child.quick_exits = child.quick_exits + 1 if quick else 0
+        if child.quick_exits >= MAX_QUICK_EXITS:
+            return False
+        try:
+            sock = listening_socket(*child.address)
+        except OSError as exc:
+            log.error("cannot listen on %s again for %s: %s", child.url, child.name, exc)
+            return False
+        try:
+            child.process = self._popen(child.args, sock)
+        finally:
+            sock.close()
+        child.started = time.monotonic()
+        log.warning("restarted %s (pid %d) on %s", child.name, child.process.pid, child.url)
+        return True
 
     def start(self) -> Child:
         up = self.settings.up
@@ -139,11 +175,11 @@ class Supervisor:
         while not self._stopping:
             exited = self._exited()
             if exited is not None:
-                log.error(
-                    "%s exited with status %s; stopping", exited.name, exited.process.returncode
-                )
-                self.stop()
-                return 1
+                log.error("%s exited with status %s", exited.name, exited.process.returncode)
+                if not self.restart(exited):
+                    log.error("%s keeps exiting; stopping everything", exited.name)
+                    self.stop()
+                    return 1
             time.sleep(0.2)
         self.stop()
         return 0
