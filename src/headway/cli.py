@@ -192,7 +192,16 @@ def worker(
     from headway.worker.main import build_worker
 
     w = settings.worker
-    serve(build_worker(settings), host=w.host, port=w.port, fd=fd, log_level=settings.log_level)
+    app, service = build_worker(settings)
+    serve(
+        app,
+        host=w.host,
+        port=w.port,
+        fd=fd,
+        log_level=settings.log_level,
+        drain=service.drain,
+        drain_delay_s=w.drain_delay_s,
+    )
 
 
 @models_app.command("import")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
+from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 
@@ -33,7 +36,43 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
 
 
-def serve(app: App, *, host: str, port: int, fd: int | None, log_level: str) -> None:
+class DrainingServer(uvicorn.Server):
+    """On the first SIGTERM/SIGINT: call ``drain`` (turn unready), keep serving for
+    ``drain_delay_s`` so load balancers notice, then shut down gracefully (stop
+    accepting, finish in-flight requests). A second signal exits at once."""
+
+    def __init__(
+        self, config: uvicorn.Config, drain: Callable[[], None] | None, drain_delay_s: float
+    ) -> None:
+        super().__init__(config)
+        self._drain = drain
+        self._drain_delay_s = drain_delay_s
+        self._draining = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._draining or self._drain is None or self._drain_delay_s <= 0:
+            super().handle_exit(sig, frame)
+            return
+        self._draining = True
+        self._drain()
+        logging.getLogger(__name__).info(
+            "draining: unready now, closing in %.1fs", self._drain_delay_s
+        )
+        timer = threading.Timer(self._drain_delay_s, super().handle_exit, (sig, frame))
+        timer.daemon = True
+        timer.start()
+
+
+def serve(
+    app: App,
+    *,
+    host: str,
+    port: int,
+    fd: int | None,
+    log_level: str,
+    drain: Callable[[], None] | None = None,
+    drain_delay_s: float = 0.0,
+) -> None:
     """Blocks until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish)."""
     if fd is None:
         sock = listening_socket(host, port)  # TCP_NODELAY, set where the socket is made
@@ -54,4 +93,4 @@ def serve(app: App, *, host: str, port: int, fd: int | None, log_level: str) -> 
         limit_concurrency=None,
         backlog=4096,
     )
-    uvicorn.Server(config).run()
+    DrainingServer(config, drain, drain_delay_s).run()

@@ -123,6 +123,11 @@ class WorkerSettings(_Section):
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill.")
     max_queue_texts: int = Field(1024, gt=0, description="Queue bound in texts; full answers 503.")
     inference_threads: int = Field(1, gt=0, description="ONNX Runtime intra-op threads per worker.")
+    drain_delay_s: float = Field(
+        1.5,
+        ge=0,
+        description="After SIGTERM: unready at once, keep serving this long, then close.",
+    )
     tokenizer_threads: int = Field(
         1, gt=0, description="Threads of the tokenizer's pool (it defaults to every core)."
     )

@@ -1,4 +1,5 @@
-"""A replica SIGKILLed under load: no client-visible error, and `up` brings it back."""
+"""A replica SIGKILLed or drained (SIGTERM) under load: no client-visible error, and
+`up` brings it back."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def worker_pids(supervisor_pid: int) -> list[int]:
     ]
 
 
-async def steady_load(url: str, seconds: float, kill_at: float, victim: int) -> list[int]:
+async def steady_load(url: str, seconds: float, kill_at: float, victim: int, sig: int) -> list[int]:
     statuses: list[int] = []
     started = time.monotonic()
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
@@ -42,13 +43,14 @@ async def steady_load(url: str, seconds: float, kill_at: float, victim: int) -> 
 
         async def kill() -> None:
             await asyncio.sleep(kill_at)
-            os.kill(victim, signal.SIGKILL)
+            os.kill(victim, sig)
 
         await asyncio.gather(kill(), *(loop(i) for i in range(6)))
     return statuses
 
 
-def test_sigkill_of_a_replica_under_load_costs_no_request(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "drained"])
+def test_losing_a_replica_under_load_costs_no_request(tmp_path, monkeypatch, sig):
     monkeypatch.setenv("HEADWAY_WORKER__SYNTHETIC__CALL_MS", "20")
     monkeypatch.setenv("HEADWAY_WORKER__SYNTHETIC__TEXT_MS", "1")
     monkeypatch.setenv("HEADWAY_GATEWAY__QUOTA__ENABLED", "false")
@@ -58,7 +60,9 @@ def test_sigkill_of_a_replica_under_load_costs_no_request(tmp_path, monkeypatch)
     try:
         before = worker_pids(up.process.pid)
         assert len(before) == 2
-        statuses = asyncio.run(steady_load(up.url, seconds=4.0, kill_at=1.5, victim=before[0]))
+        statuses = asyncio.run(
+            steady_load(up.url, seconds=4.0, kill_at=1.5, victim=before[0], sig=sig)
+        )
         assert len(statuses) > 50
         assert set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
 

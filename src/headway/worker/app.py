@@ -88,6 +88,11 @@ class WorkerService:
             time.perf_counter() - started,
         )
 
+    def drain(self) -> None:
+        """Turn unready so gateways stop sending; the queue is finished at shutdown."""
+        self.ready = False
+        self.draining = True
+
     async def stop(self) -> None:
         """Unready first, then finish what is queued, then release the inference thread."""
         self.ready = False

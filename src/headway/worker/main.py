@@ -50,7 +50,7 @@ def loader(settings: Settings) -> LoadedModel:
     )
 
 
-def build_worker(settings: Settings) -> App:
+def build_worker(settings: Settings) -> tuple[App, WorkerService]:
     worker = settings.worker
     limits = BatchLimits(
         max_batch_size=worker.max_batch_size,
@@ -61,4 +61,4 @@ def build_worker(settings: Settings) -> App:
     service = WorkerService(
         worker.pool, lambda: loader(settings), limits, metrics=WorkerMetrics(worker.pool)
     )
-    return build_worker_app(service)
+    return build_worker_app(service), service
