@@ -141,6 +141,15 @@ def gateway(
     rerank_replicas: Annotated[
         str | None, typer.Option(help="Comma-separated worker URLs of the rerank pool.")
     ] = None,
+    embed_dns: Annotated[
+        str | None, typer.Option(help="NAME:PORT whose A records are the embed pool.")
+    ] = None,
+    rerank_dns: Annotated[
+        str | None, typer.Option(help="NAME:PORT whose A records are the rerank pool.")
+    ] = None,
+    dns_server: Annotated[
+        str | None, typer.Option(help="HOST:PORT of the DNS server (default: the system's).")
+    ] = None,
     admission: AdmissionOpt = None,
     redis_url: RedisOpt = None,
     log_level: LogLevelOpt = None,
@@ -157,6 +166,9 @@ def gateway(
             "admission": _flags(enabled=_on_off(admission)),
             "embed_replicas": _urls(embed_replicas),
             "rerank_replicas": _urls(rerank_replicas),
+            "embed_dns": embed_dns,
+            "rerank_dns": rerank_dns,
+            "dns_server": dns_server,
         },
     )
     from headway.gateway.main import build_gateway

@@ -92,6 +92,14 @@ class GatewaySettings(_Section):
     rerank_replicas: tuple[str, ...] = Field(
         (), description="Base URLs of the rerank pool's workers (empty: rerank uses embed)."
     )
+    embed_dns: str | None = Field(
+        None, description="NAME:PORT whose A records are the embed pool (a headless service)."
+    )
+    rerank_dns: str | None = Field(None, description="NAME:PORT for the rerank pool.")
+    dns_server: str | None = Field(
+        None, description="HOST:PORT of the DNS server to ask (default: the system's)."
+    )
+    dns_interval_s: float = Field(5.0, gt=0, description="How often DNS names are re-resolved.")
     chunk_texts: int = Field(16, gt=0, description="Requests above this many texts are split.")
     interactive: TierTimeouts = TierTimeouts(default_ms=10_000, max_ms=60_000)
     batch: TierTimeouts = TierTimeouts(default_ms=60_000, max_ms=300_000)

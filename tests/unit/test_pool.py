@@ -1,8 +1,10 @@
 import random
 
 import msgspec
+import pytest
 
 from headway.gateway.admission.controller import AdmissionConfig
+from headway.gateway.discovery import parse_target
 from headway.gateway.pool import ReplicaPool
 from headway.gateway.transport import Reply, TransportError
 
@@ -69,3 +71,28 @@ async def test_unreachable_replicas_drop_out_and_come_back_with_the_next_poll():
     assert pool.versions == frozenset()
     await pool.poll_once()
     assert pool.ready_count == 1
+
+
+async def test_discovery_adds_replicas_unready_until_polled_and_drops_vanished_ones():
+    transport = ReadinessTransport({"http://a": (True, "v"), "http://b": (True, "v")})
+    pool = ReplicaPool(
+        "embed", ("http://a",), transport, health_interval_s=1, admission=AdmissionConfig()
+    )
+    await pool.poll_once()
+    kept = pool.replicas[0]
+    kept.outstanding_texts = 3
+    await pool.set_addresses(["http://a", "http://b"])
+    assert [r.url for r in pool.replicas] == ["http://a", "http://b"]
+    assert pool.replicas[0] is kept  # its state survives
+    assert pool.ready_count == 2  # the new one was polled before it counts
+    await pool.set_addresses(["http://b"])
+    assert [r.url for r in pool.replicas] == ["http://b"]
+    assert pool.ready_count == 1
+    assert pool.pick("v").url == "http://b"
+
+
+def test_dns_targets_parse_strictly():
+    assert parse_target("embed.ns.svc:9100") == ("embed.ns.svc", 9100)
+    for bad in ("embed", "embed:", ":9100", "embed:http"):
+        with pytest.raises(ValueError, match="NAME:PORT"):
+            parse_target(bad)

@@ -95,6 +95,20 @@ class ReplicaPool:
             await asyncio.sleep(self._interval)
             await self.poll_once()
 
+    async def set_addresses(self, urls: list[str]) -> None:
+        """Follow discovery: keep known replicas, add new ones (unready until polled), drop
+        vanished ones (work already sent to them finishes on its own)."""
+        known = {replica.url: replica for replica in self.replicas}
+        wanted = [url.rstrip("/") for url in urls]
+        if list(known) == wanted:
+            return
+        added = [url for url in wanted if url not in known]
+        removed = [url for url in known if url not in wanted]
+        self.replicas = [known.get(url) or Replica(url) for url in wanted]
+        log.info("pool %s replicas: +%s -%s", self.name, added or "[]", removed or "[]")
+        await asyncio.gather(*(self._poll(r) for r in self.replicas if r.url in added))
+        self._recount()
+
     async def poll_once(self) -> None:
         await asyncio.gather(*(self._poll(replica) for replica in self.replicas))
 
@@ -120,6 +134,9 @@ class ReplicaPool:
 
     def _set_ready(self, replica: Replica, ready: bool) -> None:
         replica.ready = ready
+        self._recount()
+
+    def _recount(self) -> None:
         self.ready_count = sum(r.ready for r in self.replicas)
         self.versions = frozenset(r.model_version for r in self.replicas if r.ready)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from headway.errors import NoReplicas, NotFound
 from headway.gateway.admission.controller import AdmissionConfig
+from headway.gateway.discovery import DiscoveryFailed, DnsDiscovery
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.pool import ReplicaPool
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
@@ -40,15 +41,19 @@ class GatewayService:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     snapshot: Snapshot = field(default_factory=Snapshot)
     pools: dict[str, ReplicaPool] = field(default_factory=dict)
+    discovery: dict[str, DnsDiscovery] = field(default_factory=dict)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         admission = admission_config(self.settings.admission)
-        for name, urls in (
-            ("embed", self.settings.embed_replicas),
-            ("rerank", self.settings.rerank_replicas),
+        settings = self.settings
+        for name, urls, dns_name in (
+            ("embed", settings.embed_replicas, settings.embed_dns),
+            ("rerank", settings.rerank_replicas, settings.rerank_dns),
         ):
-            if urls:
+            if dns_name:
+                self.discovery[name] = DnsDiscovery(dns_name, nameserver=settings.dns_server)
+            if urls or dns_name:
                 pool = ReplicaPool(
                     name,
                     urls,
@@ -62,9 +67,13 @@ class GatewayService:
 
     async def start(self) -> None:
         await self.refresh_now()
+        for name, discovery in self.discovery.items():
+            await self._discover(self.pools[name], discovery)
         for pool in self.pools.values():
             await pool.start()
         loop = asyncio.get_running_loop()
+        for name, discovery in self.discovery.items():
+            self._tasks.append(loop.create_task(self._discover_forever(name, discovery)))
         self._tasks.append(loop.create_task(self._refresh_forever()))
         if self.quota_heartbeat is not None:
             await self.quota_heartbeat()
@@ -83,6 +92,17 @@ class GatewayService:
     async def refresh_now(self) -> None:
         """Reload keys, tenants and aliases (the snapshot is replaced whole)."""
         self.snapshot = await asyncio.to_thread(self.load_snapshot)
+
+    async def _discover(self, pool: ReplicaPool, discovery: DnsDiscovery) -> None:
+        try:
+            await pool.set_addresses(await discovery.addresses())
+        except DiscoveryFailed as exc:
+            log.warning("pool %s: %s; keeping its last replicas", pool.name, exc)
+
+    async def _discover_forever(self, name: str, discovery: DnsDiscovery) -> None:
+        while True:
+            await asyncio.sleep(self.settings.dns_interval_s)
+            await self._discover(self.pools[name], discovery)
 
     async def _heartbeat_forever(self, heartbeat: Callable[[], Awaitable[object]]) -> None:
         while True:

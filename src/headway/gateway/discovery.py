@@ -1,0 +1,51 @@
+"""Where a pool's replicas are: a DNS name re-resolved on an interval.
+
+A Kubernetes headless service answers its name with one A record per ready pod;
+every replica listens on the same port. ``DnsDiscovery`` turns the answer into
+base URLs; the pool then adds new replicas (they take traffic once their own
+``/readyz`` says so) and forgets vanished ones (work already sent to them
+finishes). If a lookup fails, the last answer stands.
+"""
+
+from __future__ import annotations
+
+import dns.asyncresolver
+import dns.exception
+import dns.resolver
+
+
+class DiscoveryFailed(Exception):
+    """The name could not be resolved."""
+
+
+def parse_target(target: str) -> tuple[str, int]:
+    """``name:port`` → (name, port)."""
+    name, sep, port = target.rpartition(":")
+    if not sep or not name or not port.isdigit():
+        raise ValueError(f"expected NAME:PORT, got {target!r}")
+    return name, int(port)
+
+
+class DnsDiscovery:
+    def __init__(
+        self, target: str, *, nameserver: str | None = None, timeout_s: float = 1.0
+    ) -> None:
+        self.name, self.port = parse_target(target)
+        if nameserver is None:
+            self._resolver = dns.asyncresolver.Resolver()
+        else:
+            host, port = parse_target(nameserver)
+            self._resolver = dns.asyncresolver.Resolver(configure=False)
+            self._resolver.nameservers = [host]
+            self._resolver.port = port
+        self._resolver.lifetime = timeout_s
+        self._resolver.cache = None
+
+    async def addresses(self) -> list[str]:
+        try:
+            answer = await self._resolver.resolve(self.name, "A")
+        except dns.resolver.NXDOMAIN:
+            return []
+        except (dns.exception.DNSException, OSError) as exc:
+            raise DiscoveryFailed(f"resolving {self.name}: {type(exc).__name__}") from exc
+        return sorted(f"http://{record.address}:{self.port}" for record in answer)
