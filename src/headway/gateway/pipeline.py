@@ -70,7 +70,29 @@ async def run_chunks(
 ) -> list[protocol.ChunkResult]:
     await _charge(service, call, n_texts)
     try:
-        return await _admitted(service, call, pool, path, n_texts, body_for, deadline, version)
+        outcome = pool.admission.try_admit(call.tenant, call.tier, n_texts)
+        if isinstance(outcome, Refusal):
+            raise _overloaded(service, pool, outcome)
+        completed = False
+        try:
+            results = await gather_or_cancel(
+                [
+                    call_chunk(
+                        pool,
+                        service.transport,
+                        path,
+                        _bind(body_for, part),
+                        part.stop - part.start,
+                        deadline,
+                        version,
+                    )
+                    for part in split(n_texts, service.settings.chunk_texts)
+                ]
+            )
+            completed = True
+            return results
+        finally:
+            pool.admission.release(outcome, completed=completed)
     except HeadwayError as exc:
         if call.quota is not None and exc.status >= 500:
             await service.quota.refund(call.quota, n_texts)
@@ -99,41 +121,6 @@ async def _charge(service: GatewayService, call: Call, n_texts: int) -> None:
         f"quota of {call.quota.rate:g} texts/s (burst {call.quota.burst:g}) used up; retry later",
         retry_after_s=taken.retry_after_s,
     )
-
-
-async def _admitted(
-    service: GatewayService,
-    call: Call,
-    pool: ReplicaPool,
-    path: str,
-    n_texts: int,
-    body_for: ChunkBody,
-    deadline: Deadline,
-    version: str,
-) -> list[protocol.ChunkResult]:
-    outcome = pool.admission.try_admit(call.tenant, call.tier, n_texts)
-    if isinstance(outcome, Refusal):
-        raise _overloaded(service, pool, outcome)
-    completed = False
-    try:
-        results = await gather_or_cancel(
-            [
-                call_chunk(
-                    pool,
-                    service.transport,
-                    path,
-                    _bind(body_for, part),
-                    part.stop - part.start,
-                    deadline,
-                    version,
-                )
-                for part in split(n_texts, service.settings.chunk_texts)
-            ]
-        )
-        completed = True
-        return results
-    finally:
-        pool.admission.release(outcome, completed=completed)
 
 
 def _overloaded(service: GatewayService, pool: ReplicaPool, refused: Refusal) -> Overloaded:
