@@ -175,7 +175,16 @@ def gateway(
     from headway.serve import serve
 
     g = settings.gateway
-    serve(build_gateway(settings), host=g.host, port=g.port, fd=fd, log_level=settings.log_level)
+    app, service = build_gateway(settings)
+    serve(
+        app,
+        host=g.host,
+        port=g.port,
+        fd=fd,
+        log_level=settings.log_level,
+        drain=service.drain,
+        drain_delay_s=g.drain_delay_s,
+    )
 
 
 @app.command()

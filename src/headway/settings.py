@@ -83,6 +83,19 @@ class QuotaSettings(_Section):
     )
 
 
+class RoutingSettings(_Section):
+    retries: bool = Field(True, description="Retry a failed chunk once on another replica.")
+    retry_ratio: float = Field(
+        0.2, ge=0, le=1, description="Retries and hedges allowed, as a share of recent chunks."
+    )
+    hedge_pools: tuple[PoolName, ...] = Field(
+        (), description="Pools that hedge: a chunk not answered by the pool's p95 is sent again."
+    )
+    hedge_quantile: float = Field(
+        0.95, ge=0.5, lt=1, description="The latency quantile after which a chunk is hedged."
+    )
+
+
 class GatewaySettings(_Section):
     host: str = Field("127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on.")
@@ -104,7 +117,13 @@ class GatewaySettings(_Section):
     interactive: TierTimeouts = TierTimeouts(default_ms=10_000, max_ms=60_000)
     batch: TierTimeouts = TierTimeouts(default_ms=60_000, max_ms=300_000)
     health_interval_s: float = Field(0.5, gt=0, description="How often /readyz is polled.")
+    drain_delay_s: float = Field(
+        0.0,
+        ge=0,
+        description="After SIGTERM: /readyz 503 at once, keep serving this long, then close.",
+    )
     registry_refresh_s: float = Field(2.0, gt=0, description="How often keys are reloaded.")
+    routing: RoutingSettings = RoutingSettings()
     admission: AdmissionSettings = AdmissionSettings()
     quota: QuotaSettings = QuotaSettings()
     limits: LimitsSettings = LimitsSettings()

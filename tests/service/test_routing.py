@@ -1,6 +1,7 @@
 """Retries on another replica, ejection of a replica that keeps failing, /admin/replicas."""
 
 from headway.http.asgi import App, Request, Response, Router, json_response
+from headway.settings import RoutingSettings
 from tests.service.conftest import WORKER_URLS, auth, make_stack
 
 
@@ -59,5 +60,16 @@ async def test_never_more_than_half_the_pool_is_ejected(tmp_path):
         assert set(statuses) == {502}
         pool = stack.gateway.pools["embed"]
         assert [pool.state(r) for r in pool.replicas].count("ejected") == 1
+    finally:
+        await stack.close()
+
+
+async def test_with_retries_off_a_failing_replica_fails_the_requests_sent_to_it(tmp_path):
+    stack = await make_stack(tmp_path, routing=RoutingSettings(retries=False))
+    try:
+        stack.transport.apps[WORKER_URLS[0]] = broken_worker(stack.worker_apps[WORKER_URLS[1]])
+        statuses = [(await embed(stack)).status_code for _ in range(30)]
+        assert set(statuses) == {200, 502}  # until ejection takes the broken one out
+        assert stack.gateway.pools["embed"].counts.retries == 0
     finally:
         await stack.close()

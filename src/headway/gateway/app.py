@@ -113,7 +113,19 @@ def build_gateway_app(service: GatewayService) -> App:
             ]
             for name, pool in service.pools.items()
         }
-        return json_response({"pools": pools})
+        routing = {
+            name: {
+                "hedging": pool.routing.hedging,
+                "quantile": pool.routing.hedge_quantile,
+                "latency_quantile_ms": _ms(pool.latency.value_s()),
+                "chunks": pool.counts.chunks,
+                "retries": pool.counts.retries,
+                "hedges": pool.counts.hedges,
+                "hedges_won": pool.counts.hedges_won,
+            }
+            for name, pool in service.pools.items()
+        }
+        return json_response({"pools": pools, "routing": routing})
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -145,3 +157,7 @@ def build_gateway_app(service: GatewayService) -> App:
         max_body_bytes=service.settings.limits.max_body_bytes,
         watch_disconnect=True,
     )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)

@@ -4,10 +4,11 @@ A worker's answer maps onto the error tree: its 503 (queue full) is our
 ``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``;
 anything else is ``UpstreamFailed``. A replica that refuses connections is
 marked unready; a connection that breaks mid-call (a reused keep-alive
-connection the server closed, say) says nothing about the replica. A failed
-chunk is tried once more (see ``call_chunk``): computing an embedding twice has
-no side effect, and the retry carries the same request id. Chunks of one
-request run in parallel; the first failure cancels the others.
+connection the server closed, say) says nothing about the replica. A chunk
+gets at most one extra attempt, a retry or a hedge (see ``call_chunk``):
+computing an embedding twice has no side effect, and the copy carries the same
+request id. Chunks of one request run in parallel; the first failure cancels
+the others.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
@@ -51,37 +53,120 @@ async def call_chunk(
     deadline: Deadline,
     version: str,
 ) -> protocol.ChunkResult:
-    """One chunk to a replica serving ``version``; on failure, once more elsewhere.
+    """One chunk to a replica serving ``version``, with at most one extra attempt elsewhere.
 
-    Retried: connection failures, broken connections, 5xx, and a worker's 503 (its
-    queue is full; another may not be), within the deadline and the pool's retry
-    budget. The retry goes to another replica; only a broken connection may be
-    retried on the same one (a reused keep-alive connection the server closed).
-    Failures other than a full queue count toward the replica's ejection.
+    The extra attempt is a retry or a hedge, never both, and either is paid from the
+    pool's retry budget. Retried: connection failures, broken connections, 5xx, and a
+    worker's 503 (its queue is full; another may not be), within the deadline. The retry
+    goes to another replica; only a broken connection may be retried on the same one (a
+    reused keep-alive connection the server closed). Hedged, where the pool hedges: a
+    chunk not answered by the pool's recent latency quantile is sent to another replica
+    too; the first answer wins and the other call is cancelled (the worker drops work
+    whose caller left). Failures other than a full queue count toward ejection.
     """
     pool.retry_budget.record_request()
-    tried: Replica | None = None
-    same_allowed = False
-    failure: HeadwayError | None = None
-    for attempt in range(2):
-        replica = pool.pick(version, exclude=tried)
-        if replica is None and same_allowed and tried is not None and tried.ready:
-            replica = tried
-        if replica is None:
-            if failure is not None:
-                raise failure
-            raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
-        if attempt and not pool.retry_budget.try_retry():
-            assert failure is not None
-            raise failure
-        remaining_s = deadline.remaining_s()
+    pool.counts.chunks += 1
+    first = pool.pick(version)
+    if first is None:
+        raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
+    send = _Attempt(pool, transport, path, body_for, texts, deadline)
+    running: dict[asyncio.Task[protocol.ChunkResult], Replica] = {}
+    loop = asyncio.get_running_loop()
+    running[send.start(first)] = first
+    hedge_after_s = pool.hedge_after_s()
+    hedge_at = None if hedge_after_s is None else loop.time() + hedge_after_s
+    spare = True  # the one extra attempt, not yet spent
+    hedge: asyncio.Task[protocol.ChunkResult] | None = None
+    try:
+        while True:
+            timeout = None if hedge_at is None else max(0.0, hedge_at - loop.time())
+            done, _ = await asyncio.wait(
+                running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:  # the hedge is due
+                hedge_at = None
+                other = pool.pick(version, exclude=first)
+                if other is not None and pool.retry_budget.try_retry():
+                    spare = False
+                    pool.counts.hedges += 1
+                    hedge = send.start(other)
+                    running[hedge] = other
+                continue
+            task = done.pop()
+            replica = running.pop(task)
+            try:
+                result = task.result()
+            except _Retryable as failed:
+                if running:
+                    continue  # the other attempt may still answer
+                retry = _retry_target(pool, version, replica, failed) if spare else None
+                if retry is None or not pool.retry_budget.try_retry():
+                    raise failed.error from None
+                spare, hedge_at = False, None
+                pool.counts.retries += 1
+                running[send.start(retry)] = retry
+                continue
+            if task is hedge:
+                pool.counts.hedges_won += 1
+            return result
+    finally:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+class _Retryable(Exception):
+    """An attempt that failed in a way another replica, or a fresh connection, may not."""
+
+    def __init__(self, error: HeadwayError, *, same_replica_ok: bool) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.same_replica_ok = same_replica_ok
+
+
+def _retry_target(
+    pool: ReplicaPool, version: str, failed_on: Replica, failure: _Retryable
+) -> Replica | None:
+    if not pool.routing.retries:
+        return None
+    other = pool.pick(version, exclude=failed_on)
+    if other is None and failure.same_replica_ok and failed_on.ready:
+        return failed_on
+    return other
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """One chunk, ready to be sent to any replica of its pool."""
+
+    pool: ReplicaPool
+    transport: Transport
+    path: str
+    body_for: BodyForBudget
+    texts: int
+    deadline: Deadline
+
+    def start(self, replica: Replica) -> asyncio.Task[protocol.ChunkResult]:
+        """Counted as the replica's outstanding work at once, so that the next pick (the
+        request's next chunk, say) sees it, and until the call ends, however it ends."""
+        replica.outstanding_texts += self.texts
+        task = asyncio.get_running_loop().create_task(self._send(replica))
+        task.add_done_callback(lambda _: _release(replica, self.texts))
+        return task
+
+    async def _send(self, replica: Replica) -> protocol.ChunkResult:
+        remaining_s = self.deadline.remaining_s()
         if remaining_s <= 0:
             raise DeadlineExceeded("deadline passed before the work was sent")
-        replica.outstanding_texts += texts
+        pool = self.pool
         started = time.monotonic()
         try:
-            reply = await transport.post(
-                replica.url, path, body_for(remaining_s * 1000), protocol.CONTENT_TYPE, remaining_s
+            reply = await self.transport.post(
+                replica.url,
+                self.path,
+                self.body_for(remaining_s * 1000),
+                protocol.CONTENT_TYPE,
+                remaining_s,
             )
             result = _interpret(reply, replica)
         except TransportTimeout as exc:
@@ -89,22 +174,24 @@ async def call_chunk(
         except ConnectFailed as exc:
             pool.mark_unreachable(replica)
             pool.record(replica, ok=False)
-            failure, same_allowed = UpstreamFailed(f"replica unreachable: {exc}"), False
+            raise _Retryable(
+                UpstreamFailed(f"replica unreachable: {exc}"), same_replica_ok=False
+            ) from exc
         except TransportError as exc:
-            failure, same_allowed = UpstreamFailed(f"connection to replica broke: {exc}"), True
+            raise _Retryable(
+                UpstreamFailed(f"connection to replica broke: {exc}"), same_replica_ok=True
+            ) from exc
         except Overloaded as exc:
-            failure, same_allowed = exc, False
+            raise _Retryable(exc, same_replica_ok=False) from exc
         except UpstreamFailed as exc:
             pool.record(replica, ok=False)
-            failure, same_allowed = exc, False
-        else:
-            pool.record(replica, ok=True, latency_s=time.monotonic() - started)
-            return result
-        finally:
-            replica.outstanding_texts -= texts
-        tried = replica
-    assert failure is not None
-    raise failure
+            raise _Retryable(exc, same_replica_ok=False) from exc
+        pool.record(replica, ok=True, latency_s=time.monotonic() - started)
+        return result
+
+
+def _release(replica: Replica, texts: int) -> None:
+    replica.outstanding_texts -= texts
 
 
 def _interpret(reply: Reply, replica: Replica) -> protocol.ChunkResult:

@@ -41,7 +41,7 @@ def quota_store(
     return store, heartbeat
 
 
-def build_gateway(settings: Settings) -> App:
+def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     registry = Registry(settings.registry_path)
     metrics = GatewayMetrics()
     quota, heartbeat = quota_store(settings, metrics)
@@ -55,4 +55,4 @@ def build_gateway(settings: Settings) -> App:
         quota_heartbeat=heartbeat,
         metrics=metrics,
     )
-    return build_gateway_app(service)
+    return build_gateway_app(service), service

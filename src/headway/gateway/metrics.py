@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from headway.gateway.pool import ReplicaPool
 from headway.metrics import LATENCY_BUCKETS
@@ -81,3 +85,25 @@ class GatewayMetrics:
         self._limit.labels(pool.name).set_function(lambda: pool.admission.limit)
         self._outstanding.labels(pool.name).set_function(lambda: pool.admission.outstanding)
         self._throughput.labels(pool.name).set_function(lambda: pool.admission.throughput)
+        self.registry.register(_RoutingCollector(pool))
+
+
+class _RoutingCollector(Collector):
+    """A pool's chunk attempts as counters: first sends, retries, hedges, hedges that won."""
+
+    def __init__(self, pool: ReplicaPool) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "headway_chunk_attempts",
+            "Calls to replicas by kind: first (one per chunk), retry, hedge, hedge_won.",
+            labels=["pool", "kind"],
+        )
+        counts = self._pool.counts
+        name = self._pool.name
+        family.add_metric([name, "first"], counts.chunks)
+        family.add_metric([name, "retry"], counts.retries)
+        family.add_metric([name, "hedge"], counts.hedges)
+        family.add_metric([name, "hedge_won"], counts.hedges_won)
+        yield family

@@ -6,7 +6,8 @@ that refuses a connection is marked unready at once and comes back with the
 next successful poll. The next chunk goes to the replica with less
 outstanding work (texts) sent from this gateway, by power of two choices among
 replicas that are ready and not ejected. Each pool has its own admission
-controller, sized by the replicas that are ready, and its own retry budget.
+controller, sized by the replicas that are ready, its own retry budget, and
+its own record of recent chunk latency (the hedging threshold).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import msgspec
 
 from headway.gateway.admission.controller import AdmissionConfig, AdmissionController
 from headway.gateway.routing.ejection import EjectionPolicy, Health, after_failure, after_success
+from headway.gateway.routing.hedging import LatencyQuantile
 from headway.gateway.routing.p2c import choose
 from headway.gateway.routing.retry_budget import RetryBudget
 from headway.gateway.transport import Transport, TransportError
@@ -39,6 +41,27 @@ class ReadyState(msgspec.Struct):
 
 _ready_decoder = msgspec.json.Decoder(ReadyState)
 DEFAULT_EJECTION = EjectionPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingPolicy:
+    """What a pool does beyond the first attempt of a chunk."""
+
+    retries: bool = True
+    retry_ratio: float = 0.2
+    hedging: bool = False
+    hedge_quantile: float = 0.95
+    ejection: EjectionPolicy = DEFAULT_EJECTION
+
+
+@dataclass(slots=True)
+class RoutingCounts:
+    """Chunks sent, and the extra attempts they cost: the price of retries and hedges."""
+
+    chunks: int = 0
+    retries: int = 0
+    hedges: int = 0
+    hedges_won: int = 0
 
 
 @dataclass(slots=True)
@@ -64,14 +87,16 @@ class ReplicaPool:
         health_interval_s: float,
         admission: AdmissionConfig,
         clock: Callable[[], float] = time.monotonic,
-        ejection: EjectionPolicy = DEFAULT_EJECTION,
+        routing: RoutingPolicy = RoutingPolicy(),
         rng: random.Random | None = None,
     ) -> None:
         self.name = name
         self._clock = clock
-        self._ejection = ejection
+        self.routing = routing
         self._rng = rng or random.Random()
-        self.retry_budget = RetryBudget(clock)
+        self.retry_budget = RetryBudget(clock, ratio=routing.retry_ratio)
+        self.latency = LatencyQuantile(routing.hedge_quantile)
+        self.counts = RoutingCounts()
         self.replicas = [Replica(url.rstrip("/")) for url in urls]
         self.ready_count = 0
         self.versions: frozenset[str] = frozenset()  # model versions ready replicas serve
@@ -158,17 +183,22 @@ class ReplicaPool:
         ]
         return choose(candidates, _outstanding, self._rng)
 
+    def hedge_after_s(self) -> float | None:
+        """How long a chunk waits before it is hedged; None: hedging off, or too few samples."""
+        return self.latency.value_s() if self.routing.hedging else None
+
     def record(self, replica: Replica, *, ok: bool, latency_s: float = 0.0) -> None:
-        """A call's outcome: feeds ejection (failures) and the replica's recent latency."""
+        """A call's outcome: feeds ejection (failures) and recent latency (replica and pool)."""
         if ok:
             replica.health = after_success(replica.health)
             replica.latency_s += 0.2 * (latency_s - replica.latency_s)
+            self.latency.record(latency_s)
             return
         now = self._clock()
         ejected_now = sum(r.health.ejected(now) for r in self.replicas)
         was_ejected = replica.health.ejected(now)
         replica.health = after_failure(
-            replica.health, now, self._ejection, ejected_now, len(self.replicas)
+            replica.health, now, self.routing.ejection, ejected_now, len(self.replicas)
         )
         if replica.health.ejected(now) and not was_ejected:
             log.warning(

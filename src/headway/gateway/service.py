@@ -18,11 +18,11 @@ from headway.errors import NoReplicas, NotFound
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.discovery import DiscoveryFailed, DnsDiscovery
 from headway.gateway.metrics import GatewayMetrics
-from headway.gateway.pool import ReplicaPool
+from headway.gateway.pool import ReplicaPool, RoutingPolicy
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.transport import Transport
 from headway.registry.model import ModelRecord, Snapshot
-from headway.settings import AdmissionSettings, GatewaySettings
+from headway.settings import AdmissionSettings, GatewaySettings, RoutingSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class GatewayService:
     snapshot: Snapshot = field(default_factory=Snapshot)
     pools: dict[str, ReplicaPool] = field(default_factory=dict)
     discovery: dict[str, DnsDiscovery] = field(default_factory=dict)
+    draining: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -61,6 +62,7 @@ class GatewayService:
                     health_interval_s=self.settings.health_interval_s,
                     admission=admission,
                     clock=self.clock,
+                    routing=routing_policy(settings.routing, name),
                 )
                 self.pools[name] = pool
                 self.metrics.watch_pool(pool)
@@ -125,7 +127,15 @@ class GatewayService:
 
     @property
     def ready(self) -> bool:
-        return bool(self.pools) and all(pool.ready_count for pool in self.pools.values())
+        return (
+            not self.draining
+            and bool(self.pools)
+            and all(pool.ready_count for pool in self.pools.values())
+        )
+
+    def drain(self) -> None:
+        """Unready from now on (a load balancer stops sending); requests still served."""
+        self.draining = True
 
     def resolve(self, name: str) -> ModelRecord:
         record = self.snapshot.resolve_model(name)
@@ -157,4 +167,13 @@ def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
         window_s=settings.window_ms / 1000,
         floor_texts_per_replica=settings.floor_texts_per_replica,
         static_limit=settings.static_limit_texts,
+    )
+
+
+def routing_policy(settings: RoutingSettings, pool: str) -> RoutingPolicy:
+    return RoutingPolicy(
+        retries=settings.retries,
+        retry_ratio=settings.retry_ratio,
+        hedging=pool in settings.hedge_pools,
+        hedge_quantile=settings.hedge_quantile,
     )

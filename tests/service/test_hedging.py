@@ -1,0 +1,76 @@
+"""Hedging: a chunk stuck on a stalled replica is sent to another one after the pool's
+p95; the first answer wins and the stalled call is cancelled. Off by default."""
+
+import asyncio
+import copy
+
+from headway.http.asgi import App, Request, Response, Router
+from headway.settings import RoutingSettings
+from tests.service.conftest import WORKER_URLS, auth, make_stack
+
+
+class Stalled:
+    """A replica that is ready but never answers a chunk; counts the calls abandoned."""
+
+    def __init__(self, ready_from: App) -> None:
+        self.cancelled = 0
+        router = Router()
+        router.add("POST", "/internal/embed", self._hang)
+        router.add("GET", "/readyz", ready_from.router.resolve("GET", "/readyz"))
+        self.app = App(router)
+
+    async def _hang(self, request: Request) -> Response:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        raise AssertionError("unreachable")
+
+
+async def embed(stack, text: str, timeout_ms: int = 2000) -> int:
+    """Two texts in chunks of one: the second chunk goes where the first is not (it is
+    the less loaded of the two replicas), so one chunk always lands on each."""
+    reply = await stack.client.post(
+        "/v1/embeddings",
+        headers={**auth(), "x-timeout-ms": str(timeout_ms)},
+        json={"model": "synthetic", "input": [text, text + "!"]},
+    )
+    return reply.status_code
+
+
+async def test_a_stalled_replica_is_hedged_and_its_call_cancelled(tmp_path):
+    stack = await make_stack(
+        tmp_path, chunk_texts=1, routing=RoutingSettings(hedge_pools=("embed",))
+    )
+    try:
+        pool = stack.gateway.pools["embed"]
+        for i in range(60):  # enough answers to know the pool's p95
+            assert await embed(stack, f"warm {i}") == 200
+        assert pool.hedge_after_s() is not None
+        stalled = Stalled(stack.worker_apps[WORKER_URLS[1]])
+        stack.transport.apps[WORKER_URLS[0]] = stalled.app
+        before = copy.copy(pool.counts)
+        for i in range(5):
+            assert await embed(stack, f"text {i}") == 200
+        assert pool.counts.hedges_won - before.hedges_won == 5  # each chunk on the stalled one
+        assert stalled.cancelled == pool.counts.hedges - before.hedges  # every loser called off
+        assert pool.replicas[0].outstanding_texts == 0
+        admin = await stack.client.get("/admin/replicas", headers=auth("demo-admin-key"))
+        assert admin.json()["routing"]["embed"]["hedges"] == pool.counts.hedges
+    finally:
+        await stack.close()
+
+
+async def test_without_hedging_a_chunk_on_a_stalled_replica_waits_out_its_deadline(tmp_path):
+    stack = await make_stack(tmp_path, chunk_texts=1)
+    try:
+        pool = stack.gateway.pools["embed"]
+        for i in range(60):
+            assert await embed(stack, f"warm {i}") == 200
+        assert pool.hedge_after_s() is None  # hedging is off unless a pool asks for it
+        stack.transport.apps[WORKER_URLS[0]] = Stalled(stack.worker_apps[WORKER_URLS[1]]).app
+        assert await embed(stack, "text", timeout_ms=300) == 504
+        assert pool.counts.hedges == 0
+    finally:
+        await stack.close()
