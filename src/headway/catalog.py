@@ -44,7 +44,8 @@ def ensure_default_model(settings: Settings, registry: Registry) -> ModelRecord:
 
 
 def synthetic_record(synthetic: SyntheticSettings) -> ModelRecord:
-    """The synthetic backend as a model: its version names its cost parameters."""
-    params = json.dumps(synthetic.model_dump(), sort_keys=True).encode()
+    """The synthetic backend as a model: its version names what decides its outputs (the
+    width), not its costs, so replicas that differ only in speed serve one version."""
+    params = json.dumps({"dimensions": synthetic.dimensions}).encode()
     version = hashlib.sha256(b"synthetic\0" + params).hexdigest()
     return ModelRecord(version, SYNTHETIC_ALIAS, "embedding", synthetic.dimensions, "none")

@@ -522,6 +522,32 @@ def bench_overload(
     _publish(render(results, machine, command_line(sys.argv), seconds), SECTION, out)
 
 
+@bench_app.command("routing")
+def bench_routing(
+    seconds: Annotated[
+        float, typer.Option(help="Seconds per open-loop run (30 for the docs).")
+    ] = 30.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """A replica killed at 60% load; scale-out 1/2/4; fan-out of 128 texts; hedging."""
+    settings = _settings(config, data_dir=data_dir)
+    from headway.bench.errors import BenchError
+    from headway.bench.host import Machine
+    from headway.bench.routing import run_scenarios
+    from headway.bench.routing_report import SECTION, render
+    from headway.bench.stats import command_line
+
+    machine = Machine.here()
+    try:
+        results = run_scenarios(settings.data_dir, seconds=seconds)
+    except BenchError as exc:
+        typer.echo(f"bench failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    _publish(render(results, machine, command_line(sys.argv), seconds), SECTION, out)
+
+
 def main() -> None:
     app(prog_name="headway")
 

@@ -50,17 +50,25 @@ class DrainingServer(uvicorn.Server):
         self._draining = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._draining or self._drain is None or self._drain_delay_s <= 0:
-            super().handle_exit(sig, frame)
+        if self.should_exit or self._draining:
+            self.should_exit = self.force_exit = True
+            return
+        if self._drain is None or self._drain_delay_s <= 0:
+            self._close()
             return
         self._draining = True
         self._drain()
         logging.getLogger(__name__).info(
             "draining: unready now, closing in %.1fs", self._drain_delay_s
         )
-        timer = threading.Timer(self._drain_delay_s, super().handle_exit, (sig, frame))
+        timer = threading.Timer(self._drain_delay_s, self._close)
         timer.daemon = True
         timer.start()
+
+    def _close(self) -> None:
+        """uvicorn's exit, without its re-raising the signal once it has shut down: a
+        drained shutdown is a clean exit (status 0), not a death by signal."""
+        self.should_exit = True
 
 
 def serve(
@@ -74,12 +82,12 @@ def serve(
     drain_delay_s: float = 0.0,
 ) -> None:
     """Blocks until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish)."""
-    if fd is None:
-        sock = listening_socket(host, port)  # TCP_NODELAY, set where the socket is made
-        fd = sock.fileno()
+    # TCP_NODELAY is set where the socket is made. uvicorn is handed the socket itself, not
+    # a descriptor it would duplicate: on shutdown it closes it, and nothing else holds it
+    # open, so new connections are refused while in-flight requests finish.
+    sock = listening_socket(host, port) if fd is None else socket.socket(fileno=fd)
     config = uvicorn.Config(
         app,
-        fd=fd,
         loop="uvloop",
         http="httptools",
         lifespan="on",
@@ -93,4 +101,4 @@ def serve(
         limit_concurrency=None,
         backlog=4096,
     )
-    DrainingServer(config, drain, drain_delay_s).run()
+    DrainingServer(config, drain, drain_delay_s).run(sockets=[sock])

@@ -133,6 +133,12 @@ class SyntheticSettings(_Section):
     call_ms: float = Field(50.0, ge=0, description="Synthetic backend: fixed cost of one batch.")
     text_ms: float = Field(5.0, ge=0, description="Synthetic backend: added cost per text.")
     dimensions: int = Field(384, gt=0, description="Synthetic backend: embedding width.")
+    hiccup_share: float = Field(
+        0.0, ge=0, le=1, description="Synthetic backend: share of calls that take longer."
+    )
+    hiccup_ms: float = Field(
+        0.0, ge=0, description="Synthetic backend: how much longer (a pause, a noisy neighbour)."
+    )
 
 
 class WorkerSettings(_Section):

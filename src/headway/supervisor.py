@@ -25,6 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -53,28 +54,40 @@ class Child:
     args: list[str]
     address: tuple[str, int]
     started: float
+    env: Mapping[str, str] | None = None
     quick_exits: int = 0
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, config_path: Path) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config_path: Path,
+        worker_env: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        """``worker_env``: settings for one worker, as ``HEADWAY_*`` variables, by its
+        name (``embed-worker-2``); a benchmark's slow replica, say."""
         self.settings = settings
         self.config_path = config_path
+        self._worker_env = worker_env or {}
         self.children: list[Child] = []
         self.gateways: list[Child] = []
         self._stopping = False
 
-    def _spawn(self, name: str, args: list[str], sock: socket.socket) -> Child:
+    def _spawn(
+        self, name: str, args: list[str], sock: socket.socket, env: Mapping[str, str] | None = None
+    ) -> Child:
         host, port = sock.getsockname()[:2]
-        child = Child(
-            name, self._popen(args, sock), f"http://{host}:{port}", args, (host, port), 0.0
-        )
+        process = self._popen(args, sock, env)
+        child = Child(name, process, f"http://{host}:{port}", args, (host, port), 0.0, env)
         child.started = time.monotonic()
         self.children.append(child)
         log.info("started %s (pid %d) on %s", name, child.process.pid, child.url)
         return child
 
-    def _popen(self, args: list[str], sock: socket.socket) -> subprocess.Popen[bytes]:
+    def _popen(
+        self, args: list[str], sock: socket.socket, env: Mapping[str, str] | None
+    ) -> subprocess.Popen[bytes]:
         command = [
             sys.executable,
             "-m",
@@ -88,6 +101,7 @@ class Supervisor:
         return subprocess.Popen(
             command,
             pass_fds=(sock.fileno(),),
+            env={**os.environ, **env} if env else None,
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
@@ -108,7 +122,7 @@ class Supervisor:
             log.error("cannot listen on %s again for %s: %s", child.url, child.name, exc)
             return False
         try:
-            child.process = self._popen(child.args, sock)
+            child.process = self._popen(child.args, sock, child.env)
         finally:
             sock.close()
         child.started = time.monotonic()
@@ -124,7 +138,10 @@ class Supervisor:
             for index in range(count):
                 sock = listening_socket(self.settings.worker.host, 0)
                 sockets.append(sock)
-                child = self._spawn(f"{pool}-worker-{index}", ["worker", "--pool", pool], sock)
+                name = f"{pool}-worker-{index}"
+                child = self._spawn(
+                    name, ["worker", "--pool", pool], sock, self._worker_env.get(name)
+                )
                 urls[pool].append(child.url)
         gateway_args = ["gateway"]
         for pool, pool_urls in urls.items():

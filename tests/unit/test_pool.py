@@ -1,11 +1,12 @@
 import random
+from collections import Counter
 
 import msgspec
 import pytest
 
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.discovery import parse_target
-from headway.gateway.pool import ReplicaPool
+from headway.gateway.pool import ReplicaPool, Spread, expected_wait
 from headway.gateway.transport import Reply, TransportError
 
 
@@ -60,6 +61,31 @@ async def test_power_of_two_choices_prefers_the_less_loaded_and_spreads_ties():
     pool.replicas[0].outstanding_texts = 5
     assert {pool.pick("v").url for _ in range(50)} == {"http://b"}
     assert pool.pick("v", exclude=pool.replicas[1]).url == "http://a"
+
+
+async def test_a_slow_replica_counts_as_more_loaded_and_an_unknown_one_as_typical():
+    transport = ReadinessTransport({f"http://{n}": (True, "v") for n in "abc"})
+    pool = pool_of(transport)
+    await pool.poll_once()
+    a, b, c = pool.replicas
+    a.latency_s, b.latency_s = 0.1, 1.0  # c has answered nothing yet
+    wait = expected_wait(pool.replicas)
+    assert wait(a) < wait(c) < wait(b)  # c counts as the mean of a and b, not as free
+    a.outstanding_texts = 20  # 21 x 0.1 s queued behind a: now b's 1 x 1.0 s is shorter
+    assert wait(b) < wait(a)
+    picks = Counter(pool.pick("v").url for _ in range(300))
+    assert picks["http://b"] < picks["http://c"]
+
+
+async def test_a_requests_chunks_go_to_different_replicas_round_by_round():
+    transport = ReadinessTransport({f"http://{n}": (True, "v") for n in "abcd"})
+    pool = pool_of(transport)
+    await pool.poll_once()
+    for _ in range(20):
+        spread = Spread()
+        picks = [pool.pick("v", spread=spread).url for _ in range(8)]
+        assert sorted(Counter(picks).values()) == [2, 2, 2, 2]
+        assert len(set(picks[:4])) == 4
 
 
 async def test_unreachable_replicas_drop_out_and_come_back_with_the_next_poll():

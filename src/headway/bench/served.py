@@ -84,10 +84,12 @@ def bench_settings(
 
 
 @contextmanager
-def serving(settings: Settings) -> Iterator[Processes]:
-    """One worker and one gateway, ready; both stopped on the way out, even on errors."""
+def supervised(
+    settings: Settings, worker_env: Mapping[str, Mapping[str, str]] | None = None
+) -> Iterator[Supervisor]:
+    """Workers and gateways as ``headway up`` starts them, ready; stopped on the way out."""
     config = write_run_config(settings)
-    supervisor = Supervisor(settings, config)
+    supervisor = Supervisor(settings, config, worker_env)
     try:
         gateway = supervisor.start()
         if not supervisor.wait_ready(gateway):
@@ -96,6 +98,17 @@ def serving(settings: Settings) -> Iterator[Processes]:
                 f"gateway and worker not ready within {settings.up.ready_timeout_s:.0f}s "
                 f"({', '.join(states)})"
             )
+        yield supervisor
+    finally:
+        supervisor.stop()
+        config.unlink(missing_ok=True)
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[Processes]:
+    """One worker and one gateway (or more of each), ready; all stopped on the way out."""
+    with supervised(settings) as supervisor:
+        gateway = supervisor.gateways[0]
         worker = next(child for child in supervisor.children if child not in supervisor.gateways)
         yield Processes(
             gateway.url,
@@ -107,9 +120,6 @@ def serving(settings: Settings) -> Iterator[Processes]:
             },
             tuple(g.url for g in supervisor.gateways),
         )
-    finally:
-        supervisor.stop()
-        config.unlink(missing_ok=True)
 
 
 def _state(returncode: int | None) -> str:

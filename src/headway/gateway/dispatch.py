@@ -29,7 +29,7 @@ from headway.errors import (
     UpstreamFailed,
 )
 from headway.gateway.deadline import Deadline
-from headway.gateway.pool import Replica, ReplicaPool
+from headway.gateway.pool import Replica, ReplicaPool, Spread
 from headway.gateway.transport import (
     ConnectFailed,
     Reply,
@@ -52,6 +52,7 @@ async def call_chunk(
     texts: int,
     deadline: Deadline,
     version: str,
+    spread: Spread,
 ) -> protocol.ChunkResult:
     """One chunk to a replica serving ``version``, with at most one extra attempt elsewhere.
 
@@ -61,18 +62,21 @@ async def call_chunk(
     goes to another replica; only a broken connection may be retried on the same one (a
     reused keep-alive connection the server closed). Hedged, where the pool hedges: a
     chunk not answered by the pool's recent latency quantile is sent to another replica
-    too; the first answer wins and the other call is cancelled (the worker drops work
-    whose caller left). Failures other than a full queue count toward ejection.
+    too, to one whose recent latency is below that quantile (not another slow one); the
+    first answer wins and the other call is cancelled (the worker drops work whose caller
+    left); how long the loser had run counts as a latency sample (at least that long), so
+    that the quantile is not learned from winners only. Failures other than a full queue
+    count toward ejection. ``spread``: the request's chunks go to different replicas.
     """
     pool.retry_budget.record_request()
     pool.counts.chunks += 1
-    first = pool.pick(version)
+    first = pool.pick(version, spread=spread)
     if first is None:
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
     send = _Attempt(pool, transport, path, body_for, texts, deadline)
-    running: dict[asyncio.Task[protocol.ChunkResult], Replica] = {}
     loop = asyncio.get_running_loop()
-    running[send.start(first)] = first
+    running: dict[asyncio.Task[protocol.ChunkResult], tuple[Replica, float]] = {}
+    running[send.start(first)] = (first, loop.time())
     hedge_after_s = pool.hedge_after_s()
     hedge_at = None if hedge_after_s is None else loop.time() + hedge_after_s
     spare = True  # the one extra attempt, not yet spent
@@ -84,16 +88,17 @@ async def call_chunk(
                 running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             if not done:  # the hedge is due
+                assert hedge_after_s is not None
                 hedge_at = None
-                other = pool.pick(version, exclude=first)
+                other = pool.pick(version, exclude=first, max_latency_s=hedge_after_s)
                 if other is not None and pool.retry_budget.try_retry():
                     spare = False
                     pool.counts.hedges += 1
                     hedge = send.start(other)
-                    running[hedge] = other
+                    running[hedge] = (other, loop.time())
                 continue
             task = done.pop()
-            replica = running.pop(task)
+            replica, _ = running.pop(task)
             try:
                 result = task.result()
             except _Retryable as failed:
@@ -104,10 +109,12 @@ async def call_chunk(
                     raise failed.error from None
                 spare, hedge_at = False, None
                 pool.counts.retries += 1
-                running[send.start(retry)] = retry
+                running[send.start(retry)] = (retry, loop.time())
                 continue
             if task is hedge:
                 pool.counts.hedges_won += 1
+            for _, started in running.values():
+                pool.latency.record(loop.time() - started)
             return result
     finally:
         for task in running:

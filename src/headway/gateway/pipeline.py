@@ -22,7 +22,7 @@ from headway.gateway.call import Call
 from headway.gateway.deadline import Deadline, deadline_from_headers
 from headway.gateway.dispatch import BodyForBudget, call_chunk, gather_or_cancel
 from headway.gateway.fanout import split
-from headway.gateway.pool import ReplicaPool
+from headway.gateway.pool import ReplicaPool, Spread
 from headway.gateway.quota.store import Quota
 from headway.gateway.service import GatewayService
 from headway.gateway.validation import check_media_type
@@ -74,6 +74,7 @@ async def run_chunks(
         if isinstance(outcome, Refusal):
             raise _overloaded(service, pool, outcome)
         completed = False
+        spread = Spread()
         try:
             results = await gather_or_cancel(
                 [
@@ -85,6 +86,7 @@ async def run_chunks(
                         part.stop - part.start,
                         deadline,
                         version,
+                        spread,
                     )
                     for part in split(n_texts, service.settings.chunk_texts)
                 ]

@@ -3,9 +3,9 @@
 A health task polls every replica's ``/readyz``; only ready replicas receive
 work, and each one's model version, kind and width come from there. A replica
 that refuses a connection is marked unready at once and comes back with the
-next successful poll. The next chunk goes to the replica with less
-outstanding work (texts) sent from this gateway, by power of two choices among
-replicas that are ready and not ejected. Each pool has its own admission
+next successful poll. The next chunk goes to the replica with the shorter
+expected wait (texts outstanding from this gateway x recent latency), by power
+of two choices among replicas that are ready and not ejected. Each pool has its own admission
 controller, sized by the replicas that are ready, its own retry budget, and
 its own record of recent chunk latency (the hedging threshold).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -168,10 +169,18 @@ class ReplicaPool:
     def ready_replicas(self) -> list[Replica]:
         return [replica for replica in self.replicas if replica.ready]
 
-    def pick(self, version: str, exclude: Replica | None = None) -> Replica | None:
-        """Power of two choices on outstanding texts among the replicas that may take work:
+    def pick(
+        self,
+        version: str,
+        exclude: Replica | None = None,
+        max_latency_s: float = math.inf,
+        spread: Spread | None = None,
+    ) -> Replica | None:
+        """Power of two choices on expected wait among the replicas that may take work:
         ready, not ejected, and serving ``version`` (during a rollout two versions may be
-        ready at once; a request goes only to the version it was admitted with)."""
+        ready at once; a request goes only to the version it was admitted with); for a
+        hedge, recently no slower than ``max_latency_s``; with ``spread``, not yet used
+        by the request's other chunks while any unused one is left."""
         now = self._clock()
         candidates = [
             r
@@ -180,8 +189,14 @@ class ReplicaPool:
             and r.model_version == version
             and r is not exclude
             and not r.health.ejected(now)
+            and r.latency_s <= max_latency_s
         ]
-        return choose(candidates, _outstanding, self._rng)
+        if spread is not None:
+            candidates = spread.unused(candidates)
+        choice = choose(candidates, expected_wait(candidates), self._rng)
+        if spread is not None and choice is not None:
+            spread.used.add(choice.url)
+        return choice
 
     def hedge_after_s(self) -> float | None:
         """How long a chunk waits before it is hedged; None: hedging off, or too few samples."""
@@ -214,5 +229,25 @@ class ReplicaPool:
         return "ready" if replica.ready else "unready"
 
 
-def _outstanding(replica: Replica) -> int:
-    return replica.outstanding_texts
+def expected_wait(candidates: list[Replica]) -> Callable[[Replica], float]:
+    """A replica's load as the time its outstanding work should take: (texts + 1) x its
+    recent latency, so a replica that answers slowly gets less; one with no latency
+    known yet (just started) counts as the others' mean, not as free."""
+    known = [r.latency_s for r in candidates if r.latency_s > 0]
+    typical = sum(known) / len(known) if known else 1.0
+    return lambda r: (r.outstanding_texts + 1) * (r.latency_s or typical)
+
+
+class Spread:
+    """The replicas one request's chunks went to: each next chunk prefers one not yet
+    used, so 8 chunks on 4 replicas are 2 each, not 3 on one by chance."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def unused(self, candidates: list[Replica]) -> list[Replica]:
+        fresh = [r for r in candidates if r.url not in self.used]
+        if fresh:
+            return fresh
+        self.used.clear()  # every replica has one: start a new round
+        return candidates

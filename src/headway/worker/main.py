@@ -36,6 +36,8 @@ def loader(settings: Settings) -> LoadedModel:
             call_ms=worker.synthetic.call_ms,
             text_ms=worker.synthetic.text_ms,
             dimensions=worker.synthetic.dimensions,
+            hiccup_share=worker.synthetic.hiccup_share,
+            hiccup_ms=worker.synthetic.hiccup_ms,
         )
         return LoadedModel(backend, synthetic.version)
     from headway.worker.backends.onnx import OnnxBackend

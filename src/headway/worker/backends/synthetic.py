@@ -1,13 +1,16 @@
 """A backend whose cost is waiting, not computing: an accelerator-like model.
 
 One call costs ``call_ms + text_ms * n`` of wall time spent sleeping, so scale
-behaviour (batching, replicas, overload) shows on a 2-core machine. Outputs are
+behaviour (batching, replicas, overload) shows on a 2-core machine; a share of
+calls (``hiccup_share``, drawn from a seeded generator) takes ``hiccup_ms``
+longer, as on a replica with pauses or a noisy neighbour. Outputs are
 deterministic: a text's embedding is a unit vector seeded by its token ids, so
 the same text always gets the same row wherever it is served.
 """
 
 from __future__ import annotations
 
+import random
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -31,10 +34,16 @@ class SyntheticBackend:
         call_ms: float = 50.0,
         text_ms: float = 5.0,
         dimensions: int = 384,
+        hiccup_share: float = 0.0,
+        hiccup_ms: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
+        seed: int = 0,
     ) -> None:
         self._call_s = call_ms / 1000
         self._text_s = text_ms / 1000
+        self._hiccup_share = hiccup_share
+        self._hiccup_s = hiccup_ms / 1000
+        self._rng = random.Random(seed)
         self._dimensions = dimensions
         self._sleep = sleep
 
@@ -58,7 +67,8 @@ class SyntheticBackend:
         raise NotImplementedError("the synthetic backend is an embedding model")
 
     def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
-        self._sleep(self._call_s + self._text_s * len(batch))
+        hiccup = self._hiccup_s if self._rng.random() < self._hiccup_share else 0.0
+        self._sleep(self._call_s + self._text_s * len(batch) + hiccup)
         out = np.empty((len(batch), self._dimensions), dtype=np.float32)
         for row, item in enumerate(batch):
             rng = np.random.default_rng(zlib.crc32(np.asarray(item.ids, dtype=np.int64).tobytes()))
