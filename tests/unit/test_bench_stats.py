@@ -9,6 +9,7 @@ from headway.bench.stats import (
     command_line,
     cpu_model,
     cpu_us_per_request,
+    fmt_latency,
     fmt_ms,
     fmt_rate,
     fmt_ratio,
@@ -200,3 +201,9 @@ def test_command_line_names_python_dash_m():
     argv = ["/x/src/headway/__main__.py", "bench", "spine"]
     assert command_line(argv) == "python -m headway bench spine"
     assert command_line([]) == "headway"
+
+
+def test_latencies_print_to_the_unit_above_100_ms_and_say_when_unmeasured():
+    assert fmt_latency(1234.4) == "1,234"
+    assert fmt_latency(12.34) == "12.3"
+    assert fmt_latency(None) == "n/a"

@@ -13,14 +13,10 @@ from headway.bench.overload import (
     Point,
     Settling,
 )
-from headway.bench.stats import markdown_table
+from headway.bench.stats import fmt_latency, markdown_table
 from headway.loadgen import Summary
 
 SECTION = "overload"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def _pct(part: float, whole: float) -> str:
@@ -47,10 +43,10 @@ def _overload_rows(points: Sequence[Point]) -> list[list[str]]:
                 _pct(s.shed, s.offered),
                 str(s.timeouts),
                 str(s.errors),
-                _ms(s.latency_p50_ms),
-                _ms(s.latency_p95_ms),
-                _ms(s.latency_p99_ms),
-                _ms(s.rejection_p99_ms),
+                fmt_latency(s.latency_p50_ms),
+                fmt_latency(s.latency_p95_ms),
+                fmt_latency(s.latency_p99_ms),
+                fmt_latency(s.rejection_p99_ms),
                 "yes" if p.result.report.behind_schedule else "no",
             ]
         )
@@ -66,8 +62,8 @@ def _class_row(p: Point, c: Summary) -> list[str]:
         _pct(c.goodput, c.offered),
         _pct(c.shed, c.offered),
         str(c.timeouts),
-        _ms(c.latency_p95_ms),
-        _ms(c.latency_p99_ms),
+        fmt_latency(c.latency_p95_ms),
+        fmt_latency(c.latency_p99_ms),
     ]
 
 

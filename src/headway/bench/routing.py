@@ -1,8 +1,9 @@
 """Routing under failure and scale, on the synthetic backend (the issue's four scenarios).
 
 Every point starts fresh processes as ``headway up`` does (``supervised``):
-- a replica SIGKILLed at 60% load, then restarted, with and without retries:
-  the per-second timeline of served, errors and p95, open-loop;
+- a replica SIGKILLed at 60% load, then restarted, with and without retries
+  (and with retries but no admission control, which sheds while the two left
+  run at 90%): the per-second timeline of served, errors and p95, open-loop;
 - saturation throughput with 1, 2 and 4 replicas: served req/s when offered
   3x a guess with admission on (``measure_capacity``), as a ratio to 1 replica;
 - one request of 128 texts at a time (closed loop, concurrency 1): p50 on 1
@@ -87,33 +88,43 @@ def capacity_rps(
 @dataclass(frozen=True, slots=True)
 class KillRun:
     retries: bool
+    admission: bool
     offered_rps: float
     killed_at_s: float
     restarted_at_s: float
+    """Seconds from the start of the load (the timeline's second 0)."""
     result: LoadResult
 
+    @property
+    def label(self) -> str:
+        return f"retries {_on(self.retries)}, admission {_on(self.admission)}"
 
-def kill_run(data_dir: Path, capacity: float, retries: bool, seconds: float) -> KillRun:
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def kill_run(
+    data_dir: Path, capacity: float, seconds: float, *, retries: bool, admission: bool
+) -> KillRun:
     """3 replicas at ``KILL_LOAD``: SIGKILL one at a third of the run, restart it at two."""
-    settings = settings_for(data_dir, 3, {"retries": retries})
+    settings = settings_for(data_dir, 3, {"retries": retries}, admission={"enabled": admission})
     rps = KILL_LOAD * capacity
     with supervised(settings) as supervisor:
         victim = next(c for c in supervisor.children if c.name == "embed-worker-0")
         events: dict[str, float] = {}
 
+        async def kill_then_restart() -> None:
+            await asyncio.sleep(seconds / 3)
+            victim.process.kill()
+            events["killed"] = time.perf_counter()
+            await asyncio.to_thread(victim.process.wait)
+            await asyncio.sleep(seconds / 3)
+            if not supervisor.restart(victim):
+                raise ServingFailed("the killed replica could not be restarted")
+            events["restarted"] = time.perf_counter()
+
         async def scenario() -> LoadResult:
-            started = time.monotonic()
-
-            async def kill_then_restart() -> None:
-                await asyncio.sleep(seconds / 3)
-                victim.process.kill()
-                events["killed"] = time.monotonic() - started
-                await asyncio.to_thread(victim.process.wait)
-                await asyncio.sleep(seconds / 3)
-                if not supervisor.restart(victim):
-                    raise ServingFailed("the killed replica could not be restarted")
-                events["restarted"] = time.monotonic() - started
-
             schedule = Schedule((Step(seconds, rps),), arrivals="poisson", seed=11)
             load = run_load(
                 supervisor.gateways[0].url,
@@ -125,7 +136,18 @@ def kill_run(data_dir: Path, capacity: float, retries: bool, seconds: float) -> 
             return result
 
         result = asyncio.run(scenario())
-    return KillRun(retries, rps, events["killed"], events["restarted"], result)
+        ended = time.perf_counter()
+    client = result.report.client
+    assert client is not None  # run_load always reports its own side
+    started = ended - client.wall_s  # the load's second 0, on the same clock
+    return KillRun(
+        retries,
+        admission,
+        rps,
+        events["killed"] - started,
+        events["restarted"] - started,
+        result,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +282,10 @@ def run_scenarios(data_dir: Path, *, seconds: float) -> RoutingResults:
     capacity = {
         n: capacity_rps(settings_for(data_dir, n), REPLICA_RPS_GUESS * n) for n in (1, 2, 3, 4)
     }
-    kills = [kill_run(data_dir, capacity[3], retries, seconds) for retries in (True, False)]
+    kills = [
+        kill_run(data_dir, capacity[3], seconds, retries=retries, admission=admission)
+        for retries, admission in ((True, True), (False, True), (True, False))
+    ]
     fan_outs = [
         fan_out(data_dir, replicas, chunk) for replicas, chunk in ((1, 16), (4, 16), (4, 128))
     ]

@@ -15,14 +15,10 @@ from headway.bench.routing import (
     KillRun,
     RoutingResults,
 )
-from headway.bench.stats import markdown_table
+from headway.bench.stats import fmt_latency, markdown_table
 from headway.loadgen import Summary
 
 SECTION = "routing"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def _failed(s: Summary) -> int:
@@ -32,7 +28,7 @@ def _failed(s: Summary) -> int:
 def _kill_rows(kills: Sequence[KillRun]) -> list[list[str]]:
     return [
         [
-            "on" if k.retries else "off",
+            k.label,
             f"{k.offered_rps:,.1f}",
             f"{k.killed_at_s:.1f} s / {k.restarted_at_s:.1f} s",
             str(k.result.report.overall.offered),
@@ -40,8 +36,8 @@ def _kill_rows(kills: Sequence[KillRun]) -> list[list[str]]:
             str(_failed(k.result.report.overall)),
             f"{k.result.report.overall.shed} / {k.result.report.overall.timeouts} / "
             f"{k.result.report.overall.errors}",
-            _ms(k.result.report.overall.latency_p95_ms),
-            _ms(k.result.report.overall.latency_p99_ms),
+            fmt_latency(k.result.report.overall.latency_p95_ms),
+            fmt_latency(k.result.report.overall.latency_p99_ms),
         ]
         for k in kills
     ]
@@ -59,7 +55,7 @@ def _timeline_rows(kills: Sequence[KillRun]) -> list[list[str]]:
                 event = " ← killed"
             elif int(k.restarted_at_s) == second:
                 event = " ← restarted"
-            row += [f"{s.served}", f"{_failed(s)}", f"{_ms(s.latency_p95_ms)}{event}"]
+            row += [f"{s.served}", f"{_failed(s)}", f"{fmt_latency(s.latency_p95_ms)}{event}"]
         rows.append(row)
     return rows
 
@@ -71,8 +67,8 @@ def _fan_out_rows(fan_outs: Sequence[FanOut]) -> list[list[str]]:
             str(f.replicas),
             str(f.chunk_texts),
             str(-(-FANOUT_TEXTS // f.chunk_texts)),
-            _ms(f.p50_s * 1000),
-            _ms(f.p95_s * 1000),
+            fmt_latency(f.p50_s * 1000),
+            fmt_latency(f.p95_s * 1000),
             f"{one.p50_s / f.p50_s:.2f}×",
         ]
         for f in fan_outs
@@ -93,10 +89,10 @@ def _hedge_rows(runs: Sequence[HedgeRun]) -> list[list[str]]:
                 f"{run.offered_rps:,.1f}",
                 str(s.served),
                 str(s.timeouts),
-                _ms(s.latency_p50_ms),
-                _ms(s.latency_p95_ms),
-                _ms(s.latency_p99_ms),
-                _ms(run.p99_ms()),
+                fmt_latency(s.latency_p50_ms),
+                fmt_latency(s.latency_p95_ms),
+                fmt_latency(s.latency_p99_ms),
+                fmt_latency(run.p99_ms()),
                 f"{baseline_p99_cut(run, baseline)}",
                 f"{run.counts.hedges / chunks:.1%} ({run.counts.hedges_won} won)",
                 "—" if not run.hedging else f"{extra:+.1%}",
@@ -135,10 +131,13 @@ def render(results: RoutingResults, machine: Machine, command: str, seconds: flo
         f"3 replicas at {KILL_LOAD:.0%} of their measured capacity "
         f"({results.capacity[3]:.1f} req/s); `embed-worker-0` is SIGKILLed a third into "
         "the run and started again (same address) a third later; with and without the "
-        "retry on another replica. Failed = shed + timed out + errors.",
+        "retry on another replica, and with it but without admission control (while two "
+        "replicas carry the load they run at 90%, where admission starts to shed). "
+        "Failed = shed + timed out + errors; the kill and restart are marked in the second "
+        "of the load's timeline they fell in.",
         markdown_table(
             [
-                "retries",
+                "run",
                 "offered req/s",
                 "killed / restarted at",
                 "requests",
@@ -156,7 +155,7 @@ def render(results: RoutingResults, machine: Machine, command: str, seconds: flo
             [
                 "second",
                 *(
-                    f"{col} (retries {'on' if k.retries else 'off'})"
+                    f"{col} ({k.label})"
                     for k in results.kills
                     for col in ("served", "failed", "p95 ms")
                 ),

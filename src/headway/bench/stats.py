@@ -129,6 +129,13 @@ def fmt_ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
 
+def fmt_latency(ms: float | None) -> str:
+    """A latency in milliseconds, to the unit above 100 ms; ``n/a`` when unmeasured."""
+    if ms is None:
+        return "n/a"
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.1f}"
+
+
 def fmt_ratio(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.2f}×"
 

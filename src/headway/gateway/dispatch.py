@@ -64,9 +64,9 @@ async def call_chunk(
     chunk not answered by the pool's recent latency quantile is sent to another replica
     too, to one whose recent latency is below that quantile (not another slow one); the
     first answer wins and the other call is cancelled (the worker drops work whose caller
-    left); how long the loser had run counts as a latency sample (at least that long), so
-    that the quantile is not learned from winners only. Failures other than a full queue
-    count toward ejection. ``spread``: the request's chunks go to different replicas.
+    left). Only answers feed the quantile, not the calls given up on. Failures other than
+    a full queue count toward ejection. ``spread``: the request's chunks go to different
+    replicas.
     """
     pool.retry_budget.record_request()
     pool.counts.chunks += 1
@@ -113,8 +113,6 @@ async def call_chunk(
                 continue
             if task is hedge:
                 pool.counts.hedges_won += 1
-            for _, started in running.values():
-                pool.latency.record(loop.time() - started)
             return result
     finally:
         for task in running:
