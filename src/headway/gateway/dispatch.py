@@ -75,8 +75,7 @@ async def call_chunk(
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
     send = _Attempt(pool, transport, path, body_for, texts, deadline)
     loop = asyncio.get_running_loop()
-    running: dict[asyncio.Task[protocol.ChunkResult], tuple[Replica, float]] = {}
-    running[send.start(first)] = (first, loop.time())
+    running = {send.start(first): first}
     hedge_after_s = pool.hedge_after_s()
     hedge_at = None if hedge_after_s is None else loop.time() + hedge_after_s
     spare = True  # the one extra attempt, not yet spent
@@ -95,10 +94,10 @@ async def call_chunk(
                     spare = False
                     pool.counts.hedges += 1
                     hedge = send.start(other)
-                    running[hedge] = (other, loop.time())
+                    running[hedge] = other
                 continue
             task = done.pop()
-            replica, _ = running.pop(task)
+            replica = running.pop(task)
             try:
                 result = task.result()
             except _Retryable as failed:
@@ -109,7 +108,7 @@ async def call_chunk(
                     raise failed.error from None
                 spare, hedge_at = False, None
                 pool.counts.retries += 1
-                running[send.start(retry)] = (retry, loop.time())
+                running[send.start(retry)] = retry
                 continue
             if task is hedge:
                 pool.counts.hedges_won += 1

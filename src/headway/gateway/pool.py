@@ -5,9 +5,9 @@ work, and each one's model version, kind and width come from there. A replica
 that refuses a connection is marked unready at once and comes back with the
 next successful poll. The next chunk goes to the replica with the shorter
 expected wait (texts outstanding from this gateway x recent latency), by power
-of two choices among replicas that are ready and not ejected. Each pool has its own admission
-controller, sized by the replicas that are ready, its own retry budget, and
-its own record of recent chunk latency (the hedging threshold).
+of two choices among replicas that are ready and not ejected. Each pool has its
+own admission controller, sized by the replicas that are ready, its own retry
+budget, and its own record of recent chunk latency (the hedging threshold).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Replica:
     outstanding_texts: int = 0
     health: Health = field(default_factory=Health)
     latency_s: float = 0.0
-    """Exponentially weighted latency of its recent successful calls."""
+    """Exponentially weighted latency of its recent successful calls; 0 before the first."""
 
 
 class ReplicaPool:
@@ -206,7 +206,10 @@ class ReplicaPool:
         """A call's outcome: feeds ejection (failures) and recent latency (replica and pool)."""
         if ok:
             replica.health = after_success(replica.health)
-            replica.latency_s += 0.2 * (latency_s - replica.latency_s)
+            if replica.latency_s == 0:  # its first answer: not a fifth of it
+                replica.latency_s = latency_s
+            else:
+                replica.latency_s += 0.2 * (latency_s - replica.latency_s)
             self.latency.record(latency_s)
             return
         now = self._clock()
