@@ -53,9 +53,8 @@ class Refusal:
 @dataclass
 class _WindowCounters:
     started: float
-    peak_outstanding: int
+    least_outstanding: int
     completed_texts: int = 0
-    refused: int = 0
 
 
 @dataclass
@@ -77,19 +76,18 @@ class AdmissionController:
 
     def precheck(self, tier: Tier) -> Refusal | None:
         """Made before the body is parsed: is there room for even one text of this tier?"""
-        window = self._roll(self.clock())
+        self._roll(self.clock())
         counted = self._by_tier[tier] if tier == "interactive" else self.outstanding
         if not self.config.enabled or counted == 0:
             return None
         if counted + 1 <= tier_allowance(tier, self.limit, self.config.batch_share):
             return None
-        window.refused += 1
         return Refusal(
             "pool_full" if tier == "interactive" else "batch_share", self.retry_after_s()
         )
 
     def try_admit(self, tenant: str, tier: Tier, texts: int) -> Permit | Refusal:
-        window = self._roll(self.clock())
+        self._roll(self.clock())
         tenants = self._by_tenant.setdefault(tier, Counter())
         if self.config.enabled:
             occupancy = Occupancy(
@@ -107,17 +105,16 @@ class AdmissionController:
                 crowding=self.config.crowding,
             )
             if reason is not None:
-                window.refused += 1
                 return Refusal(reason, self.retry_after_s())
         self.outstanding += texts
         self._by_tier[tier] += texts
         tenants[tenant] += texts
-        window.peak_outstanding = max(window.peak_outstanding, self.outstanding)
         return Permit(tenant, tier, texts)
 
     def release(self, permit: Permit, *, completed: bool) -> None:
         window = self._roll(self.clock())
         self.outstanding -= permit.texts
+        window.least_outstanding = min(window.least_outstanding, self.outstanding)
         self._by_tier[permit.tier] -= permit.texts
         tenants = self._by_tenant[permit.tier]
         tenants[permit.tenant] -= permit.texts
@@ -142,11 +139,10 @@ class AdmissionController:
                 Window(
                     seconds=now - window.started,
                     completed_texts=window.completed_texts,
-                    refused=window.refused,
-                    peak_outstanding=window.peak_outstanding,
+                    least_outstanding=window.least_outstanding,
                     limit=self.limit,
                 ),
                 self.config.alpha,
             )
-        self._window = _WindowCounters(now, peak_outstanding=self.outstanding)
+        self._window = _WindowCounters(now, least_outstanding=self.outstanding)
         return self._window

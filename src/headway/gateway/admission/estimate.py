@@ -7,10 +7,13 @@ Time is cut into windows (250 ms by default). At the end of a window the rate
   estimate below ``r`` rises to it at once (this is how it follows replicas that
   join: they finish the outstanding work sooner, so ``r`` rises);
 - an estimate above ``r`` is lowered only by an **informative** window, one in
-  which the pool had more work than it could do at once (work was refused, or at
-  least half of the limit was outstanding); it then moves toward ``r`` by an
-  exponential weight ``alpha``, following capacity down when replicas die or slow
-  down. An idle window says nothing about capacity and changes nothing.
+  which the pool had a backlog throughout: at least half of the limit stayed
+  outstanding from its start to its end. Only then was ``r`` what the pool could
+  do rather than what it was given; the estimate moves toward it by an exponential
+  weight ``alpha``, following capacity down when replicas die or slow down under
+  load. A window that was busy only at moments (a burst at 90% load, when a few
+  requests are refused) says nothing about capacity and changes nothing: lowered
+  there, the limit would sink to the arrival rate and shed work the pool could do.
 
 With ``alpha = 0.5`` and 250 ms windows a loss of capacity is 94% followed
 within four windows, one second.
@@ -27,13 +30,12 @@ class Window:
 
     seconds: float
     completed_texts: int
-    refused: int
-    peak_outstanding: int
+    least_outstanding: int
     limit: int
 
     @property
     def informative(self) -> bool:
-        return self.refused > 0 or self.peak_outstanding * 2 >= self.limit
+        return self.least_outstanding * 2 >= self.limit
 
 
 def next_throughput(current: float, window: Window, alpha: float = 0.5) -> float:
