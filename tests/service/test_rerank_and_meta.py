@@ -81,3 +81,15 @@ async def test_models_health_readiness_metrics_openapi(stack):
     spec = (await stack.client.get("/openapi.json")).json()
     assert set(spec["paths"]) == {"/v1/embeddings", "/v1/rerank"}
     assert "EmbeddingsRequest" in spec["components"]["schemas"]
+
+
+async def test_a_draining_gateway_is_unready_but_still_serves(stack):
+    stack.gateway.drain()
+    ready = await stack.client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["ready"] is False
+    response = await stack.client.post(
+        "/v1/embeddings", headers=auth(), json={"model": "synthetic", "input": ["a"]}
+    )
+    assert response.status_code == 200
+    metrics = (await stack.client.get("/metrics")).text
+    assert 'headway_chunk_attempts_total{kind="first",pool="embed"} 1.0' in metrics
