@@ -4,13 +4,13 @@ Every point starts fresh processes as ``headway up`` does (``supervised``):
 - a replica SIGKILLed at 60% load, then restarted, with and without retries
   (and with retries but no admission control, which sheds while the two left
   run at 90%): the per-second timeline of served, errors and p95, open-loop;
-- saturation throughput with 1, 2 and 4 replicas: served req/s when offered
-  3x a guess with admission on (``measure_capacity``), as a ratio to 1 replica;
+- saturation throughput with 1, 2, 3 and 4 replicas: served req/s when offered
+  3x a guess with admission on (``capacity_rps``), as a ratio to 1 replica;
 - one request of 128 texts at a time (closed loop, concurrency 1): p50 on 1
   replica, on 4 with fan-out, and on 4 without (one chunk);
 - one replica of 3 answering ``SLOW_X`` times slower (not failing) at 50% of
-  the pool's capacity, with and without hedging: p99, and the extra calls
-  hedging cost (from ``/admin/replicas``).
+  the pool's capacity, with and without hedging: p99, the chunks hedged (from
+  ``/admin/replicas``) and the model work they added (from the workers' metrics).
 """
 
 from __future__ import annotations
@@ -63,15 +63,14 @@ def settings_for(
     )
 
 
-def open_loop(supervisor: Supervisor, rps: float, seconds: float) -> LoadResult:
+async def load(supervisor: Supervisor, rps: float, seconds: float) -> LoadResult:
+    """Open-loop load on the first gateway: Poisson arrivals of 2-text requests."""
     schedule = Schedule((Step(seconds, rps),), arrivals="poisson", seed=11)
-    return asyncio.run(
-        run_load(
-            supervisor.gateways[0].url,
-            interactive_only("synthetic"),
-            schedule,
-            client_timeout_s=CLIENT_TIMEOUT_S,
-        )
+    return await run_load(
+        supervisor.gateways[0].url,
+        interactive_only("synthetic"),
+        schedule,
+        client_timeout_s=CLIENT_TIMEOUT_S,
     )
 
 
@@ -80,7 +79,7 @@ def capacity_rps(
 ) -> float:
     """Served req/s in the steady second half of a run offered 3x ``guess_rps``."""
     with supervised(settings, worker_env) as supervisor:
-        result = open_loop(supervisor, 3 * guess_rps, 10.0)
+        result = asyncio.run(load(supervisor, 3 * guess_rps, 10.0))
     steady = result.report.timeline[len(result.report.timeline) // 2 :]
     return sum(s.served for s in steady) / sum(s.seconds for s in steady)
 
@@ -125,14 +124,7 @@ def kill_run(
             events["restarted"] = time.perf_counter()
 
         async def scenario() -> LoadResult:
-            schedule = Schedule((Step(seconds, rps),), arrivals="poisson", seed=11)
-            load = run_load(
-                supervisor.gateways[0].url,
-                interactive_only("synthetic"),
-                schedule,
-                client_timeout_s=CLIENT_TIMEOUT_S,
-            )
-            result, _ = await asyncio.gather(load, kill_then_restart())
+            result, _ = await asyncio.gather(load(supervisor, rps, seconds), kill_then_restart())
             return result
 
         result = asyncio.run(scenario())
@@ -245,7 +237,7 @@ def hedge_run(
     routing = {"hedge_pools": ["embed"] if hedging else []}
     rps = HEDGE_LOAD * capacity
     with supervised(settings_for(data_dir, 3, routing), slow.worker_env) as supervisor:
-        result = open_loop(supervisor, rps, seconds)
+        result = asyncio.run(load(supervisor, rps, seconds))
         gateway = supervisor.gateways[0].url
         workers = [c.url for c in supervisor.children if c not in supervisor.gateways]
         counts, texts = asyncio.run(_counts(gateway, workers))

@@ -93,7 +93,7 @@ def _hedge_rows(runs: Sequence[HedgeRun]) -> list[list[str]]:
                 fmt_latency(s.latency_p95_ms),
                 fmt_latency(s.latency_p99_ms),
                 fmt_latency(run.p99_ms()),
-                f"{baseline_p99_cut(run, baseline)}",
+                _p99_cut(run, baseline),
                 f"{run.counts.hedges / chunks:.1%} ({run.counts.hedges_won} won)",
                 "—" if not run.hedging else f"{extra:+.1%}",
             ]
@@ -101,7 +101,7 @@ def _hedge_rows(runs: Sequence[HedgeRun]) -> list[list[str]]:
     return rows
 
 
-def baseline_p99_cut(run: HedgeRun, baseline: HedgeRun) -> str:
+def _p99_cut(run: HedgeRun, baseline: HedgeRun) -> str:
     ours, theirs = run.p99_ms(), baseline.p99_ms()
     if run is baseline or not ours or theirs is None:
         return "—"
