@@ -5,18 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from headway.settings import Settings, load_settings
-
-if TYPE_CHECKING:
-    from headway.bench.host import Machine
-
-R = TypeVar("R")
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 models_app = typer.Typer(no_args_is_help=True, help="Import and list model versions.")
@@ -459,14 +455,10 @@ def bench_spine(
 ) -> None:
     """Raw ONNX Runtime vs through the worker vs through the gateway; gateway overhead."""
     settings = _settings(config, data_dir=data_dir)
-    from headway.bench.errors import BenchError
     from headway.bench.spine import run_spine_bench
 
-    try:
+    with _bench_failure_exits():
         typer.echo(run_spine_bench(settings.data_dir, seconds=seconds, out=out))
-    except BenchError as exc:
-        typer.echo(f"bench failed: {exc}", err=True)
-        raise typer.Exit(1) from exc
 
 
 @bench_app.command("int8")
@@ -513,17 +505,15 @@ def bench_overload(
 ) -> None:
     """Overload 2x/5x/10x, noisy neighbour, step; each with and without admission control."""
     settings = _settings(config, data_dir=data_dir)
-    from headway.bench import overload_report
+    from headway.bench.host import Machine
     from headway.bench.overload import run_scenarios
+    from headway.bench.overload_report import SECTION, render
+    from headway.bench.stats import command_line
 
-    _run_scenarios(
-        lambda: run_scenarios(settings.data_dir, seconds=seconds, real_model=real_model),
-        lambda results, machine, command: overload_report.render(
-            results, machine, command, seconds
-        ),
-        overload_report.SECTION,
-        out,
-    )
+    machine = Machine.here()
+    with _bench_failure_exits():
+        results = run_scenarios(settings.data_dir, seconds=seconds, real_model=real_model)
+    _publish(render(results, machine, command_line(sys.argv), seconds), SECTION, out)
 
 
 @bench_app.command("routing")
@@ -537,35 +527,27 @@ def bench_routing(
 ) -> None:
     """A replica killed at 60% load; scale-out 1/2/4; fan-out of 128 texts; hedging."""
     settings = _settings(config, data_dir=data_dir)
-    from headway.bench import routing_report
-    from headway.bench.routing import run_scenarios
-
-    _run_scenarios(
-        lambda: run_scenarios(settings.data_dir, seconds=seconds),
-        lambda results, machine, command: routing_report.render(results, machine, command, seconds),
-        routing_report.SECTION,
-        out,
-    )
-
-
-def _run_scenarios(
-    run: Callable[[], R],
-    render: Callable[[R, Machine, str], str],
-    section: str,
-    out: Path | None,
-) -> None:
-    """Run a scenario bench, render its section with the machine and the command line."""
-    from headway.bench.errors import BenchError
     from headway.bench.host import Machine
+    from headway.bench.routing import run_scenarios
+    from headway.bench.routing_report import SECTION, render
     from headway.bench.stats import command_line
 
     machine = Machine.here()
+    with _bench_failure_exits():
+        results = run_scenarios(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, command_line(sys.argv), seconds), SECTION, out)
+
+
+@contextmanager
+def _bench_failure_exits() -> Iterator[None]:
+    """A benchmark that cannot run (a process not ready, say) exits 1 with the reason."""
+    from headway.bench.errors import BenchError
+
     try:
-        results = run()
+        yield
     except BenchError as exc:
         typer.echo(f"bench failed: {exc}", err=True)
         raise typer.Exit(1) from exc
-    _publish(render(results, machine, command_line(sys.argv)), section, out)
 
 
 def main() -> None:
