@@ -37,13 +37,12 @@ class SyntheticBackend:
         hiccup_share: float = 0.0,
         hiccup_ms: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
-        seed: int = 0,
     ) -> None:
         self._call_s = call_ms / 1000
         self._text_s = text_ms / 1000
         self._hiccup_share = hiccup_share
         self._hiccup_s = hiccup_ms / 1000
-        self._rng = random.Random(seed)
+        self._rng = random.Random(0)  # the same hiccups every run
         self._dimensions = dimensions
         self._sleep = sleep
 
