@@ -1,5 +1,6 @@
 # The two commands of the README: `make up` runs the whole system, `make test` runs the suite.
 # Both create .venv in the repo first; re-running is quick when nothing changed.
+# `make test-fast` runs the quick test tiers only, for use while working.
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ DEPS_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 RUN_STAMP := $(VENV)/.run-$(DEPS_HASH)
 TEST_STAMP := $(VENV)/.test-$(DEPS_HASH)
 
-.PHONY: up test lint bench clean
+.PHONY: up test test-fast prerequisites lint bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "headway needs Python 3.11 or newer")'
@@ -42,8 +43,18 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/python -m pytest
+# The system packages the tests start (redis-server, dnsmasq) and python3-venv, with
+# apt-get when missing; silent when nothing is. First, as creating .venv may need it.
+prerequisites:
+	@PYTHON='$(PYTHON)' scripts/test-prerequisites
+
+# Every tier (tests/conftest.py gives each test one: unit, service or e2e).
+test: prerequisites lint
+	$(BIN)/python -m pytest $(ARGS)
+
+# Seconds, not minutes: no lint, no real model, no `headway up` processes.
+test-fast: prerequisites $(TEST_STAMP)
+	$(BIN)/python -m pytest -m 'unit or service' $(ARGS)
 
 bench: $(RUN_STAMP)
 	$(BIN)/headway bench $(ARGS)

@@ -50,7 +50,7 @@ class Dnsmasq:
 
     def __init__(self, directory: Path) -> None:
         dnsmasq = shutil.which("dnsmasq", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-        assert dnsmasq, "dnsmasq is not installed (.ci/run installs dnsmasq-base)"
+        assert dnsmasq, "dnsmasq is missing (scripts/test-prerequisites installs dnsmasq-base)"
         self.hosts = directory / "hosts"
         self.hosts.write_text("")
         for _ in range(5):  # a port free for TCP may still be taken for UDP: try another
