@@ -2,12 +2,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.loadgen.servers import ScriptedServer
+from tests.loadgen.servers import ScriptedServer, scripted_server
 
 
 @pytest.fixture
 async def scripted() -> AsyncIterator[ScriptedServer]:
-    server = ScriptedServer()
-    await server.start()
-    yield server
-    await server.stop()
+    async with scripted_server() as server:
+        yield server

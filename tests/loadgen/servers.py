@@ -6,9 +6,11 @@ client's own cost. ``ScriptedServer`` answers by the request's API key, so one
 workload can mix outcomes: ``ok`` 200, ``shed`` 503, ``quota`` 429, ``late``
 504, ``boom`` 500 (a JSON error), ``teapot`` 418 (plain text), ``slow`` 200
 after ``slow_s``, ``hang`` never, ``drop`` closes the connection; and while
-``stall()`` holds, every answer waits.
+``stall()`` holds, every answer waits. It counts the requests it holds
+unanswered (``in_flight``) and the most it ever held at once.
 
-``wait_until`` polls a condition under a deadline, for tests that wait on one.
+``scripted_server`` runs one for a test; ``wait_until`` polls a condition under a
+deadline, for tests that wait on one.
 
 Run as a script (``python -m tests.loadgen.servers PORT``) it serves the fixed
 503 until killed, for measuring the client from another process.
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import cast
 
 _REFUSAL = b'{"error": {"type": "overloaded", "message": "no capacity now"}}'
@@ -133,6 +136,8 @@ class _ScriptedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         for head in _requests(self.buffer):
+            self.server.in_flight += 1
+            self.server.peak_in_flight = max(self.server.peak_in_flight, self.server.in_flight)
             self.queue.put_nowait(head)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -145,19 +150,27 @@ class _ScriptedProtocol(asyncio.Protocol):
         assert self.transport is not None
         while True:
             head = await self.queue.get()
-            key = _key(head)
-            self.server.received.append(key)
-            for hook in self.server.on_request:
-                hook(key)
-            await self.server.open.wait()
-            if key == "hang":
-                await asyncio.Event().wait()
-            if key == "drop":
-                self.transport.close()
-                return
-            if key == "slow":
-                await asyncio.sleep(self.server.slow_s)
-            self.transport.write(self.server.replies[key])
+            try:
+                if not await self._reply(self.transport, _key(head)):
+                    return
+            finally:
+                self.server.in_flight -= 1
+
+    async def _reply(self, transport: asyncio.Transport, key: str) -> bool:
+        """Answer one request; False when the connection is closed instead."""
+        self.server.received.append(key)
+        for hook in self.server.on_request:
+            hook(key)
+        await self.server.open.wait()
+        if key == "hang":
+            await asyncio.Event().wait()
+        if key == "drop":
+            transport.close()
+            return False
+        if key == "slow":
+            await asyncio.sleep(self.server.slow_s)
+        transport.write(self.server.replies[key])
+        return True
 
 
 class ScriptedServer:
@@ -166,6 +179,8 @@ class ScriptedServer:
     def __init__(self, slow_s: float = 0.2) -> None:
         self.slow_s = slow_s
         self.received: list[str] = []
+        self.in_flight = 0  # requests read and not yet answered, on all connections
+        self.peak_in_flight = 0
         self.on_request: list[Callable[[str], None]] = []
         self.open = asyncio.Event()
         self.open.set()
@@ -207,6 +222,17 @@ class ScriptedServer:
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
             await self.server.wait_closed()
+
+
+@asynccontextmanager
+async def scripted_server() -> AsyncIterator[ScriptedServer]:
+    """A started ``ScriptedServer``, stopped on the way out."""
+    server = ScriptedServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -11,7 +11,7 @@ from headway.loadgen.client import (
     parse_base_url,
     request_head,
 )
-from headway.loadgen.connection import Failure, Result
+from headway.loadgen.connection import Failure, Response, Result
 from headway.loadgen.errors import InvalidSpec, RequestFailed
 from tests.loadgen.servers import ScriptedServer, wait_until
 
@@ -93,6 +93,24 @@ async def test_a_dropped_connection_is_an_error_and_the_pool_recovers(scripted: 
         await pool.request(request("drop"))
     assert failed.value.reason == "error"
     assert (await pool.request(request("ok"))).status == 200
+    await pool.close()
+
+
+async def test_at_its_limit_the_pool_replaces_a_lost_connection_for_a_waiting_request(
+    scripted: ScriptedServer,
+):
+    pool = ConnectionPool("127.0.0.1", scripted.port, timeout_s=5, max_connections=1)
+    answered: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+
+    def send_the_next(token: int, result: Result) -> None:
+        # The failure's own callback: the broken connection still holds the one place.
+        assert isinstance(result, Failure)
+        pool.submit(request("ok"), lambda token, result: answered.set_result(result), 1)
+
+    pool.submit(request("drop"), send_the_next, 0)
+    result = await asyncio.wait_for(answered, 2)  # not at the request's 5 s timeout
+    assert isinstance(result, Response) and result.status == 200
+    assert pool.opened == 2
     await pool.close()
 
 

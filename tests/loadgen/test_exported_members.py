@@ -3,7 +3,9 @@ import headway.loadgen
 
 def test_the_public_api_is_pinned():
     assert headway.loadgen.__all__ == [
+        "Body",
         "ClientStats",
+        "ClosedLoopResult",
         "InvalidSpec",
         "LoadResult",
         "LoadSpec",
@@ -23,7 +25,9 @@ def test_the_public_api_is_pinned():
         "load_spec",
         "parse_range",
         "parse_spec",
+        "post",
         "render_text",
+        "run_closed_loop",
         "run_load",
         "run_load_sync",
         "spec_from_args",

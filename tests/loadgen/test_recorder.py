@@ -1,14 +1,10 @@
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from headway.bench.stats import percentile
 from headway.loadgen.recorder import (
     Outcome,
     Record,
     Records,
-    nearest_rank,
     outcome_of,
     outcomes,
     summarize,
@@ -58,23 +54,6 @@ def test_outcomes_by_status(status, failure, outcome):
     assert outcome_of(status, failure) is outcome
     vector = outcomes(np.array([status], dtype=np.int32), np.array([failure == "timeout"]))
     assert vector.tolist() == [outcome]
-
-
-def test_nearest_rank_on_known_samples():
-    values = np.arange(1, 101, dtype=np.float64)[::-1].copy()
-    assert [nearest_rank(values, q) for q in (0, 50, 95, 99, 100)] == [1, 50, 95, 99, 100]
-    assert nearest_rank(np.array([7.0]), 99) == 7
-    assert nearest_rank(np.array([], dtype=np.float64), 50) is None
-    with pytest.raises(ValueError, match="outside"):
-        nearest_rank(values, 101)
-
-
-@given(
-    st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=300),
-    st.floats(0, 100),
-)
-def test_nearest_rank_agrees_with_the_bench_definition(samples, q):
-    assert nearest_rank(np.array(samples), q) == percentile(samples, q)
 
 
 def test_counts_goodput_and_latencies():

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from headway.bench.corpus import WORDS
+from headway.loadgen.corpus import WORDS
 from headway.loadgen.errors import InvalidSpec
 from headway.loadgen.workload import RequestClass, Workload
 

@@ -16,54 +16,9 @@ from headway.bench.stats import (
     markdown_table,
     markers,
     per_second,
-    percentile,
     proc_stat_cpu_ticks,
     replace_section,
 )
-
-samples_st = st.lists(
-    st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=200
-)
-quantile_st = st.floats(min_value=0, max_value=100)
-
-# percentiles ------------------------------------------------------------------
-
-
-def test_nearest_rank_percentiles_of_one_to_a_hundred():
-    samples = list(range(100, 0, -1))  # order must not matter
-    assert percentile(samples, 50) == 50
-    assert percentile(samples, 99) == 99
-    assert percentile(samples, 99.5) == 100
-    assert percentile(samples, 100) == 100
-    assert percentile(samples, 0) == 1
-
-
-def test_p99_of_few_samples_is_the_largest():
-    assert percentile([3.0, 1.0, 2.0], 99) == 3.0
-    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
-
-
-@given(samples_st, quantile_st)
-def test_percentile_is_a_sample_with_at_least_q_percent_at_or_below_it(samples, q):
-    value = percentile(samples, q)
-    assert value in samples
-    at_or_below = sum(1 for s in samples if s <= value)
-    assert at_or_below >= q / 100 * len(samples)
-    below = sum(1 for s in samples if s < value)
-    assert below < max(q / 100 * len(samples), 1)
-
-
-@given(samples_st, quantile_st, quantile_st)
-def test_percentile_never_decreases_with_q(samples, q1, q2):
-    low, high = sorted((q1, q2))
-    assert percentile(samples, low) <= percentile(samples, high)
-
-
-@pytest.mark.parametrize(("samples", "q"), [([], 50), ([1.0], -1), ([1.0], 100.5)])
-def test_percentile_refuses_no_samples_or_a_bad_q(samples, q):
-    with pytest.raises(ValueError, match="percentile"):
-        percentile(samples, q)
-
 
 # rates and CPU ----------------------------------------------------------------
 

@@ -203,7 +203,7 @@ class OverloadResults:
     settling: Mapping[tuple[bool, str], Settling]
 
 
-def run_scenarios(data_dir: Path, *, seconds: float, real_model: bool) -> OverloadResults:
+def run_overload_bench(data_dir: Path, *, seconds: float, real_model: bool) -> OverloadResults:
     prepare(data_dir, real_model)
     synthetic_on = Stack("synthetic", 2, True)
     synthetic_off = Stack("synthetic", 2, False)

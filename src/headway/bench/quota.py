@@ -5,31 +5,39 @@
 2. Over-admission: ``headway up --gateways 4 --redis-url ...`` (zero-cost synthetic
    worker), one tenant offered 4x its quota spread over the 4 gateways by the
    open-loop load generator; admitted texts ÷ (burst + rate x elapsed).
+
+``run_quota_bench`` measures and returns ``QuotaResults``; ``render`` writes them
+as the Markdown section ``quota``. The quota stores are imported where they are
+measured: rendering needs none of the gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headway.bench.host import Machine
 from headway.bench.served import bench_settings, serving
 from headway.bench.stats import markdown_table
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
-from headway.gateway.quota.redis_store import RedisQuotaStore
-from headway.gateway.quota.store import LocalQuotaStore, Quota, QuotaStore
 from headway.loadgen import LoadResult, RequestClass, Schedule, Step, Workload, run_load
 from headway.registry.sqlite import Registry
 from headway.testing.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from headway.gateway.quota.store import QuotaStore
 
 SECTION = "quota"
 KEY = "bench-quota-key"
 RATE, BURST = 200.0, 400.0
 TEXTS = 4
 GATEWAYS = 4
-CHECKS = {"embedded (in-process bucket)": 50_000, "Redis (Lua script, loopback)": 5_000}
+EMBEDDED, REDIS = "embedded (in-process bucket)", "Redis (Lua script, loopback)"
+CHECKS = {EMBEDDED: 50_000, REDIS: 5_000}  # quota checks timed, per store
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,8 @@ class OverAdmission:
 
 async def cpu_per_check(store: QuotaStore, checks: int) -> float:
     """CPU µs of this process per take (a huge quota, so every take is granted)."""
+    from headway.gateway.quota.store import Quota
+
     quota = Quota("cpu", rate=1e9, burst=1e9)
     await store.take(quota, 1)
     started = time.process_time()
@@ -104,18 +114,37 @@ def over_admission(data_dir: Path, redis_url: str, seconds: float) -> OverAdmiss
     return OverAdmission(4 * RATE, seconds, served * TEXTS, refused)
 
 
-def run_quota_bench(data_dir: Path, *, seconds: float, command: str) -> str:
+@dataclass(frozen=True, slots=True)
+class QuotaResults:
+    cpu_us_per_check: Mapping[str, float]
+    """By quota store, as named in ``CHECKS``."""
+    admission: OverAdmission
+
+
+def run_quota_bench(data_dir: Path, *, seconds: float) -> QuotaResults:
+    from headway.gateway.quota.store import LocalQuotaStore
+
     with RedisServer() as redis:
         costs = {
-            "embedded (in-process bucket)": asyncio.run(
-                cpu_per_check(LocalQuotaStore(), CHECKS["embedded (in-process bucket)"])
-            ),
-            "Redis (Lua script, loopback)": asyncio.run(
-                _redis_cost(redis.url, CHECKS["Redis (Lua script, loopback)"])
-            ),
+            EMBEDDED: asyncio.run(cpu_per_check(LocalQuotaStore(), CHECKS[EMBEDDED])),
+            REDIS: asyncio.run(_redis_cost(redis.url, CHECKS[REDIS])),
         }
         admission = over_admission(data_dir, redis.url, seconds)
-    machine = Machine.here()
+    return QuotaResults(costs, admission)
+
+
+async def _redis_cost(url: str, checks: int) -> float:
+    from headway.gateway.quota.redis_store import RedisQuotaStore
+
+    store = RedisQuotaStore(url)
+    try:
+        return await cpu_per_check(store, checks)
+    finally:
+        await store.close()
+
+
+def render(results: QuotaResults, machine: Machine, command: str, seconds: float) -> str:
+    admission = results.admission
     return "\n\n".join(
         [
             "## Quotas: cost of a check, over-admission across gateways",
@@ -124,7 +153,10 @@ def run_quota_bench(data_dir: Path, *, seconds: float, command: str) -> str:
             "benchmark on loopback.",
             markdown_table(
                 ["quota store", "checks", "CPU µs per check (gateway process)"],
-                [[name, f"{CHECKS[name]:,}", f"{us:.1f}"] for name, us in costs.items()],
+                [
+                    [name, f"{CHECKS[name]:,}", f"{us:.1f}"]
+                    for name, us in results.cpu_us_per_check.items()
+                ],
                 "lrr",
             ),
             f"Over-admission: {GATEWAYS} gateways "
@@ -151,11 +183,3 @@ def run_quota_bench(data_dir: Path, *, seconds: float, command: str) -> str:
             ),
         ]
     )
-
-
-async def _redis_cost(url: str, checks: int) -> float:
-    store = RedisQuotaStore(url)
-    try:
-        return await cpu_per_check(store, checks)
-    finally:
-        await store.close()

@@ -26,15 +26,14 @@ import aiohttp
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
-from headway.bench.closedloop import closed_loop, gateway_poster, gateway_requests
-from headway.bench.corpus import sentences
 from headway.bench.errors import ServingFailed
 from headway.bench.overload import interactive_only, prepare
-from headway.bench.served import bench_settings, supervised
-from headway.bench.stats import percentile
+from headway.bench.served import bench_settings, gateway_traffic, supervised
 from headway.catalog import SYNTHETIC_ALIAS
 from headway.loadgen import LoadResult, Schedule, Step, run_load
-from headway.loadgen.recorder import Outcome, nearest_rank
+from headway.loadgen.corpus import sentences
+from headway.loadgen.recorder import Outcome
+from headway.quantile import quantile
 from headway.settings import Settings
 from headway.supervisor import Supervisor
 
@@ -50,6 +49,7 @@ HICCUP_MS = 1000.0
 SYNTHETIC_CALL_MS = 50.0
 FANOUT_TEXTS = 128
 FANOUT_REQUESTS = 30
+FANOUT_WARMUP = 3
 
 
 def settings_for(
@@ -150,31 +150,24 @@ class FanOut:
 
     @property
     def p50_s(self) -> float:
-        return percentile(self.latencies_s, 50)
+        return quantile(self.latencies_s, 0.50)
 
     @property
     def p95_s(self) -> float:
-        return percentile(self.latencies_s, 95)
+        return quantile(self.latencies_s, 0.95)
 
 
 def fan_out(data_dir: Path, replicas: int, chunk_texts: int) -> FanOut:
     """``FANOUT_REQUESTS`` requests of ``FANOUT_TEXTS`` texts, one at a time."""
     corpus = sentences(FANOUT_TEXTS * 4)
     batches = [corpus[i : i + FANOUT_TEXTS] for i in range(0, len(corpus), FANOUT_TEXTS)]
-    requests = gateway_requests(batches, SYNTHETIC_ALIAS)
     with supervised(settings_for(data_dir, replicas, chunk_texts=chunk_texts)) as supervisor:
-
-        async def measure() -> list[float]:
-            async with aiohttp.ClientSession() as session:
-                poster = gateway_poster(session, supervisor.gateways[0].url, requests, API_KEY)
-                await closed_loop(poster, concurrency=1, requests=3)  # connection, warm pool
-                result = await closed_loop(poster, concurrency=1, requests=FANOUT_REQUESTS)
-            if result.errors:
-                raise ServingFailed(f"fan-out requests failed: {dict(result.errors)}")
-            return result.latencies_s
-
-        latencies = asyncio.run(measure())
-    return FanOut(replicas, chunk_texts, latencies)
+        traffic = gateway_traffic(supervisor.gateways[0].url, batches, SYNTHETIC_ALIAS, API_KEY)
+        asyncio.run(traffic.run(concurrency=1, requests=FANOUT_WARMUP))  # a warm pool
+        result = asyncio.run(traffic.run(concurrency=1, requests=FANOUT_REQUESTS))
+    if result.errors:
+        raise ServingFailed(f"fan-out requests failed: {dict(result.errors)}")
+    return FanOut(replicas, chunk_texts, result.latencies_s)
 
 
 class RoutingCounts(msgspec.Struct):
@@ -227,8 +220,8 @@ class HedgeRun:
         deadline): the tail a client sees, which the served-only p99 would hide."""
         records = self.result.records
         answered = (records.outcome == Outcome.OK) | (records.outcome == Outcome.TIMEOUT)
-        value = nearest_rank(records.latency_s[answered], 99)
-        return None if value is None else value * 1000
+        latencies_s = records.latency_s[answered]
+        return quantile(latencies_s, 0.99) * 1000 if latencies_s.size else None
 
 
 def hedge_run(
@@ -269,7 +262,7 @@ class RoutingResults:
     hedges: Sequence[HedgeRun]
 
 
-def run_scenarios(data_dir: Path, *, seconds: float) -> RoutingResults:
+def run_routing_bench(data_dir: Path, *, seconds: float) -> RoutingResults:
     prepare(data_dir, real_model=False)
     capacity = {
         n: capacity_rps(settings_for(data_dir, n), REPLICA_RPS_GUESS * n) for n in (1, 2, 3, 4)

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from headway.bench.host import Machine
 from headway.bench.overload import DEADLINE_MS, TEXTS
 from headway.bench.routing import (
+    FANOUT_REQUESTS,
     FANOUT_TEXTS,
+    FANOUT_WARMUP,
     HEDGE_LOAD,
     KILL_LOAD,
     FanOut,
@@ -170,9 +172,10 @@ def render(results: RoutingResults, machine: Machine, command: str, seconds: flo
             ["replicas", "served req/s", "ratio to 1 replica", "ratio / N"], scale_rows, "rrrr"
         ),
         f"### Fan-out: one request of {FANOUT_TEXTS} texts",
-        "Requests one at a time (closed loop, concurrency 1), 30 measured after 3 warm-up "
-        "ones. Chunk size 16 splits a request into 8 chunks sent in parallel; chunk size "
-        "128 sends it whole to one replica. Goal: 4 replicas ≥ 3× faster than 1.",
+        f"Requests one at a time (closed loop, concurrency 1), {FANOUT_REQUESTS} measured "
+        f"after {FANOUT_WARMUP} warm-up ones. Chunk size 16 splits a request into 8 chunks "
+        "sent in parallel; chunk size 128 sends it whole to one replica. Goal: 4 replicas "
+        "≥ 3× faster than 1.",
         markdown_table(
             ["replicas", "chunk size", "chunks", "p50 ms", "p95 ms", "p50 speed-up vs 1"],
             _fan_out_rows(results.fan_outs),

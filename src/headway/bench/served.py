@@ -3,45 +3,37 @@
 ``serving`` starts one embed worker and one gateway with ``Supervisor``
 exactly as ``headway up`` does (the gateway on an ephemeral port: the
 supervisor binds the sockets itself and reads the port back), and stops
-them whatever happens. Points are measured with the closed-loop client;
-for each one the CPU seconds of the worker, the gateway and this process
-(the client) are read from ``/proc`` before and after, which shows who was
-busy when throughput falls short of the raw model.
+them whatever happens. Points are measured with the load generator's closed
+loop (``headway.loadgen.run_closed_loop``); for each one the CPU seconds of
+the worker, the gateway and this process (the client) are read from ``/proc``
+before and after, which shows who was busy when throughput falls short of the
+raw model.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 
-from headway.bench.closedloop import (
-    LoadResult,
-    Poster,
-    Request,
-    RequestFailed,
-    closed_loop,
-    gateway_poster,
-    gateway_requests,
-    worker_poster,
-    worker_requests,
-)
+from headway import wire
 from headway.bench.errors import ServingFailed
 from headway.bench.host import process_cpu_s
 from headway.bench.raw import batches_of
 from headway.bench.stats import cpu_us_per_request, per_second
+from headway.loadgen import Body, ClosedLoopResult, RequestFailed, post, run_closed_loop
+from headway.loadgen.recorder import error_reason
 from headway.settings import Settings, load_settings
 from headway.supervisor import Supervisor, write_run_config
-from headway.worker import protocol
 
 API_KEY = "demo-key-search-app"  # a demo tenant's key: run `registry.seed_demo()` first
 WORKER, GATEWAY, CLIENT = "worker", "gateway", "client"
+CLIENT_TIMEOUT_S = 120.0  # a request not answered by then counts as a timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +119,68 @@ def _state(returncode: int | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Traffic:
+    """What a closed-loop run sends: ``bodies`` POSTed round-robin to ``url`` with ``headers``."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    bodies: Sequence[Body]
+
+    async def run(
+        self, *, concurrency: int, duration_s: float | None = None, requests: int | None = None
+    ) -> ClosedLoopResult:
+        return await run_closed_loop(
+            self.url,
+            self.bodies,
+            headers=self.headers,
+            concurrency=concurrency,
+            duration_s=duration_s,
+            requests=requests,
+            client_timeout_s=CLIENT_TIMEOUT_S,
+        )
+
+
+def worker_traffic(
+    worker_url: str,
+    batches: Sequence[Sequence[str]],
+    model_version: str,
+    timeout_ms: float = 60_000,
+) -> Traffic:
+    """Chunks for a worker's ``/internal/embed``, as the gateway would send them."""
+    bodies = [
+        Body(
+            wire.encode(
+                wire.EmbedChunk(
+                    f"bench-{i}", list(texts), timeout_ms, wire.Priority.INTERACTIVE, model_version
+                )
+            ),
+            len(texts),
+        )
+        for i, texts in enumerate(batches)
+    ]
+    return Traffic(
+        worker_url + wire.EmbedChunk.path, (("Content-Type", wire.CONTENT_TYPE),), bodies
+    )
+
+
+def gateway_traffic(
+    gateway_url: str, batches: Sequence[Sequence[str]], model: str, api_key: str
+) -> Traffic:
+    """OpenAI-style ``/v1/embeddings`` bodies (float encoding, the API's default)."""
+    encode = msgspec.json.Encoder().encode
+    bodies = [Body(encode({"model": model, "input": list(texts)}), len(texts)) for texts in batches]
+    headers = (("Content-Type", "application/json"), ("Authorization", f"Bearer {api_key}"))
+    return Traffic(gateway_url + "/v1/embeddings", headers, bodies)
+
+
+@dataclass(frozen=True, slots=True)
 class LoadPoint:
     """One closed-loop run and the CPU each process spent during it."""
 
     path: str
     texts_per_request: int
     concurrency: int
-    result: LoadResult
+    result: ClosedLoopResult
     cpu_s: Mapping[str, float]
     note: str = ""
 
@@ -157,50 +204,41 @@ class LoadPoint:
         return cpu_us_per_request(self.cpu_s[process], self.result.requests)
 
 
-@asynccontextmanager
-async def _session() -> AsyncIterator[aiohttp.ClientSession]:
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        yield session
-
-
-def _poster(
-    session: aiohttp.ClientSession,
-    processes: Processes,
-    path: str,
-    batches: Sequence[Sequence[str]],
-    model: Model,
-) -> tuple[Poster, Request]:
-    """A poster cycling over ``batches`` on ``path``, and its first request."""
+def _traffic(
+    processes: Processes, path: str, batches: Sequence[Sequence[str]], model: Model
+) -> Traffic:
+    """Requests of ``batches`` on ``path``: straight to the worker, or through the gateway."""
     if path == WORKER:
-        requests = worker_requests(batches, model.version)
-        return worker_poster(session, processes.worker_url, requests), requests[0]
-    requests = gateway_requests(batches, model.name)
-    return gateway_poster(session, processes.gateway_url, requests, API_KEY), requests[0]
+        return worker_traffic(processes.worker_url, batches, model.version)
+    return gateway_traffic(processes.gateway_url, batches, model.name, API_KEY)
 
 
-async def _check(poster: Poster, path: str, request: Request, dimensions: int) -> None:
+async def _check(traffic: Traffic, path: str, dimensions: int) -> None:
     """One request, its answer decoded: the right number of rows of the right width."""
+    first = traffic.bodies[0]
     try:
-        payload = await poster.fetch(request)
+        response = await post(
+            traffic.url, first.content, headers=traffic.headers, client_timeout_s=CLIENT_TIMEOUT_S
+        )
     except RequestFailed as exc:
-        raise ServingFailed(f"{path}: first request failed: {exc.reason}") from exc
+        raise ServingFailed(f"{path}: first request failed: {exc}") from exc
+    if response.status != 200:
+        raise ServingFailed(f"{path}: first request failed: {error_reason(response)}")
     try:
         if path == WORKER:
-            result = protocol.result_decoder.decode(payload)
+            result = wire.result_decoder.decode(response.body)
             shape = (result.rows, result.dimensions)
         else:
-            rows = msgspec.json.decode(payload)["data"]
+            rows = msgspec.json.decode(response.body)["data"]
             shape = (len(rows), len(rows[0]["embedding"]) if rows else 0)
     except (msgspec.DecodeError, KeyError, TypeError, IndexError) as exc:
         raise ServingFailed(f"{path}: malformed answer: {exc}") from exc
-    if shape != (request.texts, dimensions):
-        raise ServingFailed(f"{path}: expected {request.texts}x{dimensions} values, got {shape}")
+    if shape != (first.texts, dimensions):
+        raise ServingFailed(f"{path}: expected {first.texts}x{dimensions} values, got {shape}")
 
 
 async def measure(
-    poster: Poster,
+    traffic: Traffic,
     processes: Processes,
     *,
     path: str,
@@ -212,11 +250,9 @@ async def measure(
     note: str = "",
 ) -> LoadPoint:
     """``warmup`` requests unmeasured, then one closed-loop run with CPU read around it."""
-    await closed_loop(poster, concurrency=concurrency, requests=warmup)
+    await traffic.run(concurrency=concurrency, requests=warmup)
     before = {name: process_cpu_s(pid) for name, pid in processes.pids.items()}
-    result = await closed_loop(
-        poster, concurrency=concurrency, duration_s=duration_s, requests=requests
-    )
+    result = await traffic.run(concurrency=concurrency, duration_s=duration_s, requests=requests)
     after = {name: process_cpu_s(pid) for name, pid in processes.pids.items()}
     cpu_s = {name: after[name] - before[name] for name in before}
     return LoadPoint(path, texts_per_request, concurrency, result, cpu_s, note)
@@ -235,22 +271,21 @@ async def throughput(
 ) -> list[LoadPoint]:
     """Sentences per second on each path (``WORKER``: straight to it; ``GATEWAY``)."""
     points = []
-    async with _session() as session:
-        for path in paths:
-            for batch in batch_sizes:
-                poster, first = _poster(session, processes, path, batches_of(corpus, batch), model)
-                await _check(poster, path, first, model.dimensions)
-                point = await measure(
-                    poster,
-                    processes,
-                    path=path,
-                    texts_per_request=batch,
-                    concurrency=concurrency,
-                    warmup=concurrency,  # opens the connections; the worker is already warm
-                    duration_s=seconds,
-                    note=note,
-                )
-                points.append(point)
+    for path in paths:
+        for batch in batch_sizes:
+            traffic = _traffic(processes, path, batches_of(corpus, batch), model)
+            await _check(traffic, path, model.dimensions)
+            point = await measure(
+                traffic,
+                processes,
+                path=path,
+                texts_per_request=batch,
+                concurrency=concurrency,
+                warmup=concurrency,  # the worker is already warm; this warms the path
+                duration_s=seconds,
+                note=note,
+            )
+            points.append(point)
     return points
 
 
@@ -274,26 +309,25 @@ async def overhead(
     """1-text requests to a zero-cost model: what is left is the cost of serving them."""
     latency: dict[str, LoadPoint] = {}
     cpu: dict[str, LoadPoint] = {}
-    async with _session() as session:
-        for path in (WORKER, GATEWAY):
-            poster, first = _poster(session, processes, path, batches_of(corpus, 1), model)
-            await _check(poster, path, first, model.dimensions)
-            latency[path] = await measure(
-                poster,
-                processes,
-                path=path,
-                texts_per_request=1,
-                concurrency=1,
-                warmup=50,
-                requests=latency_requests,
-            )
-            cpu[path] = await measure(
-                poster,
-                processes,
-                path=path,
-                texts_per_request=1,
-                concurrency=cpu_concurrency,
-                warmup=2 * cpu_concurrency,
-                duration_s=seconds,
-            )
+    for path in (WORKER, GATEWAY):
+        traffic = _traffic(processes, path, batches_of(corpus, 1), model)
+        await _check(traffic, path, model.dimensions)
+        latency[path] = await measure(
+            traffic,
+            processes,
+            path=path,
+            texts_per_request=1,
+            concurrency=1,
+            warmup=50,
+            requests=latency_requests,
+        )
+        cpu[path] = await measure(
+            traffic,
+            processes,
+            path=path,
+            texts_per_request=1,
+            concurrency=cpu_concurrency,
+            warmup=2 * cpu_concurrency,
+            duration_s=seconds,
+        )
     return Overhead(latency, cpu)

@@ -1,9 +1,7 @@
-"""Pure helpers for benchmark reports: percentiles, rates, CPU accounting, Markdown.
+"""Pure helpers for benchmark reports: rates, CPU accounting, Markdown.
 
-Percentiles use the nearest-rank definition: the ``q``-th percentile of ``n``
-samples is the ``ceil(q / 100 * n)``-th smallest (the smallest for ``q = 0``).
-It is always one of the samples, and at least ``q`` percent of the samples
-are at or below it, which is what "p99 latency" promises a reader.
+Percentiles come from the product's one quantile function, ``headway.quantile``
+(nearest rank), as the load generator's do.
 
 A report section lives between ``<!-- bench:NAME:start -->`` and
 ``<!-- bench:NAME:end -->``; replacing it leaves every byte outside the markers
@@ -18,17 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from headway.bench.errors import MalformedMarkers
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank ``q``-th percentile, ``0 <= q <= 100``, of a non-empty sequence."""
-    if not samples:
-        raise ValueError("percentile of no samples")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is outside [0, 100]")
-    ordered = sorted(samples)
-    rank = math.ceil(q / 100 * len(ordered))
-    return ordered[max(rank, 1) - 1]
 
 
 def per_second(count: float, seconds: float) -> float:

@@ -1,22 +1,29 @@
-"""``headway loadgen``: an open-loop load generator for the gateway's HTTP API.
+"""``headway loadgen``: the load generator, open-loop for the gateway's API, or closed-loop.
 
-Requests leave on a schedule whatever the latency, as real traffic does, and
-latency is measured from each request's *intended* send time, so a stalled
-server shows up in every request that waited behind the stall (no coordinated
-omission). The pieces, in the order a run uses them:
+Open loop (``run_load``, what ``headway loadgen`` runs): requests leave on a
+schedule whatever the latency, as real traffic does, and latency is measured
+from each request's *intended* send time, so a stalled server shows up in every
+request that waited behind the stall (no coordinated omission). The pieces, in
+the order a run uses them:
 
 - ``spec``: a TOML/JSON load spec (or CLI-like arguments) → ``Workload`` + ``Schedule``
 - ``schedule``: intended send times (fixed spacing or Poisson, in rate steps)
 - ``workload``: weighted request classes, with bodies built before the clock starts
+  from the words of ``corpus``
 - ``client``: a keep-alive connection pool with per-request deadlines, over
   ``connection``: one HTTP/1.1 connection that parses its responses in place
 - ``run``: fires each request at its time and records what came back
 - ``recorder``: per-request records → summaries (overall, per class, per second)
 - ``report``: a summary as a plain-text table or a JSON-able dict
+
+Closed loop (``closed.run_closed_loop``, what the benchmarks measure throughput
+with): a fixed number of requests outstanding, any pre-encoded bodies to any
+endpoint (a worker's too), on the same ``client``.
 """
 
 from __future__ import annotations
 
+from headway.loadgen.closed import Body, ClosedLoopResult, post, run_closed_loop
 from headway.loadgen.errors import InvalidSpec, LoadgenError, MalformedReport, RequestFailed
 from headway.loadgen.recorder import (
     ClientStats,
@@ -34,7 +41,9 @@ from headway.loadgen.spec import LoadSpec, load_spec, parse_range, parse_spec, s
 from headway.loadgen.workload import RequestClass, Workload
 
 __all__ = [
+    "Body",
     "ClientStats",
+    "ClosedLoopResult",
     "InvalidSpec",
     "LoadResult",
     "LoadSpec",
@@ -54,7 +63,9 @@ __all__ = [
     "load_spec",
     "parse_range",
     "parse_spec",
+    "post",
     "render_text",
+    "run_closed_loop",
     "run_load",
     "run_load_sync",
     "spec_from_args",

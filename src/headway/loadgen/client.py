@@ -11,9 +11,10 @@ connection calls back from ``data_received`` once the response is complete.
 The pool grows on demand: a request that finds no idle connection waits in a
 FIFO, and a new connection is opened for each waiting request beyond those
 already being opened (at most ``MAX_CONNECTING`` at once, and up to
-``max_connections`` in all); whichever connection frees up first takes the
-oldest waiting request. Idle connections are reused last-in first-out, which
-keeps the busy set small and warm.
+``max_connections`` in all, a lost connection making room for a new one as it
+goes); whichever connection frees up first takes the oldest waiting request.
+Idle connections are reused last-in first-out, which keeps the busy set small
+and warm.
 
 Every request has a deadline, ``since + timeout_s`` (``since`` defaults to
 now; an open-loop run passes the intended send time). Deadlines are kept in
@@ -230,7 +231,9 @@ class ConnectionPool:
 
     def lost(self, connection: Connection) -> None:
         self._open.discard(connection)
-        if not self._open and self._all_closed is not None and not self._all_closed.done():
+        if not self._closed:
+            self._grow()  # a request may be waiting because this one held the last place
+        elif not self._open and self._all_closed is not None and not self._all_closed.done():
             self._all_closed.set_result(None)
 
     def _grow(self) -> None:

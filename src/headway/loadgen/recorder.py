@@ -9,13 +9,12 @@ actually sent it. Outcomes: ``ok`` (200), ``shed`` (503), ``quota`` (429),
 answered within their own deadline (``X-Timeout-Ms``, from the intended send
 time): a 200 after the caller gave up is not worth having.
 
-Percentiles are nearest-rank, as ``headway.bench.stats.percentile``: the
-``q``-th percentile of n samples is the ``ceil(q / 100 × n)``-th smallest, so
-it is always one of the samples. The timeline buckets requests by the second
-of their intended send time; rates divide by the bucket's length (the last one
-may be partial). A run is *behind schedule* when the p99 lag exceeds
-``LAG_P99_LIMIT_S`` or any request left more than ``LAG_MAX_LIMIT_S`` late:
-its offered load was then not the one asked for.
+Percentiles are nearest-rank (``headway.quantile``): the ``q`` quantile of n
+samples is the ``ceil(q × n)``-th smallest, so it is always one of the samples.
+The timeline buckets requests by the second of their intended send time; rates
+divide by the bucket's length (the last one may be partial). A run is *behind
+schedule* when the p99 lag exceeds ``LAG_P99_LIMIT_S`` or any request left more
+than ``LAG_MAX_LIMIT_S`` late: its offered load was then not the one asked for.
 """
 
 from __future__ import annotations
@@ -26,8 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
+
+from headway.loadgen.connection import Response
+from headway.quantile import quantile
 
 LAG_P99_LIMIT_S = 0.005
 LAG_MAX_LIMIT_S = 0.050
@@ -62,6 +65,23 @@ def outcomes(status: NDArray[np.int32], timed_out: NDArray[np.bool_]) -> NDArray
         result[status == code] = outcome
     result[timed_out] = Outcome.TIMEOUT
     return result
+
+
+class _ErrorBody(msgspec.Struct):
+    type: str
+
+
+class _ErrorDocument(msgspec.Struct):
+    error: _ErrorBody
+
+
+def error_reason(response: Response) -> str:
+    """``status 404 not_found``: the status and the type of a headway JSON error body."""
+    try:
+        kind = msgspec.json.decode(response.body, type=_ErrorDocument).error.type
+    except msgspec.DecodeError:
+        return f"status {response.status}"
+    return f"status {response.status} {kind}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,18 +231,9 @@ class Report:
     client: ClientStats | None = None
 
 
-def nearest_rank(values: NDArray[np.float64], q: float) -> float | None:
-    """The nearest-rank ``q``-th percentile of ``values``; ``None`` when empty."""
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is outside [0, 100]")
-    if values.size == 0:
-        return None
-    kth = max(math.ceil(q * values.size / 100), 1) - 1
-    return float(np.partition(values, kth)[kth])
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else value * 1000
+def _quantile_ms(values: NDArray[np.float64], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` (seconds) in milliseconds; ``None`` when empty."""
+    return quantile(values, q) * 1000 if values.size else None
 
 
 def _summary(
@@ -246,12 +257,12 @@ def _summary(
         timeouts=int((outcome == Outcome.TIMEOUT).sum()),
         errors=int((outcome == Outcome.ERROR).sum()),
         served_texts=int(r.texts[rows][served].sum()),
-        latency_p50_ms=_ms(nearest_rank(served_latency, 50)),
-        latency_p95_ms=_ms(nearest_rank(served_latency, 95)),
-        latency_p99_ms=_ms(nearest_rank(served_latency, 99)),
-        rejection_p99_ms=_ms(nearest_rank(latency[rejected], 99)),
-        lag_p99_ms=_ms(nearest_rank(lag, 99)),
-        lag_max_ms=_ms(float(lag.max()) if lag.size else None),
+        latency_p50_ms=_quantile_ms(served_latency, 0.50),
+        latency_p95_ms=_quantile_ms(served_latency, 0.95),
+        latency_p99_ms=_quantile_ms(served_latency, 0.99),
+        rejection_p99_ms=_quantile_ms(latency[rejected], 0.99),
+        lag_p99_ms=_quantile_ms(lag, 0.99),
+        lag_max_ms=float(lag.max()) * 1000 if lag.size else None,
     )
 
 

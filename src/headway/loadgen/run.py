@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -39,7 +38,14 @@ from headway.loadgen.client import (
     request_head,
 )
 from headway.loadgen.connection import Failure, Response, Result
-from headway.loadgen.recorder import ClientStats, Records, Report, outcomes, summarize
+from headway.loadgen.recorder import (
+    ClientStats,
+    Records,
+    Report,
+    error_reason,
+    outcomes,
+    summarize,
+)
 from headway.loadgen.schedule import Schedule
 from headway.loadgen.workload import Workload
 
@@ -99,7 +105,7 @@ class _Tally:
         if isinstance(result, Response):
             self.status[i] = result.status
             if result.status not in _NOT_ERRORS:
-                self.failures[i] = Failure("error", _error_reason(result))
+                self.failures[i] = Failure("error", error_reason(result))
         else:
             self.failures[i] = result
         self.unanswered -= 1
@@ -108,23 +114,6 @@ class _Tally:
 
 
 _NOT_ERRORS = frozenset((200, 429, 503, 504))
-
-
-class _ErrorBody(msgspec.Struct):
-    type: str
-
-
-class _ErrorDocument(msgspec.Struct):
-    error: _ErrorBody
-
-
-def _error_reason(response: Response) -> str:
-    """``status 404 not_found``: the status and the type of a headway JSON error body."""
-    try:
-        kind = msgspec.json.decode(response.body, type=_ErrorDocument).error.type
-    except msgspec.DecodeError:
-        return f"status {response.status}"
-    return f"status {response.status} {kind}"
 
 
 async def _fire(

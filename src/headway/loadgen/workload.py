@@ -3,8 +3,8 @@
 Each request draws its class by weight, then its number of texts and each
 text's length in words uniformly from the class's ranges, from one seeded RNG:
 the same workload and count always give the same bytes. Texts are words from
-the benchmark corpus' list (each one WordPiece token), and no text repeats
-within a run: the first ``serial_words`` words of the n-th text spell n in base
+``corpus.WORDS`` (each one WordPiece token), and no text repeats within a run:
+the first ``serial_words`` words of the n-th text spell n in base
 ``len(WORDS)``, so a cache keyed on text content never hits. A text drawn
 shorter than that is lengthened to ``serial_words`` words (3 words number 35
 million texts).
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from headway.bench.corpus import WORDS
+from headway.loadgen.corpus import WORDS
 from headway.loadgen.errors import InvalidSpec
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"

@@ -8,6 +8,7 @@ from typing import Literal
 Tier = Literal["interactive", "batch"]
 Role = Literal["tenant", "admin"]
 TIERS: tuple[Tier, ...] = ("interactive", "batch")
+MODEL_KINDS = ("embedding", "cross-encoder")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,11 @@
 """The registry on SQLite: tenants, key digests, model versions and aliases.
 
-Writers are the CLI and ``headway up``'s first start; the gateway only reads,
-taking a whole ``Snapshot`` at a time (WAL mode lets it read while a CLI writes).
+Writers are the CLI, ``headway up``'s first start and the benchmarks; the gateway
+only reads, taking a whole ``Snapshot`` at a time (WAL mode lets it read while a
+CLI writes). Every write keeps the rules of ``rules`` and ``errors``, whoever
+writes: values are checked first, then the write runs in one transaction that
+holds the write lock from its start (``BEGIN IMMEDIATE``), so what it checks
+(does the name exist? the key?) cannot change before it writes.
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from headway.registry.errors import DuplicateKey, DuplicateTenant, UnknownTenant
+from headway.registry.errors import RegistryError as RegistryError  # callers catch it here
 from headway.registry.keys import key_digest, new_key
 from headway.registry.model import ModelRecord, Principal, Snapshot, Tenant, Tier
+from headway.registry.rules import model_kind, quota_value, tier_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
@@ -57,10 +64,7 @@ DEMO_TENANTS: tuple[tuple[str, Tier, str], ...] = (
     ("nightly-index", "batch", "demo-key-nightly-index"),
 )
 DEMO_ADMIN_KEY = "demo-admin-key"
-
-
-class RegistryError(Exception):
-    """A registry write broke a rule (duplicate name, unknown tenant or model)."""
+_TENANT_COLUMNS = "id, name, tier, rate_texts_per_s, burst_texts"
 
 
 class Registry:
@@ -81,87 +85,103 @@ class Registry:
         finally:
             db.close()
 
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction holding the write lock throughout; a rule error rolls it back."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except sqlite3.IntegrityError as exc:  # a schema check no rule here foresaw
+                raise RegistryError(f"the registry refused the write: {exc}") from exc
+
     # tenants and keys -------------------------------------------------------
 
     def add_tenant(
         self,
         name: str,
-        tier: Tier,
+        tier: str,
         *,
         rate_texts_per_s: float | None = None,
         burst_texts: float | None = None,
         key: str | None = None,
     ) -> tuple[Tenant, str]:
-        """Create a tenant and its first key; the key is returned once, never stored."""
+        """Create a tenant and its first key; the key is returned once, never stored.
+
+        The quota defaults to the tier's (``DEFAULT_RATE``, ``DEFAULT_BURST``).
+        """
+        checked = tier_of(tier)
+        rate = quota_value(
+            "rate_texts_per_s",
+            DEFAULT_RATE[checked] if rate_texts_per_s is None else rate_texts_per_s,
+        )
+        burst = quota_value(
+            "burst_texts", DEFAULT_BURST[checked] if burst_texts is None else burst_texts
+        )
         key = key or new_key()
-        rate = rate_texts_per_s or DEFAULT_RATE[tier]
-        burst = burst_texts or DEFAULT_BURST[tier]
+        digest = key_digest(key)
         now = time.time()
-        try:
-            with self._connect() as db:
-                cursor = db.execute(
-                    "INSERT INTO tenants (name, tier, rate_texts_per_s, burst_texts, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (name, tier, rate, burst, now),
-                )
-                tenant_id = cursor.lastrowid
-                db.execute(
-                    "INSERT INTO api_keys (key_digest, tenant_id, role, created_at)"
-                    " VALUES (?, ?, 'tenant', ?)",
-                    (key_digest(key), tenant_id, now),
-                )
-        except sqlite3.IntegrityError as exc:
-            raise RegistryError(f"tenant {name!r} already exists") from exc
+        with self._write() as db:
+            if _tenant(db, name) is not None:
+                raise DuplicateTenant(f"tenant {name!r} already exists")
+            _check_new_key(db, digest)
+            cursor = db.execute(
+                "INSERT INTO tenants (name, tier, rate_texts_per_s, burst_texts, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (name, checked, rate, burst, now),
+            )
+            tenant_id = cursor.lastrowid
+            db.execute(
+                "INSERT INTO api_keys (key_digest, tenant_id, role, created_at)"
+                " VALUES (?, ?, 'tenant', ?)",
+                (digest, tenant_id, now),
+            )
         assert tenant_id is not None
-        return Tenant(tenant_id, name, tier, rate, burst), key
+        return Tenant(tenant_id, name, checked, rate, burst), key
 
     def update_tenant(
         self,
         name: str,
         *,
-        tier: Tier | None = None,
+        tier: str | None = None,
         rate_texts_per_s: float | None = None,
         burst_texts: float | None = None,
     ) -> Tenant:
         """Change a tenant's tier or quota; gateways pick it up on their next refresh."""
-        changes = {
-            column: value
-            for column, value in (
-                ("tier", tier),
-                ("rate_texts_per_s", rate_texts_per_s),
-                ("burst_texts", burst_texts),
-            )
-            if value is not None
-        }
-        with self._connect() as db:
+        changes: dict[str, str | float] = {}
+        if tier is not None:
+            changes["tier"] = tier_of(tier)
+        if rate_texts_per_s is not None:
+            changes["rate_texts_per_s"] = quota_value("rate_texts_per_s", rate_texts_per_s)
+        if burst_texts is not None:
+            changes["burst_texts"] = quota_value("burst_texts", burst_texts)
+        with self._write() as db:
+            if _tenant(db, name) is None:
+                raise UnknownTenant(f"no tenant named {name!r}")
             if changes:
                 assignments = ", ".join(f"{column} = ?" for column in changes)
                 db.execute(
                     f"UPDATE tenants SET {assignments} WHERE name = ?", (*changes.values(), name)
                 )
-            row = db.execute(
-                "SELECT id, name, tier, rate_texts_per_s, burst_texts FROM tenants WHERE name = ?",
-                (name,),
-            ).fetchone()
-        if row is None:
-            raise RegistryError(f"no tenant named {name!r}")
-        return Tenant(*row)
+            tenant = _tenant(db, name)
+        assert tenant is not None
+        return tenant
 
     def add_admin_key(self, key: str | None = None) -> str:
         key = key or new_key()
-        with self._connect() as db:
+        digest = key_digest(key)
+        with self._write() as db:
+            _check_new_key(db, digest)
             db.execute(
                 "INSERT INTO api_keys (key_digest, tenant_id, role, created_at)"
                 " VALUES (?, NULL, 'admin', ?)",
-                (key_digest(key), time.time()),
+                (digest, time.time()),
             )
         return key
 
     def tenants(self) -> list[Tenant]:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT id, name, tier, rate_texts_per_s, burst_texts FROM tenants ORDER BY name"
-            ).fetchall()
+            rows = db.execute(f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY name").fetchall()
         return [Tenant(*row) for row in rows]
 
     def seed_demo(self) -> bool:
@@ -178,12 +198,15 @@ class Registry:
     # models and aliases -----------------------------------------------------
 
     def add_model(self, record: ModelRecord, aliases: tuple[str, ...] = ()) -> None:
+        """Record a model version (once: versions are content hashes) and point ``aliases``
+        at it, moving any that named another version."""
+        model_kind(record.kind)
         now = time.time()
-        with self._connect() as db:
+        with self._write() as db:
             db.execute(
-                "INSERT OR IGNORE INTO models"
+                "INSERT INTO models"
                 " (version, name, kind, dimensions, quantization, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (version) DO NOTHING",
                 (
                     record.version,
                     record.name,
@@ -220,10 +243,7 @@ class Registry:
     def snapshot(self) -> Snapshot:
         with self._connect() as db:
             tenants = {
-                row[0]: Tenant(*row)
-                for row in db.execute(
-                    "SELECT id, name, tier, rate_texts_per_s, burst_texts FROM tenants"
-                )
+                row[0]: Tenant(*row) for row in db.execute(f"SELECT {_TENANT_COLUMNS} FROM tenants")
             }
             key_rows = db.execute(
                 "SELECT key_digest, tenant_id, role FROM api_keys WHERE revoked_at IS NULL"
@@ -242,3 +262,13 @@ class Registry:
         for alias, version in alias_rows:
             models[alias] = models[version]
         return Snapshot(principals, models)
+
+
+def _tenant(db: sqlite3.Connection, name: str) -> Tenant | None:
+    row = db.execute(f"SELECT {_TENANT_COLUMNS} FROM tenants WHERE name = ?", (name,)).fetchone()
+    return None if row is None else Tenant(*row)
+
+
+def _check_new_key(db: sqlite3.Connection, digest: bytes) -> None:
+    if db.execute("SELECT 1 FROM api_keys WHERE key_digest = ?", (digest,)).fetchone():
+        raise DuplicateKey("that API key is already registered")

@@ -11,7 +11,7 @@ samples from the last ``size``, and is unknown (no hedging) until
 
 from __future__ import annotations
 
-import math
+from headway.quantile import quantile
 
 
 class LatencyQuantile:
@@ -42,15 +42,9 @@ class LatencyQuantile:
         if len(self._samples) >= self._min_samples and (
             self._value is None or self._since_refresh >= self._refresh_every
         ):
-            self._value = quantile_of(self._samples, self.quantile)
+            self._value = quantile(self._samples, self.quantile)
             self._since_refresh = 0
 
     def value_s(self) -> float | None:
         """The quantile of recent samples; None until there are enough of them."""
         return self._value
-
-
-def quantile_of(samples: list[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile: the smallest sample at or above a ``q`` share."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered), max(1, math.ceil(q * len(ordered)))) - 1]

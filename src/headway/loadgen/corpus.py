@@ -1,4 +1,4 @@
-"""A deterministic corpus of English-like sentences for benchmarks, with no downloads.
+"""A deterministic corpus of English-like sentences for load and benchmarks, no downloads.
 
 Sentences are drawn from a seeded ``random.Random`` over a fixed list of common
 words, each of which is one WordPiece token in the BERT uncased vocabulary (a

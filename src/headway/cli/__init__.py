@@ -1,0 +1,21 @@
+"""The ``headway`` command line: every component runnable on its own, or all at once."""
+
+from __future__ import annotations
+
+import typer
+
+from headway.cli import bench, catalog, loadgen, serve
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+# In the order ``headway --help`` lists them.
+app.command()(serve.up)
+app.command()(serve.gateway)
+app.command()(serve.worker)
+app.command()(loadgen.loadgen)
+app.add_typer(catalog.models_app, name="models")
+app.add_typer(catalog.tenants_app, name="tenants")
+app.add_typer(bench.bench_app, name="bench")
+
+
+def main() -> None:
+    app(prog_name="headway")

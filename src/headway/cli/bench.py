@@ -1,0 +1,145 @@
+"""``headway bench …``: each benchmark measures, renders its section, and is published here.
+
+A benchmark's ``run_NAME_bench`` returns its results and its ``render`` the Markdown
+section; a command only wires them: the machine is read before the run (its load
+average at start), a benchmark that cannot run exits 1 with the reason, and the
+section is printed and, with ``--out``, written between its markers in that file.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
+
+if TYPE_CHECKING:
+    from headway.bench.host import Machine
+
+bench_app = typer.Typer(no_args_is_help=True, help="Measure; results go to docs/benchmarks.md.")
+
+BenchOut = Annotated[
+    Path | None, typer.Option("--out", help="Markdown file to update (default: print only).")
+]
+BenchSeconds = Annotated[float, typer.Option(help="Seconds per measured point.")]
+
+
+@contextmanager
+def _running() -> Iterator[Machine]:
+    """The machine, read before the benchmark; a benchmark that cannot run (a process not
+    ready, say) exits 1 with the reason."""
+    from headway.bench.errors import BenchError
+    from headway.bench.host import Machine
+
+    try:
+        yield Machine.here()
+    except BenchError as exc:
+        typer.echo(f"bench failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _publish(section: str, name: str, out: Path | None) -> None:
+    from headway.bench.stats import write_section
+
+    if out is not None:
+        write_section(out, name, section)
+    typer.echo(section)
+
+
+def _command() -> str:
+    from headway.bench.stats import command_line
+
+    return command_line(sys.argv)
+
+
+@bench_app.command("spine")
+def bench_spine(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Raw ONNX Runtime vs through the worker vs through the gateway; gateway overhead."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.spine import run_spine_bench
+    from headway.bench.spine_report import SECTION, render
+
+    with _running() as machine:
+        results = run_spine_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
+@bench_app.command("int8")
+def bench_int8(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """fp32 vs int8 of the default model: embedding agreement and raw speed."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.int8 import SECTION, render, run_int8_bench
+
+    with _running() as machine:
+        results = run_int8_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
+@bench_app.command("quota")
+def bench_quota(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """CPU per quota check (embedded, Redis); over-admission of 4 gateways on one Redis."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.quota import SECTION, render, run_quota_bench
+
+    with _running() as machine:
+        results = run_quota_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
+@bench_app.command("overload")
+def bench_overload(
+    seconds: Annotated[
+        float, typer.Option(help="Seconds per measured point (30 for the docs).")
+    ] = 30.0,
+    out: BenchOut = None,
+    real_model: Annotated[bool, typer.Option(help="Include the real-model scenario.")] = True,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Overload 2x/5x/10x, noisy neighbour, step; each with and without admission control."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.overload import run_overload_bench
+    from headway.bench.overload_report import SECTION, render
+
+    with _running() as machine:
+        results = run_overload_bench(settings.data_dir, seconds=seconds, real_model=real_model)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
+@bench_app.command("routing")
+def bench_routing(
+    seconds: Annotated[
+        float, typer.Option(help="Seconds per open-loop run (30 for the docs).")
+    ] = 30.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """A replica killed at 60% load; scale-out 1/2/4; fan-out of 128 texts; hedging."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.routing import run_routing_bench
+    from headway.bench.routing_report import SECTION, render
+
+    with _running() as machine:
+        results = run_routing_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)

@@ -1,0 +1,178 @@
+"""``headway up | gateway | worker``: the system, or one of its processes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Annotated
+
+import typer
+
+from headway.cli.options import (
+    AdmissionOpt,
+    ConfigOpt,
+    DataDirOpt,
+    FdOpt,
+    LogLevelOpt,
+    RedisOpt,
+    given,
+    settings_from,
+)
+
+log = logging.getLogger("headway")
+
+
+def _on_off(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    if value not in ("on", "off"):
+        raise typer.BadParameter("expected on or off", param_hint="--admission")
+    return value == "on"
+
+
+def _urls(value: str | None) -> tuple[str, ...] | None:
+    return tuple(u.strip() for u in value.split(",") if u.strip()) if value is not None else None
+
+
+def up(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: Annotated[str | None, typer.Option(help="Gateway address.")] = None,
+    port: Annotated[int | None, typer.Option(help="Gateway port (default 8080).")] = None,
+    embed_replicas: Annotated[int | None, typer.Option(help="Embed workers (default 1).")] = None,
+    rerank_replicas: Annotated[
+        int | None, typer.Option(help="Rerank workers (default 1; 0: rerank on embed workers).")
+    ] = None,
+    backend: Annotated[str | None, typer.Option(help="onnx (default) or synthetic.")] = None,
+    gateways: Annotated[
+        int | None, typer.Option(help="Gateway processes (default 1), on port, port+1, ...")
+    ] = None,
+    admission: AdmissionOpt = None,
+    redis_url: RedisOpt = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Run the whole system on this machine: gateway + workers, embedded defaults."""
+    settings = settings_from(
+        config,
+        data_dir=data_dir,
+        log_level=log_level,
+        redis_url=redis_url,
+        gateway={"host": host, "port": port, "admission": given(enabled=_on_off(admission))},
+        worker={"backend": backend},
+        up={
+            "embed_replicas": embed_replicas,
+            "rerank_replicas": rerank_replicas,
+            "gateways": gateways,
+        },
+    )
+    from headway.catalog import ensure_default_model
+    from headway.registry.sqlite import Registry
+    from headway.supervisor import Supervisor, write_run_config
+
+    registry = Registry(settings.registry_path)
+    if registry.seed_demo():
+        log.info("first start: created demo tenants (see README; replace them before exposing)")
+    if settings.worker.backend == "onnx":
+        record = ensure_default_model(settings, registry)
+        log.info("model %s version %s", record.name, record.version[:12])
+    run_config = write_run_config(settings)
+    try:
+        code = Supervisor(settings, run_config).run()
+    finally:
+        run_config.unlink(missing_ok=True)
+    raise typer.Exit(code)
+
+
+def gateway(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: Annotated[str | None, typer.Option()] = None,
+    port: Annotated[int | None, typer.Option()] = None,
+    fd: FdOpt = None,
+    embed_replicas: Annotated[
+        str | None, typer.Option(help="Comma-separated worker URLs of the embed pool.")
+    ] = None,
+    rerank_replicas: Annotated[
+        str | None, typer.Option(help="Comma-separated worker URLs of the rerank pool.")
+    ] = None,
+    embed_dns: Annotated[
+        str | None, typer.Option(help="NAME:PORT whose A records are the embed pool.")
+    ] = None,
+    rerank_dns: Annotated[
+        str | None, typer.Option(help="NAME:PORT whose A records are the rerank pool.")
+    ] = None,
+    dns_server: Annotated[
+        str | None, typer.Option(help="HOST:PORT of the DNS server (default: the system's).")
+    ] = None,
+    admission: AdmissionOpt = None,
+    redis_url: RedisOpt = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Run one gateway process."""
+    settings = settings_from(
+        config,
+        data_dir=data_dir,
+        log_level=log_level,
+        redis_url=redis_url,
+        gateway={
+            "host": host,
+            "port": port,
+            "admission": given(enabled=_on_off(admission)),
+            "embed_replicas": _urls(embed_replicas),
+            "rerank_replicas": _urls(rerank_replicas),
+            "embed_dns": embed_dns,
+            "rerank_dns": rerank_dns,
+            "dns_server": dns_server,
+        },
+    )
+    from headway.gateway.main import build_gateway
+    from headway.serve import serve
+
+    g = settings.gateway
+    app, service = build_gateway(settings)
+    serve(
+        app,
+        host=g.host,
+        port=g.port,
+        fd=fd,
+        log_level=settings.log_level,
+        drain=service.drain,
+        drain_delay_s=g.drain_delay_s,
+    )
+
+
+def worker(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: Annotated[str | None, typer.Option()] = None,
+    port: Annotated[int | None, typer.Option()] = None,
+    fd: FdOpt = None,
+    pool: Annotated[str | None, typer.Option(help="embed or rerank.")] = None,
+    backend: Annotated[str | None, typer.Option(help="onnx or synthetic.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model alias or version.")] = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Run one worker replica of a model pool."""
+    settings = settings_from(
+        config,
+        data_dir=data_dir,
+        log_level=log_level,
+        worker={"host": host, "port": port, "pool": pool, "backend": backend, "model": model},
+    )
+    # The tokenizer's thread pool reads this once, on first use: a fixed, small
+    # number of threads per worker, so replicas do not oversubscribe the cores.
+    os.environ["RAYON_NUM_THREADS"] = str(settings.worker.tokenizer_threads)
+    from headway.serve import serve
+    from headway.worker.main import build_worker
+
+    w = settings.worker
+    app, service = build_worker(settings)
+    serve(
+        app,
+        host=w.host,
+        port=w.port,
+        fd=fd,
+        log_level=settings.log_level,
+        drain=service.drain,
+        drain_delay_s=w.drain_delay_s,
+    )

@@ -1,0 +1,80 @@
+"""The gateway-to-worker wire format: msgpack bodies, float32 results as raw bytes.
+
+Both sides import this module and nothing of each other. A chunk names the
+endpoint it goes to (``path``), carries its remaining budget (``timeout_ms``,
+stamped by the gateway at the moment each attempt is sent, so no two clocks
+need to agree; the worker turns it into a deadline on its own clock when the
+chunk arrives) and its priority: a worker's queue serves the lower number
+first (interactive before batch), earliest deadline first within one priority.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+CONTENT_TYPE = "application/msgpack"
+
+
+class Priority(IntEnum):
+    """Which queued work a worker runs first: the lower value."""
+
+    INTERACTIVE = 0
+    BATCH = 1
+
+
+class EmbedChunk(msgspec.Struct, forbid_unknown_fields=True):
+    """Texts to embed."""
+
+    path: ClassVar[str] = "/internal/embed"
+
+    request_id: str
+    texts: list[str]
+    timeout_ms: float
+    priority: Priority = Priority.INTERACTIVE
+    model_version: str = ""
+
+
+class ScoreChunk(msgspec.Struct, forbid_unknown_fields=True):
+    """Documents to score against one query."""
+
+    path: ClassVar[str] = "/internal/score"
+
+    request_id: str
+    query: str
+    documents: list[str]
+    timeout_ms: float
+    priority: Priority = Priority.INTERACTIVE
+    model_version: str = ""
+
+
+Chunk = EmbedChunk | ScoreChunk
+
+
+class ChunkResult(msgspec.Struct):
+    """``values`` is little-endian float32: ``[n, dimensions]`` embeddings or ``[n]`` scores."""
+
+    model_version: str
+    values: bytes
+    rows: int
+    dimensions: int
+    tokens: int
+
+    def array(self) -> npt.NDArray[np.float32]:
+        flat = np.frombuffer(self.values, dtype="<f4")
+        return flat.reshape(self.rows, self.dimensions) if self.dimensions > 1 else flat
+
+
+def with_budget(chunk: Chunk, timeout_ms: float) -> bytes:
+    """The chunk's body as sent now, with ``timeout_ms`` left of its deadline."""
+    return encode(msgspec.structs.replace(chunk, timeout_ms=timeout_ms))
+
+
+encode = msgspec.msgpack.Encoder().encode
+embed_decoder = msgspec.msgpack.Decoder(EmbedChunk)
+score_decoder = msgspec.msgpack.Decoder(ScoreChunk)
+result_decoder = msgspec.msgpack.Decoder(ChunkResult)

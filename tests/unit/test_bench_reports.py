@@ -1,0 +1,275 @@
+"""Each benchmark's ``render``, on made-up results: the sections docs/benchmarks.md shows.
+
+The published sections are the reference: a rendered section has the same headings and
+tables with the same columns, and the same prose once the figures are masked out (the
+machine is the one they name).
+"""
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from headway.bench import int8, overload_report, quota, routing_report, spine_report
+from headway.bench.host import Machine
+from headway.bench.overload import OverloadResults, Point, Settling
+from headway.bench.raw import RawPoint
+from headway.bench.routing import (
+    SLOW_REPLICAS,
+    FanOut,
+    HedgeRun,
+    KillRun,
+    RoutingCounts,
+    RoutingResults,
+)
+from headway.bench.served import CLIENT, GATEWAY, WORKER, LoadPoint, Model, Overhead
+from headway.bench.spine import SpineResults
+from headway.bench.stats import markers
+from headway.loadgen import ClosedLoopResult, LoadResult, Record, Records, summarize
+from headway.loadgen.recorder import outcome_of
+from headway.models.evaluate import ModelComparison
+from headway.settings import load_settings
+
+DOCS = Path(__file__).parents[2] / "docs" / "benchmarks.md"
+MACHINE = Machine("2026-01-01 00:00 UTC", 2, "AMD EPYC", "Linux 6.18.44-fc-v595", "3.11.7", 0.5)
+COMMAND = "headway bench test --seconds 10"
+
+
+def published(name: str) -> str:
+    start, end = markers(name)
+    return DOCS.read_text(encoding="utf-8").split(start)[1].split(end)[0]
+
+
+def paragraphs(section: str) -> list[str]:
+    return [p.strip() for p in section.strip().split("\n\n")]
+
+
+def outline(section: str) -> list[str]:
+    """Headings and the header row of every table, in order."""
+    found = []
+    for paragraph in paragraphs(section):
+        first = paragraph.splitlines()[0]
+        if first.startswith(("#", "|")):
+            found.append(first)
+    return found
+
+
+def prose(section: str) -> list[str]:
+    """The lines between the tables, figures and versions masked, but for the command and
+    the date."""
+    masked = []
+    for paragraph in paragraphs(section):
+        if paragraph.startswith(("#", "|")):
+            continue
+        for line in paragraph.splitlines():
+            if not line.startswith(("Command:", "Date:")):
+                line = re.sub(r"`[0-9a-f]{12}`", "`VERSION`", line)
+                masked.append(re.sub(r"\d+(?:[.,]\d+)*", "#", line))
+    return masked
+
+
+def assert_like_the_published(section: str, name: str) -> None:
+    assert outline(section) == outline(published(name))
+    assert prose(section) == prose(published(name))
+    assert f"Command: `{COMMAND}`" in section and MACHINE.date in section
+
+
+def load_result(outcomes: list[tuple[str, float, int]], duration_s: float) -> LoadResult:
+    """Requests as (class, latency s, status), one every 10 ms of intended time."""
+    rows = [
+        Record(cls, (i / 100) % duration_s, 0.0, latency, status, outcome_of(status), 2, 1.0)
+        for i, (cls, latency, status) in enumerate(outcomes)
+    ]
+    records = Records.from_records(rows)
+    return LoadResult(records, summarize(records, duration_s))
+
+
+# spine ------------------------------------------------------------------------------
+
+
+def closed(texts: int, latencies_ms: list[float], errors: Counter[str] | None = None):
+    """A 10 s closed-loop run of ``texts``-text requests answered in ``latencies_ms``."""
+    answered = len(latencies_ms)
+    latencies_s = [ms / 1000 for ms in latencies_ms]
+    return ClosedLoopResult(answered, answered * texts, 10.0, latencies_s, errors or Counter())
+
+
+def point(path: str, texts: int, result: ClosedLoopResult, note: str = "") -> LoadPoint:
+    return LoadPoint(path, texts, 4, result, {WORKER: 9.0, GATEWAY: 1.0, CLIENT: 0.5}, note)
+
+
+ONE_TO_A_HUNDRED_MS = [float(ms) for ms in range(1, 101)]
+
+
+def spine_results(tmp_path) -> SpineResults:
+    raw = [RawPoint(b, True, 80.0, 1.0 + b / 4, 1.02) for b in (1, 8, 32)]
+    raw.append(RawPoint(32, False, 41.4, 1.0, 1.71))
+    served = [
+        point(path, b, closed(b, [50.0 * b] * 100))
+        for path in (WORKER, GATEWAY)
+        for b in (1, 8, 32)
+    ]
+    refused = closed(32, [400.0] * 50, Counter({"status 503 overloaded": 7}))
+    served.append(point(GATEWAY, 32, refused, "admission on"))
+    latency = {
+        WORKER: point(WORKER, 1, closed(1, ONE_TO_A_HUNDRED_MS)),
+        GATEWAY: point(GATEWAY, 1, closed(1, [ms + 1 for ms in ONE_TO_A_HUNDRED_MS])),
+    }
+    cpu = {
+        WORKER: point(WORKER, 1, closed(1, [3.0] * 5000)),
+        GATEWAY: point(GATEWAY, 1, closed(1, [4.0] * 2500)),
+    }
+    return SpineResults(
+        "1.32.0",
+        Model("all-MiniLM-L6-v2", "ca23eae9ab1f" + "0" * 52, 384),
+        load_settings(flags={"data_dir": str(tmp_path)}),
+        [13, 56, 98],
+        raw,
+        served,
+        Overhead(latency, cpu),
+    )
+
+
+def test_the_spine_section_is_the_published_one(tmp_path):
+    section = spine_report.render(spine_results(tmp_path), MACHINE, COMMAND, 10.0)
+    assert_like_the_published(section, spine_report.SECTION)
+    assert "| worker | 8 | 80.0 | 1.00× | 400.00 | 400.00 | 0.90 | 0.10 | 0.05 | 0 |" in section
+    assert (
+        "| gateway, admission on | 32 | 160 | 2.00× | 400.00 | 400.00 | 0.90 | 0.10 | 0.05 "
+        "| 7 (status 503 overloaded: 7) |"
+    ) in section
+    assert "| worker, direct | 100 | 50.00 | 90.00 | 99.00 | 0 |" in section
+    assert "| **added by the gateway** |  | **1.00** | **1.00** | **1.00** |  |" in section
+    assert "| through the gateway | 250 | 400 | 3,600 | 200 | 0 |" in section
+
+
+def test_spine_refuses_to_run_for_no_time(tmp_path):
+    from headway.bench.spine import run_spine_bench
+
+    with pytest.raises(ValueError, match="positive"):
+        run_spine_bench(tmp_path, seconds=0)
+
+
+# int8 -------------------------------------------------------------------------------
+
+
+def test_the_int8_section_is_the_published_one():
+    results = int8.Int8Results(
+        int8.Variant("a" * 64, 90.9),
+        int8.Variant("b" * 64, 45.1),
+        ModelComparison(0.98765, 0.91, 0.876),
+        [int8.Speed(b, 70.0, 105.0) for b in int8.BATCHES],
+    )
+    section = int8.render(results, MACHINE, COMMAND, 10.0)
+    assert_like_the_published(section, int8.SECTION)
+    assert "| 0.9877 | 0.9100 | 87.6% |" in section
+    assert "| 32 | 70.0 | 105.0 | 1.50× |" in section
+
+
+# quota ------------------------------------------------------------------------------
+
+
+def test_the_quota_section_is_the_published_one():
+    admission = quota.OverAdmission(800.0, 10.0, 2412, 3)
+    results = quota.QuotaResults({quota.EMBEDDED: 2.04, quota.REDIS: 165.3}, admission)
+    section = quota.render(results, MACHINE, COMMAND, 10.0)
+    assert_like_the_published(section, quota.SECTION)
+    assert "| Redis (Lua script, loopback) | 5,000 | 165.3 |" in section
+    assert "| 2,412 | 2,400 | 1.005 | 3 |" in section
+
+
+# overload ---------------------------------------------------------------------------
+
+
+def overload_results() -> OverloadResults:
+    capacity = {"synthetic": 144.2, "onnx": 79.2}
+    served = load_result([("interactive", 0.2, 200)] * 90 + [("interactive", 0.01, 503)] * 10, 1)
+    mixed = load_result(
+        [("interactive", 0.2, 200)] * 50 + [("batch", 2.0, 200), ("batch", 0.01, 503)] * 25, 1
+    )
+    points = [
+        Point(scenario, admission, capacity["synthetic"], x, served)
+        for scenario, x in (("synthetic, 2 replicas", 2.0), ("real model, 1 replica", 2.0))
+        for admission in (True, False)
+    ]
+    points += [
+        Point("noisy neighbour", a, capacity["synthetic"], 3.5, mixed) for a in (True, False)
+    ]
+    points += [
+        Point("step 0.5x-2x-0.5x", a, capacity["synthetic"], 2.0, served) for a in (True, False)
+    ]
+    settling = {
+        (admission, edge): Settling(None if edge == "up" and not admission else 1.25, 140.0)
+        for admission in (True, False)
+        for edge in ("up", "down")
+    }
+    return OverloadResults(capacity, points, settling)
+
+
+def test_the_overload_section_is_the_published_one():
+    section = overload_report.render(overload_results(), MACHINE, COMMAND, 30.0)
+    assert_like_the_published(section, overload_report.SECTION)
+    assert "| off | never | 140.0 req/s (97.1%) | 1.25 s |" in section
+    assert "| on | batch | 50.0 | 25.0 | 0.0% | 50.0% | 0 |" in section
+
+
+# routing ----------------------------------------------------------------------------
+
+
+def routing_results() -> RoutingResults:
+    def run(failures: int) -> LoadResult:
+        outcomes = [("c", 0.1, 200)] * (300 - failures) + [("c", 0.01, 503)] * failures
+        return load_result(outcomes, 3)
+
+    kills = [
+        KillRun(retries, admission, 124.4, 1.2, 2.4, run(failures))
+        for retries, admission, failures in ((True, True, 3), (False, True, 9), (True, False, 0))
+    ]
+    fan_outs = [
+        FanOut(1, 16, [0.857] * 30),
+        FanOut(4, 16, [0.223] * 30),
+        FanOut(4, 128, [0.754] * 30),
+    ]
+    hedges = []
+    for slow in SLOW_REPLICAS:
+        for hedging in (False, True):
+            latency = 0.3 if hedging else 0.8
+            result = load_result([("c", 0.1, 200)] * 98 + [("c", latency, 200)] * 2, 1)
+            counts = RoutingCounts(1000, 0, 100 if hedging else 0, 40 if hedging else 0)
+            hedges.append(HedgeRun(slow, hedging, 70.8, result, counts, 1050 if hedging else 1000))
+    return RoutingResults(
+        {1: 70.4, 2: 147.0, 3: 207.4, 4: 276.8},
+        kills,
+        fan_outs,
+        {slow.name: 141.6 for slow in SLOW_REPLICAS},
+        hedges,
+    )
+
+
+def test_the_routing_section_is_the_published_one():
+    section = routing_report.render(routing_results(), MACHINE, COMMAND, 30.0)
+    assert_like_the_published(section, routing_report.SECTION)
+    killed = "| 1 | 100 | 0 | 100 ← killed | 100 | 0 | 100 ← killed | 100 | 0 | 100 ← killed |"
+    assert killed in section
+    restarted = (
+        "| 2 | 97 | 3 | 100 ← restarted | 91 | 9 | 100 ← restarted | 100 | 0 | 100 ← restarted |"
+    )
+    assert restarted in section
+    assert (
+        "| retries off, admission on | 124.4 | 1.2 s / 2.4 s | 300 | 291 | 9 | 9 / 0 / 0 |"
+        in section
+    )
+    assert "| 4 | 16 | 8 | 223 | 223 | 3.84× |" in section
+    hedged = "| on | 70.8 | 100 | 0 | 100 | 100 | 300 | 300 | 2.67× | 10.0% (40 won) | +5.0% |"
+    assert hedged in section
+
+
+def test_the_hedge_p99_counts_timeouts_at_their_deadline_and_is_none_without_answers():
+    (run, *_) = routing_results().hedges
+    assert run.p99_ms() == pytest.approx(800)
+    shed_only = load_result([("c", 0.01, 503)] * 5, 1)
+    empty = HedgeRun(run.slow, False, 1.0, shed_only, run.counts, 0)
+    assert empty.p99_ms() is None
+    timed_out = load_result([("c", 0.1, 200)] * 90 + [("c", 1.0, 504)] * 10, 1)
+    assert HedgeRun(run.slow, False, 1.0, timed_out, run.counts, 0).p99_ms() == 1000
