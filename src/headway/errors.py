@@ -17,8 +17,10 @@
     └── DeadlineExceeded        504  the request's deadline passed
 
 Dependency errors are translated where they happen (``raise X from exc``);
-the HTTP edge turns a ``HeadwayError`` into ``{"error": {"type", "message"}}``
-and anything else into a bare 500 with no detail.
+the HTTP edge (``http/edge.py``) turns a ``HeadwayError`` into
+``{"error": {"type", "message"}}`` and anything else into a bare 500
+``internal_error`` with no detail. The OpenAPI document lists each route's
+errors from these classes (status, type and docstring).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class HeadwayError(Exception):
 
     status = 500
     type = "internal_error"
+    quiet = False
+    """Counted but not logged: expected under load, where a log line per request
+    would cost more than the answer."""
 
     def __init__(
         self,
@@ -118,6 +123,7 @@ class Overloaded(HeadwayError):
 
     status = 503
     type = "overloaded"
+    quiet = True
 
 
 class NoReplicas(HeadwayError):
@@ -125,6 +131,7 @@ class NoReplicas(HeadwayError):
 
     status = 503
     type = "no_ready_replicas"
+    quiet = True
 
 
 class UpstreamFailed(HeadwayError):
@@ -139,6 +146,7 @@ class DeadlineExceeded(HeadwayError):
 
     status = 504
     type = "deadline_exceeded"
+    quiet = True
 
 
 def error_body(exc: HeadwayError) -> dict[str, dict[str, str]]:

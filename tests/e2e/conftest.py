@@ -82,14 +82,16 @@ class Up:
         return code
 
 
-def start_up(data_dir: Path, *args: str, timeout_s: float = 120) -> Up:
+def start_up(
+    data_dir: Path, *args: str, timeout_s: float = 120, env: dict[str, str] | None = None
+) -> Up:
     command = [sys.executable, "-m", "headway", "up", "--port", "0", "--data-dir", str(data_dir)]
     process = subprocess.Popen(
         [*command, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=os.environ | {"HEADWAY_GATEWAY__REGISTRY_REFRESH_S": "0.2"},
+        env=os.environ | {"HEADWAY_GATEWAY__REGISTRY_REFRESH_S": "0.2"} | (env or {}),
     )
     up = Up(process)
     ready = threading.Event()

@@ -8,14 +8,19 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.gateway.app import build_gateway_app
-from headway.gateway.service import GatewayService
-from headway.http.asgi import App
-from headway.http.inprocess import AsgiTransport
+from headway.gateway.discovery.base import Discovery
+from headway.gateway.discovery.static import StaticDiscovery
+from headway.gateway.service import GatewayService, Heartbeat
+from headway.http.asgi import App, Handler
+from headway.http.edge import Edge
+from headway.http.router import Route, Router
 from headway.registry.sqlite import Registry
 from headway.settings import GatewaySettings, LimitsSettings, SyntheticSettings
+from headway.transport.asgi import AsgiTransport
 from headway.worker.app import LoadedModel, WorkerService, build_worker_app
 from headway.worker.backends.synthetic import SyntheticBackend
 from headway.worker.batcher import BatchLimits
@@ -34,6 +39,10 @@ class Stack:
     worker_apps: dict[str, App]
     transport: AsgiTransport
     registry: Registry
+
+    def metrics(self) -> str:
+        """The gateway's Prometheus exposition, read directly (no request counted)."""
+        return generate_latest(self.gateway.metrics.registry).decode()
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -59,6 +68,8 @@ async def make_stack(
     *,
     limits: BatchLimits | None = None,
     sleep: Callable[[float], None] = lambda s: None,
+    discovery: Discovery | None = None,
+    quota_heartbeat: Heartbeat | None = None,
     **gateway: Any,
 ) -> Stack:
     registry = Registry(tmp_path / "registry.sqlite3")
@@ -72,15 +83,13 @@ async def make_stack(
         await worker_apps[url].startup()
     transport = AsgiTransport(worker_apps)
     service = GatewayService(
-        settings=GatewaySettings(
-            embed_replicas=WORKER_URLS, health_interval_s=60, limits=TEST_LIMITS, **gateway
-        ),
-        load_snapshot=registry.snapshot,
-        transport=transport,
-        embed_model=SYNTHETIC_ALIAS,
-        rerank_model="rerank",
+        GatewaySettings(**({"health_interval_s": 60, "limits": TEST_LIMITS} | gateway)),
+        registry.snapshot,
+        transport,
+        {"embed": discovery or StaticDiscovery(WORKER_URLS)},
+        quota_heartbeat=quota_heartbeat,
     )
-    gateway_app = build_gateway_app(service)
+    gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS))
     await gateway_app.startup()
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway"
@@ -97,3 +106,12 @@ async def stack(tmp_path):
 
 def auth(key: str = "demo-key-search-app") -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
+
+
+def fake_worker(ready_from: App, **handlers: Handler) -> App:
+    """A replica that answers ``/readyz`` as ``ready_from`` does and each ``/internal/<name>``
+    with its handler: a worker that is ready and then misbehaves."""
+    readyz = ready_from.handler.router.resolve("GET", "/readyz").handler  # type: ignore[attr-defined]
+    routes = [Route("GET", "/readyz", "readyz", readyz)]
+    routes += [Route("POST", f"/internal/{name}", name, h) for name, h in handlers.items()]
+    return App(Edge(Router(routes), max_body_bytes=1 << 20))

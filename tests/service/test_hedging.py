@@ -4,9 +4,9 @@ p95; the first answer wins and the stalled call is cancelled. Off by default."""
 import asyncio
 import copy
 
-from headway.http.asgi import App, Request, Response, Router
+from headway.http.asgi import App, Request, Response
 from headway.settings import RoutingSettings
-from tests.service.conftest import WORKER_URLS, auth, make_stack
+from tests.service.conftest import WORKER_URLS, auth, fake_worker, make_stack
 
 
 class Stalled:
@@ -14,10 +14,7 @@ class Stalled:
 
     def __init__(self, ready_from: App) -> None:
         self.cancelled = 0
-        router = Router()
-        router.add("POST", "/internal/embed", self._hang)
-        router.add("GET", "/readyz", ready_from.router.resolve("GET", "/readyz"))
-        self.app = App(router)
+        self.app = fake_worker(ready_from, embed=self._hang)
 
     async def _hang(self, request: Request) -> Response:
         try:

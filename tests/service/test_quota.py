@@ -21,7 +21,7 @@ async def embed(stack, n_texts, key=TINY):
 async def tiny_stack(tmp_path, **kwargs):
     stack = await make_stack(tmp_path, **kwargs)
     stack.registry.add_tenant("tiny", "interactive", rate_texts_per_s=0.5, burst_texts=10, key=TINY)
-    await stack.gateway.refresh_now()
+    await stack.gateway.snapshots.refresh()
     return stack
 
 

@@ -1,23 +1,17 @@
 """Retries on another replica, ejection of a replica that keeps failing, /admin/replicas."""
 
-from headway.http.asgi import App, Request, Response, Router, json_response
+from headway.http.asgi import App, Request, Response, json_response
 from headway.settings import RoutingSettings
-from tests.service.conftest import WORKER_URLS, auth, make_stack
+from tests.service.conftest import WORKER_URLS, auth, fake_worker, make_stack
 
 
 def broken_worker(ready_from: App) -> App:
     """A replica that answers /readyz like a healthy one and 500 to every chunk."""
-    router = Router()
 
     async def fail(request: Request) -> Response:
         return json_response({"error": {"type": "internal_error", "message": "boom"}}, 500)
 
-    async def readyz(request: Request) -> Response:
-        return await ready_from.router.resolve("GET", "/readyz")(request)
-
-    router.add("POST", "/internal/embed", fail)
-    router.add("GET", "/readyz", readyz)
-    return App(router)
+    return fake_worker(ready_from, embed=fail)
 
 
 async def embed(stack, n_texts=1):

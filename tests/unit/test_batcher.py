@@ -3,9 +3,14 @@ import asyncio
 import numpy as np
 import pytest
 
+from headway.background import Background
 from headway.worker.backends.base import Encoded
-from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, QueueFull
-from tests.fakes import FakeClock, RecordingBackend
+from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, NoObserver, QueueFull
+from tests.fakes import FakeClock, RecordingBackend, until
+
+
+def never_fatal(name: str) -> None:
+    raise AssertionError(f"background task {name} died")
 
 
 def texts(*first_ids: int, length: int = 1) -> list[Encoded]:
@@ -14,7 +19,7 @@ def texts(*first_ids: int, length: int = 1) -> list[Encoded]:
 
 async def started(backend: RecordingBackend, limits: BatchLimits, clock: FakeClock) -> Batcher:
     batcher = Batcher(backend, limits, clock=clock)
-    batcher.start()
+    batcher.start(Background(on_fatal=never_fatal))
     return batcher
 
 
@@ -44,6 +49,34 @@ async def test_queued_work_runs_earliest_deadline_first():
     backend.gate.set()
     await asyncio.gather(busy, late, early)  # type: ignore[arg-type]
     assert backend.calls == [[99], [2], [1]]
+    await batcher.close()
+
+
+async def test_a_lower_priority_number_runs_first_whatever_its_deadline():
+    backend = RecordingBackend(gated=True)
+    batcher = await started(backend, BatchLimits(max_batch_size=1, max_wait_s=0), FakeClock())
+    busy = batcher.submit(texts(99), deadline=5000)
+    await wait_entered(backend)
+    batch_tier = batcher.submit(texts(1), deadline=2000, priority=1)
+    interactive_late = batcher.submit(texts(2), deadline=4000, priority=0)
+    interactive_early = batcher.submit(texts(3), deadline=3000, priority=0)
+    backend.gate.set()
+    await asyncio.gather(busy, batch_tier, interactive_late, interactive_early)  # type: ignore[arg-type]
+    assert backend.calls == [[99], [3], [2], [1]]
+    await batcher.close()
+
+
+async def test_an_owner_task_that_dies_stops_the_process_loudly():
+    class Exploding(NoObserver):
+        def queue_depth(self, texts: int) -> None:
+            if texts == 0:  # the owner task took the chunk: a bug in its bookkeeping
+                raise RuntimeError("bug")
+
+    died: list[str] = []
+    batcher = Batcher(RecordingBackend(), BatchLimits(max_wait_s=0), observer=Exploding())
+    batcher.start(Background(on_fatal=died.append))
+    batcher.submit(texts(1), deadline=float("inf"))
+    await until(lambda: died == ["batcher"])
     await batcher.close()
 
 

@@ -5,29 +5,26 @@ import msgspec
 import pytest
 
 from headway.gateway.admission.controller import AdmissionConfig
-from headway.gateway.discovery import parse_target
+from headway.gateway.discovery.dns_name import parse_target
 from headway.gateway.pool import ReplicaPool, Spread, expected_wait
-from headway.gateway.transport import Reply, TransportError
+from headway.transport.base import ConnectFailed, Reply, UpstreamRequest
+from headway.transport.mock import MockTransport
 
 
-class ReadinessTransport:
+class ReadinessTransport(MockTransport):
     """Answers /readyz from a table: url -> (ready, version); a missing url is unreachable."""
 
     def __init__(self, states: dict[str, tuple[bool, str]]) -> None:
+        super().__init__(self._readyz)
         self.states = states
 
-    async def get(self, base_url: str, path: str, timeout_s: float) -> Reply:
-        if base_url not in self.states:
-            raise TransportError("connection refused")
-        ready, version = self.states[base_url]
+    def _readyz(self, request: UpstreamRequest) -> Reply:
+        assert (request.method, request.path) == ("GET", "/readyz")
+        if request.base_url not in self.states:
+            raise ConnectFailed("connection refused")
+        ready, version = self.states[request.base_url]
         body = msgspec.json.encode({"ready": ready, "model_version": version, "kind": "embedding"})
         return Reply(200 if ready else 503, body, {})
-
-    async def post(self, *args: object, **kwargs: object) -> Reply:
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        pass
 
 
 def pool_of(transport: ReadinessTransport) -> ReplicaPool:

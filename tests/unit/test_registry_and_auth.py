@@ -1,7 +1,7 @@
 import pytest
 
 from headway.errors import Forbidden, Unauthorized
-from headway.gateway.auth import authenticate, require_tenant
+from headway.gateway.stages.authenticate import authenticate, require_tenant
 from headway.registry.keys import key_digest
 from headway.registry.model import ModelRecord
 from headway.registry.sqlite import DEMO_ADMIN_KEY, Registry, RegistryError

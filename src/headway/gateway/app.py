@@ -1,163 +1,162 @@
-"""The gateway's routes, and the edge where every outcome is timed and counted."""
+"""The gateway as an ASGI app: its routes, each described once, behind the edge.
+
+``gateway_routes`` is the one list of what the gateway serves; the router, the
+OpenAPI document and the metrics labels are all read from it. Outermost first,
+a request meets: ``App`` (ASGI) → ``Edge`` (request id, route, body, errors,
+counting) → the route's handler; for the model endpoints, ``path.serve``.
+"""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Sequence
+
+import msgspec
 
 from headway import __version__
-from headway.errors import DeadlineExceeded, Forbidden, HeadwayError, NoReplicas, Overloaded
-from headway.gateway.auth import authenticate
-from headway.gateway.call import Call
-from headway.gateway.embeddings import create_embeddings
-from headway.gateway.openapi import openapi_document
-from headway.gateway.rerank import rerank
+from headway.errors import (
+    DeadlineExceeded,
+    Forbidden,
+    HeadwayError,
+    InvalidRequest,
+    NoReplicas,
+    NotFound,
+    Overloaded,
+    PayloadTooLarge,
+    QuotaExceeded,
+    Unauthorized,
+    UnsupportedMediaType,
+    UpstreamFailed,
+    ValidationFailed,
+)
+from headway.gateway import routes, schemas
+from headway.gateway.endpoints.base import Endpoint
+from headway.gateway.endpoints.embeddings import Embeddings
+from headway.gateway.endpoints.rerank import Rerank
+from headway.gateway.openapi import JSON, DocumentedRoute, Operation, openapi_document
+from headway.gateway.path import PathParts, serve
 from headway.gateway.service import GatewayService
-from headway.http.asgi import App, Handler, Request, Response, Router, error_response, json_response
+from headway.http.asgi import App, Handler, Request, Response, json_response
+from headway.http.edge import Edge
+from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
 
-log = logging.getLogger(__name__)
+MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
+    InvalidRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+    QuotaExceeded,
+    UpstreamFailed,
+    Overloaded,
+    NoReplicas,
+    DeadlineExceeded,
+)
 
-Endpoint = Callable[[GatewayService, Call], Awaitable[Response]]
+
+def build_gateway_app(service: GatewayService, rerank_models: Sequence[str]) -> App:
+    """``rerank_models``: what serves a rerank request that names no model, in order."""
+    documented = gateway_routes(service, rerank_models)
+    edge = Edge(
+        Router(d.route for d in documented),
+        max_body_bytes=service.settings.limits.max_body_bytes,
+        observer=service.metrics,
+    )
+    return App(edge, on_startup=[service.start], on_shutdown=[service.stop])
 
 
-def _instrumented(service: GatewayService, route: str, endpoint: Endpoint) -> Handler:
-    """Run an endpoint; turn its error into a JSON response; count and time both.
+def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> list[DocumentedRoute]:
+    parts = service.parts()
+    snapshots, pools = service.snapshots, service.pools
+    documented = [
+        DocumentedRoute(
+            Route("POST", "/v1/embeddings", "embeddings", _model_route(Embeddings(), parts)),
+            _model_operation(
+                "Create embeddings (OpenAI-compatible)",
+                schemas.EmbeddingsRequest,
+                schemas.EmbeddingsResponse,
+            ),
+        ),
+        DocumentedRoute(
+            Route("POST", "/v1/rerank", "rerank", _model_route(Rerank(rerank_models), parts)),
+            _model_operation(
+                "Rerank documents (Cohere v1-compatible)",
+                schemas.RerankRequest,
+                schemas.RerankResponse,
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/v1/models", "models", routes.list_models(snapshots, pools)),
+            Operation(
+                "Models being served, by every name they answer to",
+                schemas.ModelList,
+                errors=(Unauthorized,),
+                authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/admin/replicas", "admin", routes.admin_replicas(snapshots, pools)),
+            Operation(
+                "Each pool's replicas and routing counts (admin key)",
+                schemas.Replicas,
+                errors=(Unauthorized, Forbidden),
+                authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/healthz", "healthz", routes.healthz),
+            Operation("The process is up", schemas.Health),
+        ),
+        DocumentedRoute(
+            Route("GET", "/readyz", "readyz", routes.readyz(service)),
+            Operation(
+                "Ready to serve: every pool has a ready replica and the gateway is not draining",
+                schemas.Readiness,
+                other_answers={503: schemas.Readiness},
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/metrics", "metrics", metrics_handler(service.metrics.registry)),
+            Operation("Prometheus metrics (text exposition format)", "text/plain"),
+        ),
+    ]
+    documented.append(
+        DocumentedRoute(
+            Route("GET", "/openapi.json", "openapi", _openapi(documented, service)),
+            Operation("This document (OpenAPI 3.1)", JSON),
+        )
+    )
+    return documented
 
-    Labelled metric children are looked up once per label value, not per request.
-    """
-    metrics = service.metrics
-    latency = metrics.latency.labels(route)
-    by_code: dict[int, Any] = {}
-    by_failure: dict[str, Any] = {}
 
+def _model_operation(
+    summary: str, request: type[msgspec.Struct], response: type[msgspec.Struct]
+) -> Operation:
+    return Operation(summary, response, request, MODEL_ERRORS, authenticated=True, deadline=True)
+
+
+def _model_route(endpoint: Endpoint, parts: PathParts) -> Handler:
     async def handle(request: Request) -> Response:
-        started = time.perf_counter()
-        call = Call(request)
-        try:
-            response = await endpoint(service, call)
-        except HeadwayError as exc:
-            failures = by_failure.get(exc.type)
-            if failures is None:
-                failures = by_failure[exc.type] = metrics.failures.labels(route, exc.type)
-            failures.inc()
-            # Shedding, deadlines and an empty pool are counted in metrics (the
-            # pool logs its replicas' state changes once); under overload a log
-            # line per request would cost more than the refusal. Failures of our
-            # own are logged.
-            if exc.status >= 500 and not isinstance(
-                exc, Overloaded | DeadlineExceeded | NoReplicas
-            ):
-                log.warning(
-                    "%s failed: %s (%s) request_id=%s tenant=%s",
-                    route,
-                    exc.type,
-                    exc.message,
-                    call.request_id,
-                    call.tenant or "-",
-                )
-            response = error_response(exc)
-        response.headers.update(call.headers)
-        response.headers["x-request-id"] = call.request_id
-        requests = by_code.get(response.status)
-        if requests is None:
-            requests = by_code[response.status] = metrics.requests.labels(route, response.status)
-        requests.inc()
-        latency.observe(time.perf_counter() - started)
-        if call.texts:
-            metrics.texts.labels(route, call.tenant).inc(call.texts)
-        return response
+        return await serve(request, endpoint, parts)
 
     return handle
 
 
-def build_gateway_app(service: GatewayService) -> App:
-    router = Router()
-    openapi = json_response(openapi_document(__version__))
+def _openapi(documented: list[DocumentedRoute], service: GatewayService) -> Handler:
+    """Built on each call, from ``documented`` as it is then (this route included) and the
+    widths of the embedding models served now."""
 
-    async def list_models(service: GatewayService, call: Call) -> Response:
-        authenticate(call.request.headers, service.snapshot)
-        models = service.served_models()
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "owned_by": "headway",
-                "kind": record.kind,
-                "version": record.version,
-                "dimensions": record.dimensions,
-            }
-            for name, record in sorted(service.snapshot.models.items())
-            if record in models
-        ]
-        return json_response({"object": "list", "data": data})
-
-    async def admin_replicas(service: GatewayService, call: Call) -> Response:
-        principal = authenticate(call.request.headers, service.snapshot)
-        if principal.role != "admin":
-            raise Forbidden("an admin key is required")
-        pools = {
-            name: [
-                {
-                    "url": replica.url,
-                    "state": pool.state(replica),
-                    "model_version": replica.model_version,
-                    "outstanding_texts": replica.outstanding_texts,
-                    "latency_ms": round(replica.latency_s * 1000, 2),
-                    "consecutive_failures": replica.health.consecutive_failures,
-                    "ejections": replica.health.ejections,
-                }
-                for replica in pool.replicas
-            ]
-            for name, pool in service.pools.items()
+    async def handle(request: Request) -> Response:
+        snapshot = service.snapshots.current
+        served = service.pools.served_versions()
+        dimensions = {
+            record.dimensions
+            for record in snapshot.models.values()
+            if record.version in served and record.kind == "embedding"
         }
-        routing = {
-            name: {
-                "hedging": pool.routing.hedging,
-                "quantile": pool.routing.hedge_quantile,
-                "latency_quantile_ms": _ms(pool.latency.value_s()),
-                "chunks": pool.counts.chunks,
-                "retries": pool.counts.retries,
-                "hedges": pool.counts.hedges,
-                "hedges_won": pool.counts.hedges_won,
-            }
-            for name, pool in service.pools.items()
-        }
-        return json_response({"pools": pools, "routing": routing})
+        document = openapi_document(documented, service.settings.limits, __version__, dimensions)
+        return json_response(document)
 
-    async def healthz(request: Request) -> Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(request: Request) -> Response:
-        pools = {
-            name: {"ready": pool.ready_count, "replicas": len(pool.replicas)}
-            for name, pool in service.pools.items()
-        }
-        return json_response(
-            {"ready": service.ready, "pools": pools}, 200 if service.ready else 503
-        )
-
-    async def openapi_json(request: Request) -> Response:
-        return openapi
-
-    router.add("POST", "/v1/embeddings", _instrumented(service, "embeddings", create_embeddings))
-    router.add("POST", "/v1/rerank", _instrumented(service, "rerank", rerank))
-    router.add("GET", "/v1/models", _instrumented(service, "models", list_models))
-    router.add("GET", "/admin/replicas", _instrumented(service, "admin", admin_replicas))
-    router.add("GET", "/healthz", healthz)
-    router.add("GET", "/readyz", readyz)
-    router.add("GET", "/metrics", metrics_handler(service.metrics.registry))
-    router.add("GET", "/openapi.json", openapi_json)
-    return App(
-        router,
-        on_startup=[service.start],
-        on_shutdown=[service.stop],
-        max_body_bytes=service.settings.limits.max_body_bytes,
-        watch_disconnect=True,
-    )
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)
+    return handle

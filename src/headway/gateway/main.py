@@ -7,15 +7,32 @@ import socket
 from collections.abc import Awaitable, Callable
 
 from headway.gateway.app import build_gateway_app
+from headway.gateway.discovery.base import Discovery
+from headway.gateway.discovery.dns_name import DnsDiscovery
+from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.service import GatewayService
-from headway.gateway.transport import AiohttpTransport
 from headway.http.asgi import App
 from headway.registry.sqlite import Registry
-from headway.settings import Settings
+from headway.settings import GatewaySettings, Settings
+from headway.transport.default import AiohttpTransport
+
+
+def discovery(settings: GatewaySettings) -> dict[str, Discovery]:
+    """A source per configured pool: DNS where a name is given, else the static list."""
+    sources: dict[str, Discovery] = {}
+    for pool, urls, dns_name in (
+        ("embed", settings.embed_replicas, settings.embed_dns),
+        ("rerank", settings.rerank_replicas, settings.rerank_dns),
+    ):
+        if dns_name:
+            sources[pool] = DnsDiscovery(dns_name, nameserver=settings.dns_server)
+        elif urls:
+            sources[pool] = StaticDiscovery(urls)
+    return sources
 
 
 def quota_store(
@@ -46,13 +63,13 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     metrics = GatewayMetrics()
     quota, heartbeat = quota_store(settings, metrics)
     service = GatewayService(
-        settings=settings.gateway,
-        load_snapshot=registry.snapshot,
-        transport=AiohttpTransport(),
-        embed_model=settings.embed_model,
-        rerank_model=settings.rerank_model,
+        settings.gateway,
+        registry.snapshot,
+        AiohttpTransport(),
+        discovery(settings.gateway),
         quota=quota,
         quota_heartbeat=heartbeat,
         metrics=metrics,
     )
-    return build_gateway_app(service), service
+    app = build_gateway_app(service, (settings.rerank_model, settings.embed_model))
+    return app, service

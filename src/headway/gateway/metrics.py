@@ -1,8 +1,14 @@
-"""The gateway's metrics: every failure counted with a reason label."""
+"""The gateway's metrics: every answer counted and timed, every failure with a reason label.
+
+``GatewayMetrics`` is the edge's ``AnswerObserver``: every answer the gateway gives,
+404s and 413s included, passes through ``answered``. Labelled children are looked up
+once per label value, not per request.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
@@ -74,6 +80,41 @@ class GatewayMetrics:
             ["mode"],
             registry=self.registry,
         )
+        self.background_failures = Counter(
+            "headway_background_failures_total",
+            "Failed steps of the gateway's background loops, by loop; each loop carries on.",
+            ["loop"],
+            registry=self.registry,
+        )
+        self._by_code: dict[tuple[str, int], Any] = {}
+        self._by_failure: dict[tuple[str, str], Any] = {}
+        self._latency_of: dict[str, Any] = {}
+
+    def answered(self, route: str, status: int, seconds: float, error: str | None) -> None:
+        key = (route, status)
+        requests = self._by_code.get(key)
+        if requests is None:
+            requests = self._by_code[key] = self.requests.labels(route, status)
+        requests.inc()
+        latency = self._latency_of.get(route)
+        if latency is None:
+            latency = self._latency_of[route] = self.latency.labels(route)
+        latency.observe(seconds)
+        if error is not None:
+            failure = (route, error)
+            failures = self._by_failure.get(failure)
+            if failures is None:
+                failures = self._by_failure[failure] = self.failures.labels(route, error)
+            failures.inc()
+
+    def served(self, route: str, tenant: str, texts: int) -> None:
+        self.texts.labels(route, tenant).inc(texts)
+
+    def refused(self, pool: str, reason: str) -> None:
+        self.shed.labels(pool, reason).inc()
+
+    def background_failed(self, loop: str) -> None:
+        self.background_failures.labels(loop).inc()
 
     def quota_mode(self, mode: str) -> None:
         for each in ("redis", "local"):

@@ -1,95 +1,146 @@
-"""``GET /openapi.json``: the public API described from the same structs that decode it."""
+"""``GET /openapi.json``: the contract, built from the routes, the structs and the error tree.
+
+Every route the router serves is described (``DocumentedRoute`` pairs a route with
+its ``Operation``): its request and response bodies come from the msgspec structs
+that decode and encode them; its error answers from the ``errors.py`` classes it can
+raise (status, type and docstring); and the limits the server enforces are stated
+where a client (or a schema-driven fuzzer) reads them: no empty text, at most
+``max_texts`` texts of ``max_chars`` characters, ``top_n`` at least 1, and
+``dimensions`` one of the widths of the embedding models being served. A request
+valid by this document is one the server accepts, bar the limits a schema cannot
+state (the body's byte size, whether a named model exists).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from headway.errors import HeadwayError
 from headway.gateway import schemas
+from headway.http.router import Route
+from headway.settings import LimitsSettings
 
-_ERRORS = {
-    "400": "Body is not a JSON object",
-    "401": "Missing or invalid API key",
-    "403": "Key may not use this endpoint",
-    "404": "Unknown model",
-    "413": "Body too large",
-    "415": "Body is not JSON",
-    "422": "Schema or limit violated",
-    "502": "A replica failed",
-    "503": "No capacity now (see Retry-After)",
-    "504": "Deadline passed",
-}
+JSON = "application/json"
+_INTERNAL_ERROR = "`internal_error`: An unexpected failure (no detail; logged with the request id)."
 
 
-def _operation(summary: str, request: str, response: str) -> dict[str, Any]:
-    responses: dict[str, Any] = {
-        "200": {
-            "description": "OK",
-            "content": {
-                "application/json": {"schema": {"$ref": f"#/components/schemas/{response}"}}
-            },
-        }
-    }
-    for code, text in _ERRORS.items():
-        responses[code] = {
-            "description": text,
-            "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
-            },
-        }
-    return {
-        "summary": summary,
-        "security": [{"bearer": []}],
-        "parameters": [
-            {
-                "name": "X-Timeout-Ms",
-                "in": "header",
-                "required": False,
-                "schema": {"type": "integer", "minimum": 1},
-                "description": "Deadline for the whole request, in milliseconds.",
-            }
-        ],
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": {"$ref": f"#/components/schemas/{request}"}}
-            },
-        },
-        "responses": responses,
-    }
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """How the document describes one route."""
+
+    summary: str
+    response: type[msgspec.Struct] | str
+    """The 200 body's struct, or the media type of a body described elsewhere."""
+    request: type[msgspec.Struct] | None = None
+    errors: tuple[type[HeadwayError], ...] = ()
+    authenticated: bool = False
+    deadline: bool = False
+    """Takes ``X-Timeout-Ms``."""
+    other_answers: Mapping[int, type[msgspec.Struct]] = field(default_factory=dict)
+    """Non-error answers with a body of their own (``/readyz``'s 503)."""
 
 
-def openapi_document(version: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class DocumentedRoute:
+    route: Route
+    operation: Operation
+
+
+def openapi_document(
+    routes: Sequence[DocumentedRoute],
+    limits: LimitsSettings,
+    version: str,
+    dimensions: Collection[int] = (),
+) -> dict[str, Any]:
+    """``dimensions``: the widths of the embedding models served now (empty: unknown)."""
+    structs: set[type[msgspec.Struct]] = {schemas.ErrorResponse}
+    for documented in routes:
+        op = documented.operation
+        structs.update(s for s in (op.request, op.response) if isinstance(s, type))
+        structs.update(op.other_answers.values())
     _, components = msgspec.json.schema_components(
-        [
-            schemas.EmbeddingsRequest,
-            schemas.EmbeddingsResponse,
-            schemas.RerankRequest,
-            schemas.RerankResponse,
-            schemas.ErrorResponse,
-        ],
-        ref_template="#/components/schemas/{name}",
+        sorted(structs, key=lambda s: s.__name__), ref_template="#/components/schemas/{name}"
     )
+    _state_limits(components, limits, sorted(dimensions))
+    paths: dict[str, dict[str, Any]] = {}
+    for documented in routes:
+        route = documented.route
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(documented)
     return {
         "openapi": "3.1.0",
         "info": {"title": "headway", "version": version},
-        "paths": {
-            "/v1/embeddings": {
-                "post": _operation(
-                    "Create embeddings (OpenAI-compatible)",
-                    "EmbeddingsRequest",
-                    "EmbeddingsResponse",
-                )
-            },
-            "/v1/rerank": {
-                "post": _operation(
-                    "Rerank documents (Cohere v1-compatible)", "RerankRequest", "RerankResponse"
-                )
-            },
-        },
+        "paths": paths,
         "components": {
             "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def _ref(struct: type[msgspec.Struct]) -> dict[str, Any]:
+    return {JSON: {"schema": {"$ref": f"#/components/schemas/{struct.__name__}"}}}
+
+
+def _operation(documented: DocumentedRoute) -> dict[str, Any]:
+    op = documented.operation
+    content = op.response
+    ok = {
+        "description": "OK",
+        "content": _ref(content) if isinstance(content, type) else {content: {"schema": {}}},
+    }
+    responses: dict[str, Any] = {"200": ok}
+    for status, struct in op.other_answers.items():
+        responses[str(status)] = {"description": struct.__doc__ or "", "content": _ref(struct)}
+    by_status: dict[int, list[str]] = {500: [_INTERNAL_ERROR]}
+    for error in op.errors:
+        first_line = (error.__doc__ or "").strip().splitlines()[0]
+        by_status.setdefault(error.status, []).append(f"`{error.type}`: {first_line}")
+    for status in sorted(by_status):
+        responses[str(status)] = {
+            "description": " ".join(by_status[status]),
+            "content": _ref(schemas.ErrorResponse),
+        }
+    described: dict[str, Any] = {
+        "operationId": documented.route.name,
+        "summary": op.summary,
+        "responses": responses,
+    }
+    described["security"] = [{"bearer": []}] if op.authenticated else []
+    if op.deadline:
+        described["parameters"] = [
+            {
+                "name": "X-Timeout-Ms",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 1},
+                "description": "Deadline for the whole request, in milliseconds "
+                "(absent: the tier's default; above the tier's maximum: the maximum).",
+            }
+        ]
+    if op.request is not None:
+        described["requestBody"] = {"required": True, "content": _ref(op.request)}
+    return described
+
+
+def _state_limits(
+    components: dict[str, Any], limits: LimitsSettings, dimensions: Sequence[int]
+) -> None:
+    text = {"type": "string", "minLength": 1, "maxLength": limits.max_chars}
+    count = {"minItems": 1, "maxItems": limits.max_texts}
+    embeddings = components["EmbeddingsRequest"]["properties"]
+    embeddings["input"] = {"anyOf": [text, {"type": "array", "items": text, **count}]}
+    width: dict[str, Any] = {"type": "integer", "minimum": 1}
+    if dimensions:
+        width = {"enum": list(dimensions)}
+    embeddings["dimensions"] = {"anyOf": [width, {"type": "null"}], "default": None}
+    rerank = components["RerankRequest"]["properties"]
+    rerank["query"] = text
+    rerank["documents"] |= count
+    rerank["top_n"] = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}
+    rerank["top_n"]["default"] = None
+    rerank["documents"]["items"]["anyOf"][0] = text
+    components["RerankDocument"]["properties"]["text"] = text

@@ -1,7 +1,8 @@
 """A model pool's replicas as the gateway sees them, and where the next chunk goes.
 
-A health task polls every replica's ``/readyz``; only ready replicas receive
-work, and each one's model version, kind and width come from there. A replica
+``poll_once`` (run every ``health_interval_s`` by the gateway's background
+loops) reads every replica's ``/readyz``; only ready replicas receive work, and
+each one's model version, kind and width come from there. A replica
 that refuses a connection is marked unready at once and comes back with the
 next successful poll. The next chunk goes to the replica with the shorter
 expected wait (texts outstanding from this gateway x recent latency), by power
@@ -13,13 +14,13 @@ budget, and its own record of recent chunk latency (the hedging threshold).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import msgspec
 
@@ -28,7 +29,7 @@ from headway.gateway.routing.ejection import EjectionPolicy, Health, after_failu
 from headway.gateway.routing.hedging import LatencyQuantile
 from headway.gateway.routing.p2c import choose
 from headway.gateway.routing.retry_budget import RetryBudget
-from headway.gateway.transport import Transport, TransportError
+from headway.transport.base import Transport, TransportError, UpstreamRequest
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,8 @@ class ReplicaPool:
         rng: random.Random | None = None,
     ) -> None:
         self.name = name
-        self._clock = clock
+        self.clock = clock
+        self.transport = transport
         self.routing = routing
         self._rng = rng or random.Random()
         self.retry_budget = RetryBudget(clock, ratio=routing.retry_ratio)
@@ -102,24 +104,7 @@ class ReplicaPool:
         self.ready_count = 0
         self.versions: frozenset[str] = frozenset()  # model versions ready replicas serve
         self.admission = AdmissionController(admission, lambda: self.ready_count, clock=clock)
-        self._transport = transport
-        self._interval = health_interval_s
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        await self.poll_once()
-        self._task = asyncio.get_running_loop().create_task(self._poll_forever())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _poll_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await self.poll_once()
+        self.health_interval_s = health_interval_s
 
     async def set_addresses(self, urls: list[str]) -> None:
         """Follow discovery: keep known replicas, add new ones (unready until polled), drop
@@ -140,7 +125,8 @@ class ReplicaPool:
 
     async def _poll(self, replica: Replica) -> None:
         try:
-            reply = await self._transport.get(replica.url, "/readyz", self._interval * 2)
+            request = UpstreamRequest("GET", replica.url, "/readyz", self.health_interval_s * 2)
+            reply = await self.transport.send(request)
             state = _ready_decoder.decode(reply.body)
             ready = state.ready and reply.status == 200
         except (TransportError, msgspec.DecodeError):
@@ -166,9 +152,6 @@ class ReplicaPool:
         self.ready_count = sum(r.ready for r in self.replicas)
         self.versions = frozenset(r.model_version for r in self.replicas if r.ready)
 
-    def ready_replicas(self) -> list[Replica]:
-        return [replica for replica in self.replicas if replica.ready]
-
     def pick(
         self,
         version: str,
@@ -181,7 +164,7 @@ class ReplicaPool:
         ready at once; a request goes only to the version it was admitted with); for a
         hedge, recently no slower than ``max_latency_s``; with ``spread``, not yet used
         by the request's other chunks while any unused one is left."""
-        now = self._clock()
+        now = self.clock()
         candidates = [
             r
             for r in self.replicas
@@ -212,7 +195,7 @@ class ReplicaPool:
                 replica.latency_s += 0.2 * (latency_s - replica.latency_s)
             self.latency.record(latency_s)
             return
-        now = self._clock()
+        now = self.clock()
         ejected_now = sum(r.health.ejected(now) for r in self.replicas)
         was_ejected = replica.health.ejected(now)
         replica.health = after_failure(
@@ -226,8 +209,8 @@ class ReplicaPool:
                 replica.health.ejected_until - now,
             )
 
-    def state(self, replica: Replica) -> str:
-        if replica.health.ejected(self._clock()):
+    def state(self, replica: Replica) -> Literal["ready", "unready", "ejected"]:
+        if replica.health.ejected(self.clock()):
             return "ejected"
         return "ready" if replica.ready else "unready"
 

@@ -18,7 +18,8 @@ class EmbeddingsRequest(msgspec.Struct, forbid_unknown_fields=True):
     input: str | list[str]
     model: str
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
+    dimensions: int | float | None = None
+    """A whole number: JSON (and JSON Schema) count ``384.0`` as one; ``parse`` checks."""
     user: str | None = None
 
 
@@ -34,7 +35,8 @@ class RerankRequest(msgspec.Struct, forbid_unknown_fields=True):
     query: str
     documents: list[str | RerankDocument]
     model: str | None = None
-    top_n: int | None = None
+    top_n: int | float | None = None
+    """A whole number, as ``EmbeddingsRequest.dimensions``."""
     return_documents: bool = False
 
 
@@ -92,3 +94,62 @@ class ErrorResponse(msgspec.Struct):
 
 embeddings_decoder = msgspec.json.Decoder(EmbeddingsRequest)
 rerank_decoder = msgspec.json.Decoder(RerankRequest)
+
+
+class ModelEntry(msgspec.Struct):
+    id: str
+    version: str
+    kind: str
+    dimensions: int
+    object: str = "model"
+    owned_by: str = "headway"
+
+
+class ModelList(msgspec.Struct):
+    """``GET /v1/models``: the names (aliases and versions) of the models being served."""
+
+    data: list[ModelEntry]
+    object: str = "list"
+
+
+class Health(msgspec.Struct):
+    status: str
+
+
+class PoolReadiness(msgspec.Struct):
+    ready: int
+    replicas: int
+
+
+class Readiness(msgspec.Struct):
+    """``GET /readyz``: 200 when every pool has a ready replica and the gateway is not draining."""
+
+    ready: bool
+    pools: dict[str, PoolReadiness]
+
+
+class ReplicaState(msgspec.Struct):
+    url: str
+    state: Literal["ready", "unready", "ejected"]
+    model_version: str
+    outstanding_texts: int
+    latency_ms: float
+    consecutive_failures: int
+    ejections: int
+
+
+class PoolRouting(msgspec.Struct):
+    hedging: bool
+    quantile: float
+    latency_quantile_ms: float | None
+    chunks: int
+    retries: int
+    hedges: int
+    hedges_won: int
+
+
+class Replicas(msgspec.Struct):
+    """``GET /admin/replicas``: each pool's replicas, and what its chunks cost in attempts."""
+
+    pools: dict[str, list[ReplicaState]]
+    routing: dict[str, PoolRouting]

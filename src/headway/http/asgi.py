@@ -1,29 +1,24 @@
-"""A minimal ASGI toolkit: request, response, routing, error edge.
+"""A minimal ASGI toolkit: request, response, lifespan, disconnects.
 
 The gateway's CPU per request matters more than convenience, so headway speaks
 raw ASGI (about 4x cheaper than a full framework here) with exactly what it
-needs: exact-path routing, bounded body reads, a JSON error edge that never
-leaks a traceback, lifespan hooks, and cancellation of a handler whose client
-has gone away.
+needs. ``App`` turns ASGI events into one ``Request`` and hands it to a single
+handler — in practice an ``Edge`` (``http/edge.py``), the outermost layer, which
+routes, reads the body, and turns every outcome into a counted ``Response``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from headway.errors import (
-    HeadwayError,
-    MethodNotAllowed,
-    NotFound,
-    PayloadTooLarge,
-    error_body,
-)
+from headway.errors import HeadwayError, PayloadTooLarge, error_body
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +35,29 @@ class ClientDisconnected(Exception):
     """The client closed the connection before the response was sent."""
 
 
+def new_request_id() -> str:
+    """128 random bits in hex: always ours, never the client's (it keys billing dedupe)."""
+    return os.urandom(16).hex()
+
+
 @dataclass(slots=True)
 class Request:
     scope: Scope
     headers: dict[str, str]
+    receive: Receive
     body: bytes = b""
+    id: str = field(default_factory=new_request_id)
+    tenant: str = ""
+    """Who sent it, once authenticated: for the log line of a failure."""
+    response_headers: dict[str, str] = field(default_factory=dict)
+    """Sent with the answer whatever it is (the rate-limit headers, say)."""
 
     @classmethod
-    def from_scope(cls, scope: Scope) -> Request:
+    def from_scope(cls, scope: Scope, receive: Receive) -> Request:
         headers: dict[str, str] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
-        return cls(scope, headers)
+        return cls(scope, headers, receive)
 
     @property
     def method(self) -> str:
@@ -62,15 +68,15 @@ class Request:
         return str(self.scope["path"])
 
 
-async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) -> bytes:
+async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refusing (413) as soon as it is known to exceed ``limit``."""
-    declared = headers.get("content-length")
+    declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        message = await request.receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnected
         chunk = message.get("body", b"")
@@ -113,60 +119,34 @@ def error_response(exc: HeadwayError) -> Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
-ErrorHook = Callable[[Request, HeadwayError | None], None]
-
-
-class Router:
-    """Exact-path routes; 404 for an unknown path, 405 for a known one with another method."""
-
-    def __init__(self) -> None:
-        self._routes: dict[str, dict[str, Handler]] = {}
-
-    def add(self, method: str, path: str, handler: Handler) -> None:
-        self._routes.setdefault(path, {})[method] = handler
-
-    def paths(self) -> dict[str, list[str]]:
-        return {path: sorted(methods) for path, methods in self._routes.items()}
-
-    def resolve(self, method: str, path: str) -> Handler:
-        methods = self._routes.get(path)
-        if methods is None:
-            raise NotFound(f"no route for {path}")
-        handler = methods.get(method)
-        if handler is None:
-            raise MethodNotAllowed(f"{method} is not allowed on {path}")
-        return handler
 
 
 class App:
-    """An ASGI application: lifespan hooks, routing, and the error edge.
+    """An ASGI application: lifespan hooks, and one handler for every HTTP request.
 
-    The body is read (up to ``max_body_bytes``) before the handler runs; then,
-    with ``watch_disconnect``, the handler runs as a task that is cancelled if
-    the client disconnects first, so upstream work stops with it.
+    The handler is expected to answer everything (the ``Edge`` does); a
+    ``ClientDisconnected`` it raises means nobody is left to answer.
     """
 
     def __init__(
         self,
-        router: Router,
+        handler: Handler,
         *,
         on_startup: list[Hook] | None = None,
         on_shutdown: list[Hook] | None = None,
-        on_error: ErrorHook | None = None,
-        max_body_bytes: int = 1 << 20,
-        watch_disconnect: bool = False,
     ) -> None:
-        self._max_body_bytes = max_body_bytes
-        self.router = router
+        self.handler = handler
         self._on_startup = on_startup or []
         self._on_shutdown = on_shutdown or []
-        self._on_error = on_error
-        self._watch_disconnect = watch_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
+            try:
+                response = await self.handler(Request.from_scope(scope, receive))
+            except ClientDisconnected:
+                return
+            await response.send(send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
@@ -194,36 +174,8 @@ class App:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request.from_scope(scope)
-        try:
-            handler = self.router.resolve(request.method, request.path)
-            request.body = await read_body(request.headers, receive, self._max_body_bytes)
-            if self._watch_disconnect:
-                response = await _unless_disconnected(handler(request), receive)
-            else:
-                response = await handler(request)
-        except ClientDisconnected:
-            self._report(request, None)
-            return
-        except HeadwayError as exc:
-            self._report(request, exc)
-            response = error_response(exc)
-        except Exception:
-            # Never echo the exception: it may quote the request's text.
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            self._report(request, None)
-            response = json_response(
-                {"error": {"type": "internal_error", "message": "internal error"}}, 500
-            )
-        await response.send(send)
 
-    def _report(self, request: Request, exc: HeadwayError | None) -> None:
-        if self._on_error is not None:
-            self._on_error(request, exc)
-
-
-async def _unless_disconnected(work: Awaitable[Response], receive: Receive) -> Response:
+async def unless_disconnected(work: Awaitable[Response], receive: Receive) -> Response:
     """Await ``work`` in this task; if the client disconnects first, cancel it (body read).
 
     One watcher task per request, which cancels this one on ``http.disconnect``.

@@ -9,25 +9,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
 import numpy as np
 
+from headway import wire
+from headway.background import Background
 from headway.errors import (
     DeadlineExceeded,
-    HeadwayError,
     InvalidRequest,
     ModelMismatch,
     NoReplicas,
     Overloaded,
     ValidationFailed,
 )
-from headway.http.asgi import App, Request, Response, Router, json_response
+from headway.http.asgi import App, Handler, Request, Response, json_response
+from headway.http.edge import Edge
+from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
-from headway.worker import protocol
 from headway.worker.backends.base import Backend, Encoded
 from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, QueueFull, Values
 from headway.worker.metrics import WorkerMetrics
@@ -55,12 +57,14 @@ class WorkerService:
         *,
         clock: Callable[[], float] = time.monotonic,
         metrics: WorkerMetrics | None = None,
+        background: Background | None = None,
     ) -> None:
         self.pool = pool
         self._load = load
         self._limits = limits
         self._clock = clock
         self.metrics = metrics or WorkerMetrics(pool)
+        self._background = background or Background()
         self.model: LoadedModel | None = None
         self.batcher: Batcher | None = None
         self.ready = False
@@ -77,7 +81,7 @@ class WorkerService:
         if model.backend.kind == "cross-encoder":
             warmup = model.backend.encode_pairs(WARMUP_TEXT, [WARMUP_TEXT] * 4)
         await batcher.run_now(warmup)
-        batcher.start()
+        batcher.start(self._background)
         self.model, self.batcher = model, batcher
         self.ready = True
         log.info(
@@ -100,6 +104,7 @@ class WorkerService:
         if self.batcher is not None:
             await self.batcher.drained()
             await self.batcher.close()
+        await self._background.stop()
 
     # requests ----------------------------------------------------------------
 
@@ -108,33 +113,33 @@ class WorkerService:
             raise NoReplicas("worker is not ready")
         return self.model, self.batcher
 
-    async def embed(self, chunk: protocol.EmbedChunk) -> protocol.ChunkResult:
+    async def embed(self, chunk: wire.EmbedChunk) -> wire.ChunkResult:
         model, _ = self._serving()
         self._check_version(chunk.model_version, model)
         if model.backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
         encoded = model.backend.encode_texts(chunk.texts)
-        values = await self._run(encoded, chunk.timeout_ms)
+        values = await self._run(encoded, chunk)
         return self._result(model, values, encoded)
 
-    async def score(self, chunk: protocol.ScoreChunk) -> protocol.ChunkResult:
+    async def score(self, chunk: wire.ScoreChunk) -> wire.ChunkResult:
         model, _ = self._serving()
         self._check_version(chunk.model_version, model)
         if model.backend.kind == "cross-encoder":
             encoded = model.backend.encode_pairs(chunk.query, chunk.documents)
-            scores = await self._run(encoded, chunk.timeout_ms)
+            scores = await self._run(encoded, chunk)
         else:
             encoded = model.backend.encode_texts([chunk.query, *chunk.documents])
-            rows = await self._run(encoded, chunk.timeout_ms)
+            rows = await self._run(encoded, chunk)
             scores = cosine_scores(rows[0], rows[1:])
         return self._result(model, scores, encoded)
 
-    async def _run(self, encoded: list[Encoded], timeout_ms: float) -> Values:
+    async def _run(self, encoded: list[Encoded], chunk: wire.Chunk) -> Values:
         _, batcher = self._serving()
-        if timeout_ms <= 0:
+        if chunk.timeout_ms <= 0:
             raise DeadlineExceeded("deadline passed before the chunk arrived")
-        arrived = self._clock()
-        outcome = batcher.submit(encoded, arrived + timeout_ms / 1000)
+        deadline = self._clock() + chunk.timeout_ms / 1000
+        outcome = batcher.submit(encoded, deadline, chunk.priority)
         if isinstance(outcome, QueueFull):
             drain_s = batcher.service_time.seconds * max(
                 1.0, outcome.queued_texts / self._limits.max_batch_size
@@ -154,9 +159,9 @@ class WorkerService:
             raise ModelMismatch(f"this worker serves {model.version}, not {requested}")
 
     @staticmethod
-    def _result(model: LoadedModel, values: Values, encoded: list[Encoded]) -> protocol.ChunkResult:
+    def _result(model: LoadedModel, values: Values, encoded: list[Encoded]) -> wire.ChunkResult:
         values = np.ascontiguousarray(values, dtype="<f4")
-        return protocol.ChunkResult(
+        return wire.ChunkResult(
             model_version=model.version,
             values=values.tobytes(),
             rows=values.shape[0],
@@ -171,15 +176,13 @@ def cosine_scores(query: Values, documents: Values) -> Values:
 
 
 def build_worker_app(service: WorkerService) -> App:
-    router = Router()
-
     async def embed(request: Request) -> Response:
-        chunk = _decode(protocol.embed_decoder, request.body)
-        return _msgpack(await _observed(service, service.embed(chunk)))
+        chunk = _decode(wire.embed_decoder, request.body)
+        return _msgpack(await service.embed(chunk))
 
     async def score(request: Request) -> Response:
-        chunk = _decode(protocol.score_decoder, request.body)
-        return _msgpack(await _observed(service, service.score(chunk)))
+        chunk = _decode(wire.score_decoder, request.body)
+        return _msgpack(await service.score(chunk))
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -198,30 +201,18 @@ def build_worker_app(service: WorkerService) -> App:
             body["draining"] = True
         return json_response(body, 200 if service.ready else 503)
 
-    router.add("POST", "/internal/embed", embed)
-    router.add("POST", "/internal/score", score)
-    router.add("GET", "/healthz", healthz)
-    router.add("GET", "/readyz", readyz)
-    router.add("GET", "/metrics", metrics_handler(service.metrics.registry))
-    return App(
-        router,
-        on_startup=[service.start],
-        on_shutdown=[service.stop],
-        max_body_bytes=16 << 20,
-        watch_disconnect=True,
+    metrics: Handler = metrics_handler(service.metrics.registry)
+    router = Router(
+        [
+            Route("POST", wire.EmbedChunk.path, "embed", embed),
+            Route("POST", wire.ScoreChunk.path, "score", score),
+            Route("GET", "/healthz", "healthz", healthz),
+            Route("GET", "/readyz", "readyz", readyz),
+            Route("GET", "/metrics", "metrics", metrics),
+        ]
     )
-
-
-async def _observed(
-    service: WorkerService, work: Awaitable[protocol.ChunkResult]
-) -> protocol.ChunkResult:
-    try:
-        result = await work
-    except HeadwayError as exc:
-        service.metrics.chunk(exc.type)
-        raise
-    service.metrics.chunk("ok")
-    return result
+    edge = Edge(router, max_body_bytes=16 << 20, observer=service.metrics)
+    return App(edge, on_startup=[service.start], on_shutdown=[service.stop])
 
 
 def _decode(decoder: msgspec.msgpack.Decoder[T], body: bytes) -> T:
@@ -231,5 +222,5 @@ def _decode(decoder: msgspec.msgpack.Decoder[T], body: bytes) -> T:
         raise InvalidRequest(f"malformed chunk: {exc}") from exc
 
 
-def _msgpack(result: protocol.ChunkResult) -> Response:
-    return Response(protocol.encode(result), content_type=protocol.CONTENT_TYPE)
+def _msgpack(result: wire.ChunkResult) -> Response:
+    return Response(wire.encode(result), content_type=wire.CONTENT_TYPE)

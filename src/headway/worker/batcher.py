@@ -1,6 +1,7 @@
 """The worker's queue and dynamic batcher.
 
-One owner task takes chunks from a heap ordered by deadline (earliest first),
+One owner task takes chunks from a heap ordered by priority (the lower number
+first: interactive before batch), then by deadline (earliest first),
 waits at most ``max_wait_s`` for a batch to fill, drops chunks whose deadline
 has passed or cannot be met by the current service-time estimate, skips chunks
 whose caller has left, and runs each batch on the single inference thread.
@@ -24,6 +25,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from headway.background import Background
 from headway.worker.backends.base import Backend, Encoded
 from headway.worker.planning import padded_tokens, plan_runs
 
@@ -62,6 +64,7 @@ class NoObserver:
 
 @dataclass(order=True, slots=True)
 class _Job:
+    priority: int
     deadline: float
     seq: int
     encoded: list[Encoded] = field(compare=False)
@@ -119,8 +122,9 @@ class Batcher:
     def outstanding_texts(self) -> int:
         return self._queued_texts + self._running_texts
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="batcher")
+    def start(self, background: Background) -> None:
+        """Run the owner task; it must not die while the worker serves (``essential``)."""
+        self._task = background.essential("batcher", self._loop)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -144,12 +148,16 @@ class Batcher:
         self.service_time.observe(self._clock() - started)
         return values
 
-    def submit(self, encoded: list[Encoded], deadline: float) -> asyncio.Future[Values] | QueueFull:
+    def submit(
+        self, encoded: list[Encoded], deadline: float, priority: int = 0
+    ) -> asyncio.Future[Values] | QueueFull:
+        """Queue the chunk; it runs after every queued chunk of a lower ``priority``
+        number, and after those of its own priority with an earlier deadline."""
         texts = len(encoded)
         if self._queued_texts + texts > self._limits.max_queue_texts:
             return QueueFull(self._queued_texts, self._limits.max_queue_texts)
         future: asyncio.Future[Values] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, _Job(deadline, next(self._seq), encoded, future))
+        heapq.heappush(self._heap, _Job(priority, deadline, next(self._seq), encoded, future))
         self._queued_texts += texts
         self._idle.clear()
         self._observer.queue_depth(self._queued_texts)
@@ -202,7 +210,7 @@ class Batcher:
                 return
 
     def _take(self) -> list[_Job]:
-        """Pop the next batch in deadline order, dropping what cannot be served in time."""
+        """Pop the next batch in queue order, dropping what cannot be served in time."""
         now = self._clock()
         expected_done = now + self.service_time.seconds
         batch: list[_Job] = []

@@ -1,4 +1,4 @@
-"""The worker's metrics; also the batcher's observer."""
+"""The worker's metrics; also the batcher's observer and the edge's answer observer."""
 
 from __future__ import annotations
 
@@ -69,5 +69,10 @@ class WorkerMetrics:
     def queue_depth(self, texts: int) -> None:
         self._queue.set(texts)
 
-    def chunk(self, outcome: str) -> None:
-        self.chunks.labels(pool=self._pool, outcome=outcome).inc()
+    def answered(self, route: str, status: int, seconds: float, error: str | None) -> None:
+        """Chunks answered, by outcome (``ok`` or the error type); other routes are not chunks."""
+        if route in _CHUNK_ROUTES:
+            self.chunks.labels(pool=self._pool, outcome=error or "ok").inc()
+
+
+_CHUNK_ROUTES = frozenset(("embed", "score"))

@@ -1,6 +1,6 @@
 import pytest
 
-from headway.gateway.admission.policy import Occupancy, refusal
+from headway.gateway.admission.policy import Occupancy, Shares, refusal
 
 
 def occ(total, tier=None, tenant=0, active=1):
@@ -43,8 +43,8 @@ def test_a_tenant_over_its_share_is_refused_only_under_contention():
 def test_batch_share_is_configurable(share):
     limit = 100
     boundary = int(limit * share)
-    assert refusal(1, "batch", occ(boundary - 1), limit, batch_share=share) is None
-    assert refusal(1, "batch", occ(boundary), limit, batch_share=share) == "batch_share"
+    assert refusal(1, "batch", occ(boundary - 1), limit, Shares(batch=share)) is None
+    assert refusal(1, "batch", occ(boundary), limit, Shares(batch=share)) == "batch_share"
 
 
 def test_batch_work_does_not_count_against_interactive():

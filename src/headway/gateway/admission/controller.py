@@ -18,10 +18,11 @@ from headway.gateway.admission.estimate import Window, admission_limit, next_thr
 from headway.gateway.admission.policy import (
     Occupancy,
     RefusalReason,
-    Tier,
+    Shares,
     refusal,
     tier_allowance,
 )
+from headway.registry.model import Tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +30,7 @@ class AdmissionConfig:
     enabled: bool = True
     latency_budget_s: float = 0.5
     mean_latency_share: float = 0.6
-    batch_share: float = 0.7
-    crowding: float = 0.8
+    shares: Shares = field(default_factory=Shares)
     window_s: float = 0.25
     alpha: float = 0.5
     floor_texts_per_replica: int = 32
@@ -80,7 +80,7 @@ class AdmissionController:
         counted = self._by_tier[tier] if tier == "interactive" else self.outstanding
         if not self.config.enabled or counted == 0:
             return None
-        if counted + 1 <= tier_allowance(tier, self.limit, self.config.batch_share):
+        if counted + 1 <= tier_allowance(tier, self.limit, self.config.shares.batch):
             return None
         return Refusal(
             "pool_full" if tier == "interactive" else "batch_share", self.retry_after_s()
@@ -96,14 +96,7 @@ class AdmissionController:
                 tenant=tenants[tenant],
                 active_tenants_in_tier=len(tenants) + (0 if tenant in tenants else 1),
             )
-            reason = refusal(
-                texts,
-                tier,
-                occupancy,
-                self.limit,
-                batch_share=self.config.batch_share,
-                crowding=self.config.crowding,
-            )
+            reason = refusal(texts, tier, occupancy, self.limit, self.config.shares)
             if reason is not None:
                 return Refusal(reason, self.retry_after_s())
         self.outstanding += texts

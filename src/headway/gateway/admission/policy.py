@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Tier = Literal["interactive", "batch"]
+from headway.registry.model import Tier
+
 RefusalReason = Literal["pool_full", "batch_share", "tenant_share"]
 
 
@@ -41,6 +42,15 @@ class Occupancy:
     active_tenants_in_tier: int
 
 
+@dataclass(frozen=True, slots=True)
+class Shares:
+    """How a limit is shared: the share batch work may fill, and the fill of a tier past
+    which a tenant holding more than an equal share of it is refused."""
+
+    batch: float = 0.7
+    crowding: float = 0.8
+
+
 def tier_allowance(tier: Tier, limit: int, batch_share: float) -> int:
     return limit if tier == "interactive" else int(limit * batch_share)
 
@@ -50,18 +60,17 @@ def refusal(
     tier: Tier,
     occupancy: Occupancy,
     limit: int,
-    *,
-    batch_share: float = 0.7,
-    crowding: float = 0.8,
+    shares: Shares = Shares(),
 ) -> RefusalReason | None:
     """Why this request may not be admitted now, or None if it may."""
     if occupancy.total == 0 or (tier == "interactive" and occupancy.tier == 0):
         return None
-    allowance = tier_allowance(tier, limit, batch_share)
+    allowance = tier_allowance(tier, limit, shares.batch)
     counted = occupancy.tier if tier == "interactive" else occupancy.total
     if counted + texts > allowance:
         return "pool_full" if tier == "interactive" else "batch_share"
-    if occupancy.active_tenants_in_tier > 1 and occupancy.tier + texts > crowding * allowance:
+    crowded = occupancy.tier + texts > shares.crowding * allowance
+    if occupancy.active_tenants_in_tier > 1 and crowded:
         fair_share = allowance / occupancy.active_tenants_in_tier
         if occupancy.tenant + texts > fair_share:
             return "tenant_share"

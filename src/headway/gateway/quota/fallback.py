@@ -38,8 +38,12 @@ import time
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-from headway.gateway.quota.redis_store import QuotaStoreUnavailable
-from headway.gateway.quota.store import LocalQuotaStore, Quota, QuotaDecision
+from headway.gateway.quota.store import (
+    LocalQuotaStore,
+    Quota,
+    QuotaDecision,
+    QuotaStoreUnavailable,
+)
 
 logger = logging.getLogger(__name__)
 

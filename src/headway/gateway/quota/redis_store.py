@@ -26,7 +26,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from headway.gateway.quota.store import Quota, QuotaDecision, decision
+from headway.gateway.quota.store import Quota, QuotaDecision, QuotaStoreUnavailable, decision
 
 # Redis >= 5 replicates a script's effects, which a script calling TIME needs;
 # REDIS_VERSION_NUM exists from 7.0, where replicate_commands is deprecated.
@@ -89,10 +89,6 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.6f', now
 redis.call('PEXPIRE', KEYS[1], math.ceil(2 * ttl * 1000))
 return redis.call('ZCARD', KEYS[1])
 """
-
-
-class QuotaStoreUnavailable(Exception):
-    """The shared quota store could not be reached or did not answer in time."""
 
 
 def idle_ttl_ms(quota: Quota) -> int:

@@ -1,9 +1,11 @@
 """The quota seam: where buckets live. In this process, or in Redis for many gateways.
 
-``QuotaStore.take`` answers a ``QuotaDecision`` (a value; the HTTP edge turns a
-refusal into 429). ``refund`` gives tokens back for work charged but not done
-on our side. Buckets are keyed by tenant name; rate and burst travel with each
-call, so changing a tenant's quota takes effect on its next request.
+``QuotaStore.take`` answers a ``QuotaDecision`` (a value; the quota stage turns a
+refusal into 429). ``refund`` gives tokens back for work charged but not done on
+our side. A shared store that cannot be reached raises ``QuotaStoreUnavailable``,
+which ``FallbackQuotaStore`` turns into a local share. Buckets are keyed by
+tenant name; rate and burst travel with each call, so changing a tenant's quota
+takes effect on its next request.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from headway.gateway.quota.bucket import BucketState, refund, take
+
+
+class QuotaStoreUnavailable(Exception):
+    """The shared quota store could not be reached or did not answer in time."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,9 @@
-"""Where a pool's replicas are: a DNS name re-resolved on an interval.
+"""A pool whose replicas are the A records of a DNS name (``--embed-dns NAME:PORT``).
 
 A Kubernetes headless service answers its name with one A record per ready pod;
 every replica listens on the same port. ``DnsDiscovery`` turns the answer into
-base URLs; the pool then adds new replicas (they take traffic once their own
-``/readyz`` says so) and forgets vanished ones (work already sent to them
-finishes). If a lookup fails, the last answer stands.
+base URLs. A name that does not exist (NXDOMAIN) is an empty pool; a lookup that
+fails (timeout, no server) is ``DiscoveryFailed``.
 """
 
 from __future__ import annotations
@@ -13,9 +12,7 @@ import dns.asyncresolver
 import dns.exception
 import dns.resolver
 
-
-class DiscoveryFailed(Exception):
-    """The name could not be resolved."""
+from headway.gateway.discovery.base import DiscoveryFailed
 
 
 def parse_target(target: str) -> tuple[str, int]:

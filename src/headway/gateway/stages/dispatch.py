@@ -1,26 +1,30 @@
-"""Sending chunks to a pool within a deadline, and translating what comes back.
+"""Sending a request's chunks to its pool within the deadline: route, retry, hedge.
+
+The chunks run in parallel; the first failure cancels the others. Each chunk
+goes to a replica serving the request's version, chosen by power of two choices
+on expected wait and spread over replicas the request has not used yet, and gets
+at most one extra attempt, a retry or a hedge (see ``send_chunk``): computing an
+embedding twice has no side effect, and the copy carries the same request id.
 
 A worker's answer maps onto the error tree: its 503 (queue full) is our
-``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``;
-anything else is ``UpstreamFailed``. A replica that refuses connections is
-marked unready; a connection that breaks mid-call (a reused keep-alive
-connection the server closed, say) says nothing about the replica. A chunk
-gets at most one extra attempt, a retry or a hedge (see ``call_chunk``):
-computing an embedding twice has no side effect, and the copy carries the same
-request id. Chunks of one request run in parallel; the first failure cancels
-the others.
+``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``; any
+other status, and a 200 whose body does not decode, is ``UpstreamFailed``. A
+replica that refuses connections is marked unready; a connection that breaks
+mid-call (a reused keep-alive connection the server closed, say) says nothing
+about the replica. A shadow copy of the request (to a candidate version) will be
+sent from here, never awaited.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
 
+from headway import wire
 from headway.errors import (
     DeadlineExceeded,
     HeadwayError,
@@ -28,58 +32,58 @@ from headway.errors import (
     Overloaded,
     UpstreamFailed,
 )
-from headway.gateway.deadline import Deadline
+from headway.gateway.context import Deadline
 from headway.gateway.pool import Replica, ReplicaPool, Spread
-from headway.gateway.transport import (
+from headway.gateway.stages.plan import Chunk
+from headway.transport.base import (
     ConnectFailed,
     Reply,
-    Transport,
     TransportError,
     TransportTimeout,
+    UpstreamRequest,
 )
-from headway.worker import protocol
 
 T = TypeVar("T")
 
-BodyForBudget = Callable[[float], bytes]
+
+async def dispatch(
+    chunks: Sequence[Chunk], pool: ReplicaPool, deadline: Deadline
+) -> list[wire.ChunkResult]:
+    """Every chunk's result, in order."""
+    spread = Spread()
+    return await gather_or_cancel([send_chunk(chunk, pool, deadline, spread) for chunk in chunks])
 
 
-async def call_chunk(
-    pool: ReplicaPool,
-    transport: Transport,
-    path: str,
-    body_for: BodyForBudget,
-    texts: int,
-    deadline: Deadline,
-    version: str,
-    spread: Spread,
-) -> protocol.ChunkResult:
-    """One chunk to a replica serving ``version``, with at most one extra attempt elsewhere.
+async def send_chunk(
+    chunk: Chunk, pool: ReplicaPool, deadline: Deadline, spread: Spread
+) -> wire.ChunkResult:
+    """One chunk to a replica serving its version, with at most one extra attempt elsewhere.
 
     The extra attempt is a retry or a hedge, never both, and either is paid from the
-    pool's retry budget. Retried: connection failures, broken connections, 5xx, and a
-    worker's 503 (its queue is full; another may not be), within the deadline. The retry
-    goes to another replica; only a broken connection may be retried on the same one (a
-    reused keep-alive connection the server closed). Hedged, where the pool hedges: a
-    chunk not answered by the pool's recent latency quantile is sent to another replica
-    too, to one whose recent latency is below that quantile (not another slow one); the
-    first answer wins and the other call is cancelled (the worker drops work whose caller
-    left). Only answers feed the quantile, not the calls given up on. Failures other than
-    a full queue count toward ejection. ``spread``: the request's chunks go to different
-    replicas.
+    pool's retry budget. Retried: connection failures, broken connections, 5xx, a
+    worker's 503 (its queue is full; another may not be) and an answer that does not
+    decode, within the deadline. The retry goes to another replica; only a broken
+    connection may be retried on the same one (a reused keep-alive connection the
+    server closed). Hedged, where the pool hedges: a chunk not answered by the pool's
+    recent latency quantile is sent to another replica too, to one whose recent latency
+    is below that quantile (not another slow one); the first answer wins and the other
+    call is cancelled (the worker drops work whose caller left). Only answers feed the
+    quantile, not the calls given up on. Failures other than a full queue count toward
+    ejection. ``spread``: the request's chunks go to different replicas.
     """
+    version = chunk.message.model_version
     pool.retry_budget.record_request()
     pool.counts.chunks += 1
     first = pool.pick(version, spread=spread)
     if first is None:
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
-    send = _Attempt(pool, transport, path, body_for, texts, deadline)
+    send = _Attempt(pool, chunk, deadline)
     loop = asyncio.get_running_loop()
     running = {send.start(first): first}
     hedge_after_s = pool.hedge_after_s()
     hedge_at = None if hedge_after_s is None else loop.time() + hedge_after_s
     spare = True  # the one extra attempt, not yet spent
-    hedge: asyncio.Task[protocol.ChunkResult] | None = None
+    hedge: asyncio.Task[wire.ChunkResult] | None = None
     try:
         while True:
             timeout = None if hedge_at is None else max(0.0, hedge_at - loop.time())
@@ -144,35 +148,35 @@ class _Attempt:
     """One chunk, ready to be sent to any replica of its pool."""
 
     pool: ReplicaPool
-    transport: Transport
-    path: str
-    body_for: BodyForBudget
-    texts: int
+    chunk: Chunk
     deadline: Deadline
 
-    def start(self, replica: Replica) -> asyncio.Task[protocol.ChunkResult]:
+    def start(self, replica: Replica) -> asyncio.Task[wire.ChunkResult]:
         """Counted as the replica's outstanding work at once, so that the next pick (the
         request's next chunk, say) sees it, and until the call ends, however it ends."""
-        replica.outstanding_texts += self.texts
+        texts = self.chunk.texts
+        replica.outstanding_texts += texts
         task = asyncio.get_running_loop().create_task(self._send(replica))
-        task.add_done_callback(lambda _: _release(replica, self.texts))
+        task.add_done_callback(lambda _: _release(replica, texts))
         return task
 
-    async def _send(self, replica: Replica) -> protocol.ChunkResult:
+    async def _send(self, replica: Replica) -> wire.ChunkResult:
         remaining_s = self.deadline.remaining_s()
         if remaining_s <= 0:
             raise DeadlineExceeded("deadline passed before the work was sent")
         pool = self.pool
-        started = time.monotonic()
+        message = self.chunk.message
+        request = UpstreamRequest(
+            "POST",
+            replica.url,
+            message.path,
+            remaining_s,
+            wire.with_budget(message, remaining_s * 1000),
+            wire.CONTENT_TYPE,
+        )
+        started = pool.clock()
         try:
-            reply = await self.transport.post(
-                replica.url,
-                self.path,
-                self.body_for(remaining_s * 1000),
-                protocol.CONTENT_TYPE,
-                remaining_s,
-            )
-            result = _interpret(reply, replica)
+            result = _interpret(await pool.transport.send(request), replica, self.chunk)
         except TransportTimeout as exc:
             raise DeadlineExceeded("deadline passed while the work ran") from exc
         except ConnectFailed as exc:
@@ -190,7 +194,7 @@ class _Attempt:
         except UpstreamFailed as exc:
             pool.record(replica, ok=False)
             raise _Retryable(exc, same_replica_ok=False) from exc
-        pool.record(replica, ok=True, latency_s=time.monotonic() - started)
+        pool.record(replica, ok=True, latency_s=pool.clock() - started)
         return result
 
 
@@ -198,9 +202,9 @@ def _release(replica: Replica, texts: int) -> None:
     replica.outstanding_texts -= texts
 
 
-def _interpret(reply: Reply, replica: Replica) -> protocol.ChunkResult:
+def _interpret(reply: Reply, replica: Replica, chunk: Chunk) -> wire.ChunkResult:
     if reply.status == 200:
-        return protocol.result_decoder.decode(reply.body)
+        return _result(reply.body, replica, chunk)
     message = _worker_message(reply)
     if reply.status == 503:
         retry_after = reply.headers.get("retry-after", "1")
@@ -211,6 +215,26 @@ def _interpret(reply: Reply, replica: Replica) -> protocol.ChunkResult:
     if reply.status == 504:
         raise DeadlineExceeded(message)
     raise UpstreamFailed(f"replica {replica.url} answered {reply.status}: {message}")
+
+
+def _result(body: bytes, replica: Replica, chunk: Chunk) -> wire.ChunkResult:
+    """The decoded answer, if it is one for this chunk: a row per text, of the version asked."""
+    try:
+        result = wire.result_decoder.decode(body)
+    except msgspec.DecodeError as exc:  # a ValidationError is one too
+        raise UpstreamFailed(f"replica {replica.url} answered 200 with a malformed body") from exc
+    width = max(result.dimensions, 1)
+    if (
+        result.rows != chunk.texts
+        or len(result.values) != 4 * result.rows * width
+        or result.model_version != chunk.message.model_version
+    ):
+        raise UpstreamFailed(
+            f"replica {replica.url} answered {result.rows} rows of {width} values from version "
+            f"{result.model_version[:12]!r} for {chunk.texts} texts of "
+            f"{chunk.message.model_version[:12]!r}"
+        )
+    return result
 
 
 def _worker_message(reply: Reply) -> str:

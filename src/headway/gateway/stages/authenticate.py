@@ -33,3 +33,8 @@ def require_tenant(principal: Principal) -> Tenant:
     if principal.tenant is None:
         raise Forbidden("an admin key cannot call tenant endpoints; use a tenant's key")
     return principal.tenant
+
+
+def require_admin(principal: Principal) -> None:
+    if principal.role != "admin":
+        raise Forbidden("an admin key is required")

@@ -1,4 +1,9 @@
-"""From raw bytes to a validated request, or a precise client error."""
+"""From raw bytes to a validated request, or a precise client error.
+
+The tools of the parse stage; each endpoint's ``parse`` (``gateway/endpoints``)
+strings them together for its own body. Limits come from settings, and the
+OpenAPI document states the same ones (``gateway/openapi.py``).
+"""
 
 from __future__ import annotations
 
@@ -47,3 +52,12 @@ def check_texts(texts: Sequence[str], limits: LimitsSettings, field: str) -> Non
             raise ValidationFailed(
                 f"`{field}[{index}]` has {len(text)} characters; the limit is {limits.max_chars}"
             )
+
+
+def whole_number(value: float | None, field: str) -> int | None:
+    """``value`` as an int: JSON Schema counts ``3.0`` as an integer, so we do; ``3.5`` is not."""
+    if value is None or isinstance(value, int):
+        return value
+    if not value.is_integer():
+        raise ValidationFailed(f"`{field}` must be a whole number, not {value}")
+    return int(value)

@@ -1,0 +1,94 @@
+"""Every background loop of a process, supervised so that none dies silently.
+
+Two kinds, as TEI's background tasks either carry on or ``.expect()`` loudly:
+
+- ``every(name, interval_s, step)``: a periodic step (poll replicas, follow DNS,
+  reload the registry, announce this gateway). A step that raises is logged with
+  its traceback and counted (``on_failure(name)``, for a metric), and the loop
+  carries on at the next interval: one failed poll must not freeze a pool's
+  readiness for the rest of the process's life.
+- ``essential(name, run)``: a task the process cannot serve without (the worker's
+  batcher, which owns its queue). If it ever returns or raises, that is a bug: it
+  is logged as critical and ``on_fatal(name)`` stops the process (by default at
+  once, exit status 70), so a supervisor or orchestrator restarts it instead of
+  it answering nothing while looking alive.
+
+``stop()`` cancels them all and waits for them; it is the only way they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Coroutine
+
+log = logging.getLogger(__name__)
+
+Step = Callable[[], Awaitable[object]]
+EXIT_SOFTWARE = 70  # sysexits.h EX_SOFTWARE: an internal error
+
+
+def exit_now(name: str) -> None:
+    """Stop the process at once: its state cannot be trusted to shut down cleanly."""
+    logging.shutdown()
+    os._exit(EXIT_SOFTWARE)
+
+
+class Background:
+    def __init__(
+        self,
+        *,
+        on_failure: Callable[[str], None] | None = None,
+        on_fatal: Callable[[str], None] = exit_now,
+    ) -> None:
+        self._on_failure = on_failure
+        self._on_fatal = on_fatal
+        self._tasks: list[asyncio.Task[None]] = []
+        self.failures: dict[str, int] = {}
+        """Failed steps so far, per loop."""
+
+    def every(self, name: str, interval_s: float, step: Step) -> asyncio.Task[None]:
+        """Run ``step`` every ``interval_s`` (the first time after one interval)."""
+        return self._spawn(name, self._periodic(name, interval_s, step))
+
+    def essential(self, name: str, run: Step) -> asyncio.Task[None]:
+        """Run ``run`` until cancelled (here or by its owner); ending any other way stops
+        the process."""
+        return self._spawn(name, self._guarded(name, run))
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _spawn(self, name: str, loop: Coroutine[object, object, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(loop, name=name)
+        self._tasks.append(task)
+        return task
+
+    async def _periodic(self, name: str, interval_s: float, step: Step) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await step()
+            except Exception:
+                self.failures[name] = self.failures.get(name, 0) + 1
+                log.exception("background loop %s: step failed; carrying on", name)
+                if self._on_failure is not None:
+                    self._on_failure(name)
+
+    async def _guarded(self, name: str, run: Step) -> None:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            log.critical("background task %s died; stopping the process", name, exc_info=True)
+        else:
+            log.critical("background task %s ended; stopping the process", name)
+        self._on_fatal(name)

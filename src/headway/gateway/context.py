@@ -1,0 +1,36 @@
+"""What every stage after authentication knows about the request it serves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headway.registry.model import Tenant
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """When the request must be answered, on the gateway's monotonic clock."""
+
+    at: float
+    clock: Clock
+
+    def remaining_s(self) -> float:
+        return self.at - self.clock()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who asked, through which route, by when, and what every answer must carry.
+
+    ``request_id`` is the edge's (ours, never the client's); ``response_headers`` is
+    the request's own dict, which the edge adds to the answer whatever it is.
+    """
+
+    request_id: str
+    route: str
+    tenant: Tenant
+    deadline: Deadline
+    response_headers: dict[str, str]

@@ -1,0 +1,1 @@
+"""Where a pool's replicas are: a protocol, a fixed list, or a DNS name."""

@@ -1,0 +1,46 @@
+"""The two seams an endpoint fills in on the request path (``gateway/path.py``).
+
+An ``Endpoint`` turns a body into a ``ModelRequest``; the request then names the
+models that may serve it (in order of preference), counts its texts, cuts itself
+into wire chunks, checks that the resolved model fits it, and shapes the answer
+from the merged results. Everything else on the path is the same for every
+endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from headway import wire
+from headway.gateway.context import RequestContext
+from headway.gateway.stages.merge import Merged
+from headway.gateway.stages.plan import ChunkHeader
+from headway.http.asgi import Response
+from headway.registry.model import ModelRecord
+from headway.settings import LimitsSettings
+
+
+class ModelRequest(Protocol):
+    @property
+    def models(self) -> Sequence[str]:
+        """Model names (aliases or versions) to try, the first the registry knows wins."""
+
+    @property
+    def texts(self) -> int:
+        """The units it is charged, admitted and split by: inputs, or documents."""
+
+    def check(self, record: ModelRecord) -> None:
+        """``ValidationFailed`` if the resolved model cannot serve this request."""
+
+    def chunk(self, part: slice, header: ChunkHeader) -> wire.Chunk: ...
+
+    def respond(self, merged: Merged, ctx: RequestContext, record: ModelRecord) -> Response: ...
+
+
+class Endpoint(Protocol):
+    @property
+    def route(self) -> str:
+        """The route's name: its metrics label, and which pool the precheck asks."""
+
+    def parse(self, body: bytes, limits: LimitsSettings) -> ModelRequest: ...

@@ -1,0 +1,55 @@
+"""The OpenAPI document states what the server enforces (the e2e fuzzer holds it to that)."""
+
+from tests.service.conftest import TEST_LIMITS, auth
+
+
+async def spec_of(stack) -> dict:
+    response = await stack.client.get("/openapi.json")
+    assert response.status_code == 200
+    return response.json()
+
+
+async def test_every_route_is_described_with_the_errors_it_can_answer(stack):
+    spec = await spec_of(stack)
+    served = {(r.path, r.method.lower()) for r in stack.gateway_app.handler.router.routes()}
+    described = {(path, method) for path, ops in spec["paths"].items() for method in ops}
+    assert described == served
+    embeddings = spec["paths"]["/v1/embeddings"]["post"]["responses"]
+    assert set(embeddings) == {
+        "200", "400", "401", "403", "404", "413", "415", "422", "429", "500", "502", "503", "504"
+    }  # fmt: skip
+    assert "quota_exceeded" in embeddings["429"]["description"]
+    assert "overloaded" in embeddings["503"]["description"]
+    assert "no_ready_replicas" in embeddings["503"]["description"]
+    ready = spec["paths"]["/readyz"]["get"]["responses"]
+    assert ready["503"]["content"]["application/json"]["schema"]["$ref"].endswith("/Readiness")
+
+
+async def test_the_limits_the_server_enforces_are_in_the_schemas(stack):
+    schemas = (await spec_of(stack))["components"]["schemas"]
+    text = {"type": "string", "minLength": 1, "maxLength": TEST_LIMITS.max_chars}
+    embeddings = schemas["EmbeddingsRequest"]
+    assert embeddings["additionalProperties"] is False
+    single, many = embeddings["properties"]["input"]["anyOf"]
+    assert single == text
+    assert many == {
+        "type": "array",
+        "items": text,
+        "minItems": 1,
+        "maxItems": TEST_LIMITS.max_texts,
+    }
+    width = embeddings["properties"]["dimensions"]["anyOf"][0]
+    assert width == {"enum": [8]}  # the synthetic model the stack serves
+    rerank = schemas["RerankRequest"]["properties"]
+    assert rerank["query"] == text
+    assert rerank["documents"]["maxItems"] == TEST_LIMITS.max_texts
+    assert rerank["top_n"]["anyOf"][0] == {"type": "integer", "minimum": 1}
+
+
+async def test_whole_numbers_written_with_a_fraction_are_accepted_as_json_schema_says(stack):
+    body = {"model": "synthetic", "input": ["a"], "dimensions": 8.0}
+    assert (await stack.client.post("/v1/embeddings", headers=auth(), json=body)).status_code == 200
+    body["dimensions"] = 8.5
+    refused = await stack.client.post("/v1/embeddings", headers=auth(), json=body)
+    assert refused.status_code == 422
+    assert "whole number" in refused.json()["error"]["message"]

@@ -1,0 +1,147 @@
+"""The edge: every request answered, every answer counted, nothing leaked."""
+
+import asyncio
+import logging
+
+import msgspec
+
+from headway.errors import Overloaded
+from headway.http.asgi import App, Request, Response, json_response
+from headway.http.edge import Edge
+from headway.http.router import Route, Router
+
+
+class Answers:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, str | None]] = []
+
+    def answered(self, route: str, status: int, seconds: float, error: str | None) -> None:
+        assert seconds >= 0
+        self.seen.append((route, status, error))
+
+
+def app_of(*routes: Route, max_body_bytes: int = 1 << 20) -> tuple[App, Answers]:
+    answers = Answers()
+    return App(Edge(Router(routes), max_body_bytes=max_body_bytes, observer=answers)), answers
+
+
+def scope(method="POST", path="/work", headers=()):
+    return {"type": "http", "method": method, "path": path, "headers": list(headers)}
+
+
+def whole_body(body: bytes = b"{}"):
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+async def call(app, receive=None, s=None):
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    await app(s or scope(), receive or whole_body(), send)
+    return sent
+
+
+def answer(sent) -> tuple[int, dict[str, str], dict]:
+    start, body = sent
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], headers, msgspec.json.decode(body["body"])
+
+
+async def ok(request: Request) -> Response:
+    return json_response({"ok": True})
+
+
+async def test_a_client_that_disconnects_cancels_its_handler_and_is_counted():
+    cancelled = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow(request: Request) -> Response:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return json_response({})
+
+    app, answers = app_of(Route("POST", "/work", "work", slow))
+    messages = iter([{"type": "http.request", "body": b"{}", "more_body": False}])
+
+    async def receive():
+        message = next(messages, None)
+        if message is not None:
+            return message
+        await started.wait()
+        return {"type": "http.disconnect"}
+
+    sent = await asyncio.wait_for(call(app, receive), 5)
+    assert cancelled.is_set()
+    assert sent == []  # nobody is left to answer
+    assert answers.seen == [("work", 499, "client_disconnected")]
+
+
+async def test_unexpected_errors_become_a_bare_500_with_a_request_id_and_a_log_line(caplog):
+    async def broken(request: Request) -> Response:
+        raise RuntimeError("secret input text")
+
+    app, answers = app_of(Route("POST", "/work", "work", broken))
+    with caplog.at_level(logging.ERROR, logger="headway.http.edge"):
+        status, headers, body = answer(await call(app))
+    assert status == 500
+    assert body == {"error": {"type": "internal_error", "message": "internal error"}}
+    assert "secret" not in str(body)
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert headers["x-request-id"] in caplog.records[0].getMessage()
+    assert answers.seen == [("work", 500, "internal_error")]
+
+
+async def test_our_errors_go_through_the_table_with_retry_after_and_the_handlers_headers():
+    async def busy(request: Request) -> Response:
+        request.response_headers["x-ratelimit-remaining"] = "7"
+        raise Overloaded("pool is full", retry_after_s=2.2)
+
+    app, answers = app_of(Route("POST", "/work", "work", busy))
+    status, headers, body = answer(await call(app))
+    assert status == 503
+    assert headers["retry-after"] == "3"
+    assert headers["x-ratelimit-remaining"] == "7"
+    assert body == {"error": {"type": "overloaded", "message": "pool is full"}}
+    assert answers.seen == [("work", 503, "overloaded")]
+
+
+async def test_unknown_paths_and_methods_are_answered_and_counted_with_bounded_labels():
+    app, answers = app_of(Route("POST", "/work", "work", ok))
+    status, _, body = answer(await call(app, s=scope(path="/no/such/thing")))
+    assert (status, body["error"]["type"]) == (404, "not_found")
+    status, headers, body = answer(await call(app, s=scope(method="GET")))
+    assert (status, body["error"]["type"], headers["allow"]) == (405, "method_not_allowed", "POST")
+    assert answers.seen == [("unmatched", 404, "not_found"), ("work", 405, "method_not_allowed")]
+
+
+async def test_body_is_refused_as_soon_as_it_passes_the_limit_and_counted_under_its_route():
+    app, answers = app_of(Route("POST", "/work", "work", ok), max_body_bytes=10)
+    chunks = iter([b"123456", b"789012", b"never read"])
+
+    async def receive():
+        return {"type": "http.request", "body": next(chunks), "more_body": True}
+
+    status, _, body = answer(await call(app, receive))
+    assert (status, body["error"]["type"]) == (413, "payload_too_large")
+    assert next(chunks) == b"never read"
+    assert answers.seen == [("work", 413, "payload_too_large")]
+
+
+async def test_every_answer_carries_its_own_request_id():
+    app, answers = app_of(Route("POST", "/work", "work", ok))
+    ids = set()
+    for _ in range(3):
+        status, headers, _ = answer(await call(app))
+        assert status == 200
+        ids.add(headers["x-request-id"])
+    assert len(ids) == 3 and all(len(i) == 32 for i in ids)
+    assert answers.seen == [("work", 200, None)] * 3
