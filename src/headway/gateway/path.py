@@ -42,13 +42,15 @@ from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.pools import Pools
 from headway.gateway.quota.store import QuotaStore
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages import admit, quota
+from headway.gateway.stages import admit
+from headway.gateway.stages.admit import AdmissionPermit
 from headway.gateway.stages.authenticate import authenticate, require_tenant
 from headway.gateway.stages.deadline import deadline_from_headers
 from headway.gateway.stages.dispatch import dispatch
 from headway.gateway.stages.merge import merge
 from headway.gateway.stages.parse import check_media_type
 from headway.gateway.stages.plan import plan
+from headway.gateway.stages.quota import QuotaCharge
 from headway.gateway.stages.resolve import resolve
 from headway.http.asgi import Request, Response
 from headway.settings import GatewaySettings
@@ -80,8 +82,8 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
     work = endpoint.parse(request.body, settings.limits)
     target = resolve(work.models, snapshot, parts.pools)
     work.check(target.record)
-    async with quota.charged(parts.quota, ctx, work.texts):
-        with admit.admitted(target.pool, ctx, work.texts, parts.metrics.refused):
+    async with QuotaCharge(parts.quota, ctx, work.texts):
+        with AdmissionPermit(target.pool, ctx, work.texts, parts.metrics.refused):
             chunks = plan(work, ctx, target.record.version, settings.chunk_texts)
             results = await dispatch(chunks, target.pool, deadline)
     merged = merge(results)

@@ -24,7 +24,7 @@ class TransportTimeout(TransportError):
     """The call did not finish within its timeout."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpstreamRequest:
     """One call to a replica: ``base_url`` names the replica, ``path`` the endpoint."""
 
@@ -40,7 +40,7 @@ class UpstreamRequest:
         return self.base_url + self.path
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reply:
     status: int
     body: bytes

@@ -28,7 +28,7 @@ class Embeddings:
         return EmbeddingsRequest(parsed, inputs, whole_number(parsed.dimensions, "dimensions"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EmbeddingsRequest:
     body: schemas.EmbeddingsRequest
     inputs: list[str]

@@ -45,7 +45,7 @@ class Rerank:
         return RerankRequest(parsed, documents, models, top_n)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RerankRequest:
     body: schemas.RerankRequest
     documents: list[str]

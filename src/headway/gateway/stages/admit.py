@@ -1,7 +1,7 @@
 """Admission: only the work the pool can finish within the latency budget gets in.
 
 Twice on the path. ``precheck``, before the body is parsed, needs only the
-tenant's tier: a full pool refuses in microseconds. ``admitted``, once the texts
+tenant's tier: a full pool refuses in microseconds. ``AdmissionPermit``, once the texts
 are counted, takes a permit for them on the pool that serves the request's model
 and releases it when the block ends, however it ends (completed work feeds the
 pool's throughput estimate). The decisions are the controller's
@@ -11,8 +11,8 @@ and is counted by pool and reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from types import TracebackType
 
 from headway.errors import Overloaded
 from headway.gateway.admission.controller import Refusal
@@ -32,17 +32,27 @@ def precheck(pool: ReplicaPool | None, tier: Tier, shed: Shed) -> None:
         raise _overloaded(pool, refused, shed)
 
 
-@contextmanager
-def admitted(pool: ReplicaPool, ctx: RequestContext, texts: int, shed: Shed) -> Iterator[None]:
-    outcome = pool.admission.try_admit(ctx.tenant.name, ctx.tenant.tier, texts)
-    if isinstance(outcome, Refusal):
-        raise _overloaded(pool, outcome, shed)
-    completed = False
-    try:
-        yield
-        completed = True
-    finally:
-        pool.admission.release(outcome, completed=completed)
+class AdmissionPermit:
+    """``with AdmissionPermit(pool, ctx, texts, shed)``: a permit for ``texts`` on the pool
+    for the block, released when it ends, however it ends (a class for the same reason
+    as ``QuotaCharge``)."""
+
+    __slots__ = ("_ctx", "_permit", "_pool", "_shed", "_texts")
+
+    def __init__(self, pool: ReplicaPool, ctx: RequestContext, texts: int, shed: Shed) -> None:
+        self._pool, self._ctx, self._texts, self._shed = pool, ctx, texts, shed
+
+    def __enter__(self) -> None:
+        tenant = self._ctx.tenant
+        outcome = self._pool.admission.try_admit(tenant.name, tenant.tier, self._texts)
+        if isinstance(outcome, Refusal):
+            raise _overloaded(self._pool, outcome, self._shed)
+        self._permit = outcome
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._pool.admission.release(self._permit, completed=exc is None)
 
 
 def _overloaded(pool: ReplicaPool, refused: Refusal, shed: Shed) -> Overloaded:

@@ -143,7 +143,7 @@ def _retry_target(
     return other
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Attempt:
     """One chunk, ready to be sent to any replica of its pool."""
 

@@ -11,7 +11,7 @@ import numpy.typing as npt
 from headway import wire
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Merged:
     values: npt.NDArray[np.float32]
     """One row per text (embeddings ``[n, dimensions]``, scores ``[n]``), in request order."""

@@ -17,7 +17,7 @@ from headway.gateway.context import RequestContext
 from headway.registry.model import Tier
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChunkHeader:
     """What every chunk of one request carries."""
 
@@ -35,7 +35,7 @@ class Splittable(Protocol):
     def chunk(self, part: slice, header: ChunkHeader) -> wire.Chunk: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Chunk:
     message: wire.Chunk
     """Its ``timeout_ms`` is stamped by each attempt (``wire.with_budget``)."""

@@ -17,7 +17,7 @@ from headway.gateway.pools import Pools
 from headway.registry.model import ModelRecord, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Target:
     record: ModelRecord
     pool: ReplicaPool
