@@ -74,6 +74,22 @@ def bench_spine(
     _publish(render(results, machine, _command(), seconds), SECTION, out)
 
 
+@bench_app.command("path")
+def bench_path(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """The gateway's own CPU per request, in process, against a replica that answers at once."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.path import SECTION, render, run_path_bench
+
+    with _running() as machine:
+        results = run_path_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
 @bench_app.command("int8")
 def bench_int8(
     seconds: BenchSeconds = 10.0,

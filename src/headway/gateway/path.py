@@ -42,8 +42,7 @@ from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.pools import Pools
 from headway.gateway.quota.store import QuotaStore
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages import admit
-from headway.gateway.stages.admit import AdmissionPermit
+from headway.gateway.stages.admit import AdmissionPermit, precheck
 from headway.gateway.stages.authenticate import authenticate, require_tenant
 from headway.gateway.stages.deadline import deadline_from_headers
 from headway.gateway.stages.dispatch import dispatch
@@ -78,7 +77,7 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
     timeouts = settings.interactive if tenant.tier == "interactive" else settings.batch
     deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
     ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
-    admit.precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
+    precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
     work = endpoint.parse(request.body, settings.limits)
     target = resolve(work.models, snapshot, parts.pools)
     work.check(target.record)
