@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from headway.bench import int8, overload_report, quota, routing_report, spine_report
+from headway.bench import int8, overload_report, path, quota, routing_report, spine_report
 from headway.bench.host import Machine
 from headway.bench.overload import OverloadResults, Point, Settling
 from headway.bench.raw import RawPoint
@@ -273,3 +273,15 @@ def test_the_hedge_p99_counts_timeouts_at_their_deadline_and_is_none_without_ans
     assert empty.p99_ms() is None
     timed_out = load_result([("c", 0.1, 200)] * 90 + [("c", 1.0, 504)] * 10, 1)
     assert HedgeRun(run.slow, False, 1.0, timed_out, run.counts, 0).p99_ms() == 1000
+
+
+# path -------------------------------------------------------------------------------
+
+
+def test_the_path_section_is_the_published_one():
+    points = [
+        path.PathPoint(case, 5000, [180.0, 190.0, 200.0, 210.0, 250.0]) for case in path.cases()
+    ]
+    section = path.render(path.PathResults(points), MACHINE, COMMAND, 10.0)
+    assert_like_the_published(section, path.SECTION)
+    assert "| embeddings, 64 texts | 4 | 200 | 180–250 | 5,000 |" in section
