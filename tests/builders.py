@@ -1,10 +1,11 @@
-"""Things tests build for themselves: a tiny cross-encoder checkpoint."""
+"""Things tests build for themselves: a tiny cross-encoder checkpoint, usage events."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from headway.metering.event import UsageEvent
 from headway.models.importer import default_model_dir
 
 TINY_MAX_POSITIONS = 128
@@ -35,3 +36,31 @@ def build_tiny_cross_encoder(directory: Path, seed: int = 1234) -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copyfile(default_model_dir() / name, directory / name)
     return directory
+
+
+NOV_1 = 1_793_491_200.0
+"""2026-11-01T00:00:00Z."""
+
+
+def usage_event(request_id: str, **fields: object) -> UsageEvent:
+    """A valid billable event of tenant ``acme`` at ``NOV_1``; ``fields`` override any field."""
+    values: dict[str, object] = {
+        "request_id": request_id,
+        "tenant": "acme",
+        "key_id": "0123456789abcdef",
+        "endpoint": "embeddings",
+        "alias": "all-MiniLM-L6-v2",
+        "version": "v" * 64,
+        "tier": "interactive",
+        "texts": 2,
+        "tokens": 17,
+        "outcome": "served",
+        "billable": True,
+        "queue_s": 0.001,
+        "inference_s": 0.01,
+        "total_s": 0.02,
+        "gateway_id": "gw-1",
+        "at": NOV_1 + 60,
+    }
+    values.update(fields)
+    return UsageEvent(**values)  # type: ignore[arg-type]

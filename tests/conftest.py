@@ -27,6 +27,8 @@ TIERS = {
     "service": "service",  # gateway and workers as ASGI apps
     "loadgen": "service",  # the load generator against asyncio servers
     "quota": "service",  # the Redis store against a real redis-server
+    "metering": "service",  # the outbox, the relay, JetStream against a real nats-server
+    "billing": "service",  # ledgers (SQLite, a throw-away Postgres), consumer, invoices
     "models": "e2e",  # ONNX graphs built and compared with torch
     "e2e": "e2e",  # real processes, the real model
 }

@@ -1,0 +1,1 @@
+"""The consumer's side of billing: usage events → the ledger, exactly once; prices, invoices."""

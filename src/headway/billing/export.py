@@ -1,0 +1,249 @@
+"""Report each closed hour's usage to the billing provider (Stripe meter events), once.
+
+The ledger plans: ``plan_exports`` records, in one transaction, an intent per
+(tenant, closed hour, meter) whose total exceeds what earlier intents report, with
+the difference as its quantity and ``{tenant}:{hour}:{meter}:{revision}`` as its key.
+This module delivers: each unsent intent is sent under that key (as both the
+``Idempotency-Key`` and the event's ``identifier``) and marked sent only after the
+provider accepted it. An intent is never changed, so a send that failed or whose
+answer was lost goes again, next time, with the same key and the same quantity, and
+the provider counts it once: the provider's sum per (tenant, meter) is the ledger's.
+
+What becomes of an intent in a run (``ExportReport``):
+
+- accepted: marked sent (``sent``);
+- the provider already had it (an idempotent replay, or the identifier already
+  exists: we sent it before and crashed or lost the answer before marking it):
+  marked sent (``already_sent``);
+- refused with a 4xx that retrying cannot cure: logged as an error, left unsent, and
+  counted (``rejected``); every run tries it again until someone fixes the cause;
+- the provider unreachable or failing (5xx, 429, 409, timeouts) through the client's
+  retries: left unsent (``failed``). After ``give_up_after`` such failures in a row
+  the run stops, the rest left for the next run (``deferred``): a provider that is
+  down costs one client's retry budget a few times, not once per intent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol
+
+import aiohttp
+
+from headway.billing.ledger.base import ExportIntent, Ledger
+
+log = logging.getLogger(__name__)
+
+METER_EVENTS_PATH = "/v1/billing/meter_events"
+RETRY_STATUSES = frozenset({409, 429})
+"""Besides every 5xx: Stripe's lock conflict and rate limit, both worth another try."""
+
+
+class ProviderUnavailable(Exception):
+    """The billing provider could not be reached, or kept failing, within the retry budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    already_recorded: bool
+    """The provider had this event before: a replayed answer, or its identifier exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A 4xx that another try would not change (bad key, bad parameters, …)."""
+
+    status: int
+    error_type: str
+    message: str
+
+
+class MeterClient(Protocol):
+    async def send(self, intent: ExportIntent) -> Accepted | Rejected:
+        """Report ``intent`` under its key; ``ProviderUnavailable`` when no try got an
+        answer that settles it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    planned: int
+    """Unsent intents the ledger returned."""
+    sent: int
+    already_sent: int
+    failed: int
+    rejected: int
+    deferred: int
+    """Not tried: the run stopped after ``give_up_after`` failures in a row."""
+    problems: tuple[str, ...]
+    """One line per failed or rejected intent."""
+
+
+async def export_closed_hours(
+    ledger: Ledger,
+    client: MeterClient,
+    now: float,
+    grace_s: float,
+    give_up_after: int = 3,
+) -> ExportReport:
+    """Send every unsent intent for the hours that ended at least ``grace_s`` before
+    ``now`` (late events after that make a further revision), oldest first."""
+    intents = await ledger.plan_exports(closed_before=now - grace_s)
+    sent = already = failed = rejected = failures_in_a_row = 0
+    problems: list[str] = []
+    for index, intent in enumerate(intents):
+        if failures_in_a_row >= give_up_after:
+            log.warning(
+                "billing export stopped after %d failures in a row; %d intents wait for "
+                "the next run",
+                failures_in_a_row,
+                len(intents) - index,
+            )
+            break
+        try:
+            result = await client.send(intent)
+        except ProviderUnavailable as exc:
+            failed += 1
+            failures_in_a_row += 1
+            problems.append(f"{intent.key}: {exc}")
+            log.warning("billing export of %s failed; it stays unsent: %s", intent.key, exc)
+            continue
+        failures_in_a_row = 0
+        if isinstance(result, Rejected):
+            rejected += 1
+            problem = f"{intent.key}: HTTP {result.status} {result.error_type}: {result.message}"
+            problems.append(problem)
+            log.error("billing provider rejected %s; it stays unsent until fixed", problem)
+            continue
+        await ledger.mark_sent(intent.key, now)
+        if result.already_recorded:
+            already += 1
+        else:
+            sent += 1
+    tried = sent + already + failed + rejected
+    return ExportReport(
+        len(intents), sent, already, failed, rejected, len(intents) - tried, tuple(problems)
+    )
+
+
+def meter_event_form(intent: ExportIntent) -> dict[str, str]:
+    """The intent as Stripe's ``POST /v1/billing/meter_events`` form; the event's time is
+    the start of its hour."""
+    return {
+        "event_name": f"headway_{intent.meter}",
+        "payload[stripe_customer_id]": intent.tenant,
+        "payload[value]": str(intent.quantity),
+        "identifier": intent.key,
+        "timestamp": str(intent.hour),
+    }
+
+
+class HttpMeterClient:
+    """Stripe's meter events API over aiohttp.
+
+    One ``send`` makes up to ``attempts`` tries, each bounded by ``timeout_s``, sleeping
+    ``backoff_s``, doubled each time up to ``max_backoff_s``, between them; so it returns
+    or raises within ``attempts × timeout_s + Σ backoff``. Retrying is safe because every
+    try carries the intent's key: the provider counts the event once.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        session: aiohttp.ClientSession | None = None,
+        *,
+        attempts: int = 4,
+        timeout_s: float = 10.0,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 4.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._url = base_url.rstrip("/") + METER_EVENTS_PATH
+        self._api_key = api_key
+        self._session = session
+        self._owns_session = session is None
+        self._attempts = attempts
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._sleep = sleep
+
+    async def send(self, intent: ExportIntent) -> Accepted | Rejected:
+        headers = {"Authorization": f"Bearer {self._api_key}", "Idempotency-Key": intent.key}
+        form = meter_event_form(intent)
+        last = "no try was made"
+        for attempt in range(self._attempts):
+            if attempt:
+                await self._sleep(min(self._backoff_s * 2 ** (attempt - 1), self._max_backoff_s))
+            try:
+                async with self._client().post(
+                    self._url, data=form, headers=headers, timeout=self._timeout
+                ) as response:
+                    body = await response.read()
+                    status = response.status
+                    replayed = response.headers.get("Idempotent-Replayed") == "true"
+                    should_retry = response.headers.get("Stripe-Should-Retry")
+            except TimeoutError:
+                last = f"timed out after {self._timeout.total} s"
+                continue
+            except aiohttp.ClientError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if 200 <= status < 300:
+                return Accepted(already_recorded=replayed)
+            error = _error_of(body)
+            if status == 400 and (error.get("code"), error.get("param")) == (
+                "resource_already_exists",
+                "identifier",
+            ):
+                return Accepted(already_recorded=True)
+            message = str(error.get("message", body[:200].decode(errors="replace")))
+            if _retryable(status, should_retry):
+                last = f"HTTP {status}: {message}"
+                continue
+            return Rejected(status, str(error.get("type", "unknown")), message)
+        raise ProviderUnavailable(f"POST {self._url}: {self._attempts} tries; last: {last}")
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def close(self) -> None:
+        if self._owns_session and self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def __aenter__(self) -> HttpMeterClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _retryable(status: int, should_retry: str | None) -> bool:
+    """Stripe's ``Stripe-Should-Retry`` header decides when present; else 5xx, 409, 429."""
+    if should_retry in ("true", "false"):
+        return should_retry == "true"
+    return status >= 500 or status in RETRY_STATUSES
+
+
+def _error_of(body: bytes) -> dict[str, object]:
+    """Stripe's ``{"error": {...}}``; empty when the body is something else."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return {}
+    error = document.get("error") if isinstance(document, dict) else None
+    return error if isinstance(error, dict) else {}

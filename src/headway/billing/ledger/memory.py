@@ -1,0 +1,235 @@
+"""The ledger in dicts: the reference fake for tests of the consumer, invoices, export.
+
+It keeps the contract of ``base.py`` to the letter, and its pure functions are the
+contract's arithmetic, which the SQL ledgers reuse so that the three cannot disagree:
+
+- ``first_of_each``: within one batch the first event of a request id counts, the
+  rest are duplicates (as they would be in a later batch);
+- ``hourly_sums``: the new billable events, summed per aggregate key;
+- ``new_intents``: for every closed (tenant, hour, meter), the difference between the
+  hour's total and what its intents already report, as the next revision;
+- ``aggregate_problems``: what differs between aggregates recomputed from events and
+  the stored ones, both ways.
+
+Every method runs without awaiting, so on one event loop each call is atomic, as a
+transaction would be.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+from headway.billing.ledger.base import (
+    Applied,
+    DeadLetter,
+    ExportIntent,
+    HourlyUsage,
+    UsageQuery,
+    UsageRow,
+)
+from headway.billing.ledger.errors import UnknownIntent
+from headway.metering.event import UsageEvent
+
+Meter = Literal["texts", "tokens"]
+METERS: tuple[Meter, ...] = ("texts", "tokens")
+
+HourKey = tuple[str, str, str, str, str, int]
+"""An aggregate row's key: tenant, alias, version, endpoint, tier, hour."""
+Sums = tuple[int, int, int]
+"""requests, texts, tokens."""
+
+
+def floor_hour(t: float) -> int:
+    """The start of the hour holding ``t`` (unix seconds), as ``UsageEvent.hour``."""
+    return int(t // 3600) * 3600
+
+
+def hour_range(start: float, end: float) -> tuple[int, int]:
+    """Integer bounds ``[low, high)`` of the hours a query covers: the hour holding
+    ``start`` on, and every hour starting before ``end`` (``h < end`` ⇔ ``h < ceil(end)``
+    for a whole ``h``)."""
+    return floor_hour(start), math.ceil(end)
+
+
+def first_of_each(events: Sequence[UsageEvent]) -> list[UsageEvent]:
+    """The batch without repeated request ids, the first of each kept, in order."""
+    seen: set[str] = set()
+    unique: list[UsageEvent] = []
+    for event in events:
+        if event.request_id not in seen:
+            seen.add(event.request_id)
+            unique.append(event)
+    return unique
+
+
+def hour_key(event: UsageEvent) -> HourKey:
+    return (event.tenant, event.alias, event.version, event.endpoint, event.tier, event.hour)
+
+
+def hourly_sums(new_events: Iterable[UsageEvent]) -> dict[HourKey, Sums]:
+    """The billable events summed per aggregate key, keys in sorted order (SQL ledgers
+    update rows in that order, so two writers never wait on each other in a cycle)."""
+    sums: dict[HourKey, Sums] = {}
+    for event in new_events:
+        if event.billable:
+            requests, texts, tokens = sums.get(hour_key(event), (0, 0, 0))
+            sums[hour_key(event)] = (requests + 1, texts + event.texts, tokens + event.tokens)
+    return dict(sorted(sums.items()))
+
+
+def new_intents(
+    totals: Mapping[tuple[str, int], tuple[int, int]],
+    reported: Mapping[tuple[str, int, str], tuple[int, int]],
+) -> list[ExportIntent]:
+    """The intents to record now.
+
+    ``totals``: (tenant, closed hour) → (texts, tokens) summed over its aggregate rows.
+    ``reported``: (tenant, hour, meter) → (sum of quantities, number of intents).
+    A meter whose total exceeds what is reported gets revision ``number of intents``
+    with the difference; the provider's sum of revisions is then the ledger's total.
+    """
+    intents: list[ExportIntent] = []
+    for (tenant, hour), meter_totals in sorted(
+        totals.items(), key=lambda item: (item[0][1], item[0][0])
+    ):
+        for meter, total in zip(METERS, meter_totals, strict=True):
+            quantity, revision = reported.get((tenant, hour, meter), (0, 0))
+            if total > quantity:
+                intents.append(
+                    ExportIntent(
+                        key=f"{tenant}:{hour}:{meter}:{revision}",
+                        tenant=tenant,
+                        hour=hour,
+                        meter=meter,
+                        revision=revision,
+                        quantity=total - quantity,
+                        sent_at=None,
+                    )
+                )
+    return intents
+
+
+def unsent_order(intent: ExportIntent) -> tuple[int, str, str, int]:
+    return (intent.hour, intent.tenant, intent.meter, intent.revision)
+
+
+def keyed_sums(rows: Iterable[Sequence[Any]]) -> dict[HourKey, Sums]:
+    """Rows of (tenant, alias, version, endpoint, tier, hour, requests, texts, tokens)."""
+    return {(r[0], r[1], r[2], r[3], r[4], r[5]): (r[6], r[7], r[8]) for r in rows}
+
+
+def aggregate_problems(
+    expected: Mapping[HourKey, Sums], stored: Mapping[HourKey, Sums]
+) -> list[str]:
+    """Each key whose stored sums are not those recomputed from the billable events,
+    including keys missing from either side; sorted by key."""
+    problems: list[str] = []
+    for key in sorted(expected.keys() | stored.keys()):
+        want, have = expected.get(key), stored.get(key)
+        if want == have:
+            continue
+        if have is None:
+            problems.append(f"{key}: no aggregate row, events sum to {want}")
+        elif want is None:
+            problems.append(f"{key}: aggregate row {have} has no billable events")
+        else:
+            problems.append(f"{key}: aggregate row {have}, events sum to {want}")
+    return problems
+
+
+def usage_rows(rows: Iterable[HourlyUsage], query: UsageQuery) -> list[UsageRow]:
+    """``GET /v1/usage`` from aggregate rows already restricted to the query's hours."""
+    groups: dict[tuple[str, int, str | None, str | None], list[int]] = {}
+    for row in rows:
+        group: tuple[str, int, str | None, str | None]
+        if query.group_by == "hour":
+            group = (row.tenant, row.hour, None, None)
+        elif query.group_by == "day":
+            group = (row.tenant, row.hour - row.hour % 86400, None, None)
+        else:
+            group = (row.tenant, floor_hour(query.start), row.alias, row.version)
+        sums = groups.setdefault(group, [0, 0, 0])
+        sums[0] += row.requests
+        sums[1] += row.texts
+        sums[2] += row.tokens
+    ordered = sorted(groups.items(), key=lambda item: _usage_order(*item[0]))
+    return [UsageRow(*group, *sums) for group, sums in ordered]
+
+
+def _usage_order(
+    tenant: str, period: int, alias: str | None, version: str | None
+) -> tuple[str, int, str, str]:
+    return (tenant, period, alias or "", version or "")
+
+
+class MemoryLedger:
+    """The whole ``Ledger`` protocol in dicts; nothing survives ``close``."""
+
+    def __init__(self) -> None:
+        self.processed: dict[str, UsageEvent] = {}
+        self.hourly: dict[HourKey, Sums] = {}
+        """Public so a test can corrupt it and watch ``check_aggregates`` notice."""
+        self.dead: list[DeadLetter] = []
+        self.intents: dict[str, ExportIntent] = {}
+
+    async def apply(self, events: Sequence[UsageEvent], dead: Sequence[DeadLetter]) -> Applied:
+        new = [event for event in first_of_each(events) if event.request_id not in self.processed]
+        for event in new:
+            self.processed[event.request_id] = event
+        for key, (requests, texts, tokens) in hourly_sums(new).items():
+            old = self.hourly.get(key, (0, 0, 0))
+            self.hourly[key] = (old[0] + requests, old[1] + texts, old[2] + tokens)
+        self.dead.extend(dead)
+        return Applied(new=len(new), duplicates=len(events) - len(new), dead=len(dead))
+
+    async def usage(self, query: UsageQuery) -> list[UsageRow]:
+        return usage_rows(await self.hours(query.start, query.end, query.tenant), query)
+
+    async def hours(self, start: float, end: float, tenant: str | None) -> list[HourlyUsage]:
+        low, high = hour_range(start, end)
+        return [
+            HourlyUsage(*key, *sums)
+            for key, sums in sorted(self.hourly.items(), key=lambda item: (item[0][5], item[0]))
+            if low <= key[5] < high and tenant in (None, key[0])
+        ]
+
+    async def plan_exports(self, closed_before: float) -> list[ExportIntent]:
+        totals: dict[tuple[str, int], tuple[int, int]] = {}
+        for (tenant, _, _, _, _, hour), (_, texts, tokens) in self.hourly.items():
+            if hour + 3600 <= closed_before:
+                old = totals.get((tenant, hour), (0, 0))
+                totals[(tenant, hour)] = (old[0] + texts, old[1] + tokens)
+        reported: dict[tuple[str, int, str], tuple[int, int]] = {}
+        for intent in self.intents.values():
+            quantity, count = reported.get((intent.tenant, intent.hour, intent.meter), (0, 0))
+            reported[(intent.tenant, intent.hour, intent.meter)] = (
+                quantity + intent.quantity,
+                count + 1,
+            )
+        for intent in new_intents(totals, reported):
+            self.intents[intent.key] = intent
+        unsent = [intent for intent in self.intents.values() if intent.sent_at is None]
+        return sorted(unsent, key=unsent_order)
+
+    async def mark_sent(self, key: str, at: float) -> None:
+        intent = self.intents.get(key)
+        if intent is None:
+            raise UnknownIntent(f"no export intent has key {key!r}")
+        if intent.sent_at is None:
+            self.intents[key] = replace(intent, sent_at=at)
+
+    async def check_aggregates(self) -> list[str]:
+        return aggregate_problems(hourly_sums(self.processed.values()), self.hourly)
+
+    async def counts(self) -> dict[str, int]:
+        billable = sum(1 for event in self.processed.values() if event.billable)
+        return {"processed": len(self.processed), "billable": billable, "dead": len(self.dead)}
+
+    async def processed_ids(self) -> dict[str, int]:
+        return dict.fromkeys(self.processed, 1)
+
+    async def close(self) -> None:
+        pass

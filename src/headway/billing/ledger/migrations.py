@@ -1,0 +1,170 @@
+"""The ledger's schema as an ordered list of migrations, for SQLite and Postgres.
+
+A database records the versions it has in ``schema_migrations(version, applied_at)``.
+Opening a ledger applies the missing ones in order, each in the same transaction as
+its record, under a lock held from before the versions are read (``BEGIN IMMEDIATE``
+in SQLite, ``pg_advisory_xact_lock`` in Postgres): two processes opening one database
+at once apply each migration once. A database holding a version this code does not
+know raises ``SchemaTooNew`` rather than being written by older code.
+
+Migrations are never edited once released: a change is a new version at the end.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from headway.billing.ledger.errors import SchemaTooNew
+
+if TYPE_CHECKING:
+    import asyncpg
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    sqlite: tuple[str, ...]
+    postgres: tuple[str, ...]
+
+
+def _tables(blob: str, real: str, identity: str) -> tuple[str, ...]:
+    """Migration 1 in a dialect: the two differ only in a few type names."""
+    return (
+        f"""CREATE TABLE processed_requests (
+            request_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            key_id TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            alias TEXT NOT NULL,
+            version TEXT NOT NULL,
+            tier TEXT NOT NULL,
+            texts BIGINT NOT NULL,
+            tokens BIGINT NOT NULL,
+            outcome TEXT NOT NULL,
+            billable BOOLEAN NOT NULL,
+            queue_s {real} NOT NULL,
+            inference_s {real} NOT NULL,
+            total_s {real} NOT NULL,
+            gateway_id TEXT NOT NULL,
+            at {real} NOT NULL,
+            hour BIGINT NOT NULL,
+            recorded_at {real} NOT NULL
+        )""",
+        "CREATE INDEX processed_requests_tenant_hour ON processed_requests (tenant, hour)",
+        """CREATE TABLE hourly_usage (
+            tenant TEXT NOT NULL,
+            alias TEXT NOT NULL,
+            version TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            tier TEXT NOT NULL,
+            hour BIGINT NOT NULL,
+            requests BIGINT NOT NULL,
+            texts BIGINT NOT NULL,
+            tokens BIGINT NOT NULL,
+            PRIMARY KEY (tenant, alias, version, endpoint, tier, hour)
+        )""",
+        "CREATE INDEX hourly_usage_hour ON hourly_usage (hour)",
+        f"""CREATE TABLE dead_letters (
+            id {identity},
+            data {blob} NOT NULL,
+            reason TEXT NOT NULL,
+            source TEXT NOT NULL,
+            recorded_at {real} NOT NULL
+        )""",
+        f"""CREATE TABLE export_intents (
+            key TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            hour BIGINT NOT NULL,
+            meter TEXT NOT NULL CHECK (meter IN ('texts', 'tokens')),
+            revision INTEGER NOT NULL,
+            quantity BIGINT NOT NULL CHECK (quantity > 0),
+            created_at {real} NOT NULL,
+            sent_at {real},
+            UNIQUE (tenant, hour, meter, revision)
+        )""",
+        "CREATE INDEX export_intents_unsent ON export_intents (hour) WHERE sent_at IS NULL",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "processed requests, hourly usage, dead letters, export intents",
+        sqlite=_tables("BLOB", "REAL", "INTEGER PRIMARY KEY AUTOINCREMENT"),
+        postgres=_tables(
+            "BYTEA", "DOUBLE PRECISION", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+        ),
+    ),
+)
+
+_CREATE_RECORD = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    " version INTEGER PRIMARY KEY, applied_at {real} NOT NULL)"
+)
+POSTGRES_LOCK_KEY = 0x6865_6164_7761_79  # "headway": whoever migrates a database holds it
+
+
+def missing(applied: set[int], migrations: tuple[Migration, ...] = MIGRATIONS) -> list[Migration]:
+    """The migrations ``applied`` lacks, in order; ``SchemaTooNew`` if it has unknown ones."""
+    unknown = applied - {migration.version for migration in migrations}
+    if unknown:
+        raise SchemaTooNew(
+            f"the ledger's database has schema versions {sorted(unknown)} this code does not"
+            " know; run the code that migrated it"
+        )
+    return [migration for migration in migrations if migration.version not in applied]
+
+
+def migrate_sqlite(
+    db: sqlite3.Connection,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+    clock: Callable[[], float] = time.time,
+) -> list[int]:
+    """Apply what is missing on ``db`` (opened with ``isolation_level=None``) in one
+    ``BEGIN IMMEDIATE`` transaction; the versions applied."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(_CREATE_RECORD.format(real="REAL"))
+        applied = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
+        todo = missing(applied, migrations)
+        for migration in todo:
+            for statement in migration.sqlite:
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                (migration.version, clock()),
+            )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:  # SQLite ends some failed transactions itself
+            db.execute("ROLLBACK")
+        raise
+    return [migration.version for migration in todo]
+
+
+async def migrate_postgres(
+    conn: asyncpg.Connection,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+    clock: Callable[[], float] = time.time,
+) -> list[int]:
+    """Apply what is missing on ``conn`` in one transaction holding the advisory lock
+    (released at its end); the versions applied."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", POSTGRES_LOCK_KEY)
+        await conn.execute(_CREATE_RECORD.format(real="DOUBLE PRECISION"))
+        applied = {row[0] for row in await conn.fetch("SELECT version FROM schema_migrations")}
+        todo = missing(applied, migrations)
+        for migration in todo:
+            for statement in migration.postgres:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                migration.version,
+                clock(),
+            )
+    return [migration.version for migration in todo]

@@ -1,0 +1,328 @@
+"""The ledger in one SQLite file: embedded mode, one consumer on one machine.
+
+One thread owns the connection: every call is a function of that connection, run on
+a single-worker executor, so the event loop never blocks on the disk and calls are
+serialized (one writer is all SQLite allows anyway). Writes run in ``BEGIN
+IMMEDIATE`` transactions, holding the write lock from the start, with WAL and
+``synchronous=FULL``: a committed batch survives a power cut, and readers in other
+processes (``headway usage``) read while the consumer writes.
+
+``apply`` keeps the invariant of ``base.py``: the batch is first reduced to the first
+event of each request id (``first_of_each``); each is inserted with ``ON CONFLICT
+(request_id) DO NOTHING``, and only those SQLite reports as inserted (``rowcount``) are
+summed into ``hourly_usage`` by relative upserts, in the same transaction as the dead
+letters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from headway.billing.ledger.base import (
+    Applied,
+    DeadLetter,
+    ExportIntent,
+    HourlyUsage,
+    UsageQuery,
+    UsageRow,
+)
+from headway.billing.ledger.errors import LedgerError, LedgerUnavailable, UnknownIntent
+from headway.billing.ledger.memory import (
+    HourKey,
+    Sums,
+    aggregate_problems,
+    first_of_each,
+    floor_hour,
+    hour_range,
+    hourly_sums,
+    keyed_sums,
+    new_intents,
+)
+from headway.billing.ledger.migrations import migrate_sqlite
+from headway.metering.event import UsageEvent
+
+T = TypeVar("T")
+
+_INSERT_PROCESSED = (
+    "INSERT INTO processed_requests (request_id, tenant, key_id, endpoint, alias, version,"
+    " tier, texts, tokens, outcome, billable, queue_s, inference_s, total_s, gateway_id, at,"
+    " hour, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (request_id) DO NOTHING"
+)
+_ADD_HOURLY = (
+    "INSERT INTO hourly_usage (tenant, alias, version, endpoint, tier, hour, requests, texts,"
+    " tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (tenant, alias, version, endpoint, tier, hour) DO UPDATE SET"
+    " requests = requests + excluded.requests, texts = texts + excluded.texts,"
+    " tokens = tokens + excluded.tokens"
+)
+_USAGE = {
+    "hour": "SELECT tenant, hour AS period, NULL, NULL, {sums} FROM hourly_usage WHERE {where}"
+    " GROUP BY tenant, hour ORDER BY tenant, period",
+    "day": "SELECT tenant, hour - hour % 86400 AS period, NULL, NULL, {sums} FROM hourly_usage"
+    " WHERE {where} GROUP BY tenant, period ORDER BY tenant, period",
+    "model": "SELECT tenant, :period, alias, version, {sums} FROM hourly_usage WHERE {where}"
+    " GROUP BY tenant, alias, version ORDER BY tenant, alias, version",
+}
+_SUMS = "SUM(requests), SUM(texts), SUM(tokens)"
+_IN_RANGE = "hour >= :low AND hour < :high AND (:tenant IS NULL OR tenant = :tenant)"
+_KEY = "tenant, alias, version, endpoint, tier, hour"
+
+
+class SQLiteLedger:
+    """The ``Ledger`` protocol on one SQLite file; build it with ``await open(path)``."""
+
+    def __init__(
+        self, executor: ThreadPoolExecutor, db: sqlite3.Connection, clock: Callable[[], float]
+    ) -> None:
+        self._executor = executor
+        self._db = db
+        """Used only on the executor's thread, which created it."""
+        self._clock = clock
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path, clock: Callable[[], float] = time.time) -> SQLiteLedger:
+        """Open (creating) the file at ``path`` and apply the missing migrations."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headway-ledger")
+        try:
+            db = await asyncio.get_running_loop().run_in_executor(executor, _connect, path, clock)
+        except (sqlite3.Error, OSError) as exc:
+            executor.shutdown()
+            raise LedgerUnavailable(f"cannot open the SQLite ledger at {path}: {exc}") from exc
+        except BaseException:
+            executor.shutdown()
+            raise
+        return cls(executor, db, clock)
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise LedgerError("the SQLite ledger is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work, self._db)
+        except sqlite3.OperationalError as exc:  # locked past the timeout, disk full, I/O
+            raise LedgerUnavailable(f"the SQLite ledger failed: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise LedgerError(f"the SQLite ledger refused the call: {exc}") from exc
+
+    async def apply(self, events: Sequence[UsageEvent], dead: Sequence[DeadLetter]) -> Applied:
+        now = self._clock()
+        unique = first_of_each(events)
+
+        def write(db: sqlite3.Connection) -> int:
+            with _write(db):
+                new = [
+                    event
+                    for event in unique
+                    if db.execute(_INSERT_PROCESSED, _processed_row(event, now)).rowcount == 1
+                ]
+                db.executemany(
+                    _ADD_HOURLY, [(*key, *sums) for key, sums in hourly_sums(new).items()]
+                )
+                db.executemany(
+                    "INSERT INTO dead_letters (data, reason, source, recorded_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    [(letter.data, letter.reason, letter.source, now) for letter in dead],
+                )
+            return len(new)
+
+        new = await self._run(write) if unique or dead else 0
+        return Applied(new=new, duplicates=len(events) - new, dead=len(dead))
+
+    async def usage(self, query: UsageQuery) -> list[UsageRow]:
+        low, high = hour_range(query.start, query.end)
+        sql = _USAGE[query.group_by].format(sums=_SUMS, where=_IN_RANGE)
+        params = {
+            "low": low,
+            "high": high,
+            "tenant": query.tenant,
+            "period": floor_hour(query.start),
+        }
+        rows = await self._run(lambda db: db.execute(sql, params).fetchall())
+        return [UsageRow(*row) for row in rows]
+
+    async def hours(self, start: float, end: float, tenant: str | None) -> list[HourlyUsage]:
+        low, high = hour_range(start, end)
+        sql = (
+            f"SELECT {_KEY}, requests, texts, tokens FROM hourly_usage WHERE {_IN_RANGE}"
+            " ORDER BY hour, tenant, alias, version, endpoint, tier"
+        )
+        params = {"low": low, "high": high, "tenant": tenant}
+        rows = await self._run(lambda db: db.execute(sql, params).fetchall())
+        return [HourlyUsage(*row) for row in rows]
+
+    async def plan_exports(self, closed_before: float) -> list[ExportIntent]:
+        """One ``BEGIN IMMEDIATE`` transaction: no write (a late event, another planner)
+        lands between reading the totals and recording the intents."""
+        closed = (math.floor(closed_before),)
+        now = self._clock()
+
+        def plan(db: sqlite3.Connection) -> list[ExportIntent]:
+            with _write(db):
+                totals = db.execute(
+                    "SELECT tenant, hour, SUM(texts), SUM(tokens) FROM hourly_usage"
+                    " WHERE hour + 3600 <= ? GROUP BY tenant, hour",
+                    closed,
+                ).fetchall()
+                reported = db.execute(
+                    "SELECT tenant, hour, meter, SUM(quantity), COUNT(*) FROM export_intents"
+                    " WHERE hour + 3600 <= ? GROUP BY tenant, hour, meter",
+                    closed,
+                ).fetchall()
+                intents = new_intents(
+                    {(row[0], row[1]): (row[2], row[3]) for row in totals},
+                    {(row[0], row[1], row[2]): (row[3], row[4]) for row in reported},
+                )
+                db.executemany(
+                    "INSERT INTO export_intents (key, tenant, hour, meter, revision, quantity,"
+                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (i.key, i.tenant, i.hour, i.meter, i.revision, i.quantity, now)
+                        for i in intents
+                    ],
+                )
+                unsent = db.execute(
+                    "SELECT key, tenant, hour, meter, revision, quantity, sent_at"
+                    " FROM export_intents WHERE sent_at IS NULL"
+                    " ORDER BY hour, tenant, meter, revision"
+                ).fetchall()
+            return [ExportIntent(*row) for row in unsent]
+
+        return await self._run(plan)
+
+    async def mark_sent(self, key: str, at: float) -> None:
+        def mark(db: sqlite3.Connection) -> bool:
+            with _write(db):
+                db.execute(
+                    "UPDATE export_intents SET sent_at = ? WHERE key = ? AND sent_at IS NULL",
+                    (at, key),
+                )
+                found = db.execute("SELECT 1 FROM export_intents WHERE key = ?", (key,))
+                return found.fetchone() is not None
+
+        if not await self._run(mark):
+            raise UnknownIntent(f"no export intent has key {key!r}")
+
+    async def check_aggregates(self) -> list[str]:
+        """Both sides read in one transaction: one snapshot, whatever commits meanwhile."""
+
+        def read(db: sqlite3.Connection) -> tuple[dict[HourKey, Sums], dict[HourKey, Sums]]:
+            db.execute("BEGIN")
+            try:
+                expected = db.execute(
+                    f"SELECT {_KEY}, COUNT(*), SUM(texts), SUM(tokens) FROM processed_requests"
+                    f" WHERE billable GROUP BY {_KEY}"
+                ).fetchall()
+                stored = db.execute(
+                    f"SELECT {_KEY}, requests, texts, tokens FROM hourly_usage"
+                ).fetchall()
+            finally:
+                db.execute("COMMIT")
+            return keyed_sums(expected), keyed_sums(stored)
+
+        expected, stored = await self._run(read)
+        return aggregate_problems(expected, stored)
+
+    async def counts(self) -> dict[str, int]:
+        processed, billable, dead = await self._run(
+            lambda db: db.execute(
+                "SELECT (SELECT COUNT(*) FROM processed_requests),"
+                " (SELECT COUNT(*) FROM processed_requests WHERE billable),"
+                " (SELECT COUNT(*) FROM dead_letters)"
+            ).fetchone()
+        )
+        return {"processed": processed, "billable": billable, "dead": dead}
+
+    async def processed_ids(self) -> dict[str, int]:
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT request_id, COUNT(*) FROM processed_requests GROUP BY request_id"
+            ).fetchall()
+        )
+        return dict(rows)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self._run(lambda db: db.close())
+        self._closed = True
+        self._executor.shutdown()
+
+
+def _connect(path: Path, clock: Callable[[], float]) -> sqlite3.Connection:
+    """On the ledger's thread: the connection it will own, migrated."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, timeout=10, isolation_level=None)
+    try:
+        _enable_wal(db)
+        db.execute("PRAGMA synchronous=FULL")
+        migrate_sqlite(db, clock=clock)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _enable_wal(db: sqlite3.Connection, timeout_s: float = 10.0) -> None:
+    """Switch the file to WAL (once: the mode is stored in it).
+
+    The switch needs the write lock, and when another connection is opening the same
+    new file SQLite answers "database is locked" at once instead of waiting (its rule
+    against two readers deadlocking as both upgrade), so ask again until the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)  # poll interval of the lock wait above
+            continue
+        if mode != "wal":
+            raise sqlite3.OperationalError(f"the journal mode stays {mode!r}, not 'wal'")
+        return
+
+
+@contextmanager
+def _write(db: sqlite3.Connection) -> Iterator[None]:
+    """One transaction holding the write lock from its start; any error rolls it back."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _processed_row(event: UsageEvent, recorded_at: float) -> tuple[object, ...]:
+    return (
+        event.request_id,
+        event.tenant,
+        event.key_id,
+        event.endpoint,
+        event.alias,
+        event.version,
+        event.tier,
+        event.texts,
+        event.tokens,
+        event.outcome,
+        event.billable,
+        event.queue_s,
+        event.inference_s,
+        event.total_s,
+        event.gateway_id,
+        event.at,
+        event.hour,
+        recorded_at,
+    )

@@ -1,0 +1,1 @@
+"""Where the consumer reads usage events from: JetStream (shared mode) or the outboxes."""

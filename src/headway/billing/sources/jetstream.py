@@ -1,0 +1,189 @@
+"""Usage events from NATS JetStream: the billing consumer's source in shared mode.
+
+A durable pull consumer (``config.durable``) on the usage stream: explicit acks, every
+event from the first (deliver all), redelivery of what is not acknowledged within
+``ack_wait_s``, at most ``max_ack_pending`` events out at once. Its position lives in
+the server, so a restarted consumer carries on where the last one acknowledged.
+
+``ack`` publishes an ack for every delivery but the last without waiting, and waits
+for the server's answer to the last (``ack_sync``). The server handles one
+connection's messages in order, and a consumer's acks in the order they arrive, so when
+the last is answered all of them are recorded: a consumer killed right after ``ack``
+returned gets none of those events again (``tests/metering`` checks this).
+
+NATS away (an outage, a restart): the connection reconnects on its own
+(``stream.connect``), and meanwhile ``fetch`` returns no events once ``timeout_s`` has
+passed, as if the stream were empty; it never raises for an outage, so the consumer's
+loop just asks again. ``ack`` raises ``JetStreamUnavailable``: the ledger has committed,
+the events will be delivered again after ``ack_wait_s`` and the ledger's primary key
+drops them. ``pending`` answers None. The first fetch connects, creates the stream
+and the consumer if they are missing (or brings them to ``config``), and binds the pull
+subscription, in a task of its own: a fetch waits for it at most its own timeout. If the
+server loses the consumer (a new store), the next failed fetch or ``pending`` sets it up
+again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.errors import APIError
+
+from headway.billing.sources.base import Delivery
+from headway.metering.stream import StreamConfig, connect, ensure_stream
+
+log = logging.getLogger(__name__)
+
+_NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
+
+
+class JetStreamUnavailable(RuntimeError):
+    """JetStream did not confirm the acks in time; the events will be delivered again."""
+
+
+async def ensure_consumer(js: JetStreamContext, config: StreamConfig) -> api.ConsumerInfo:
+    """Create the durable consumer, or bring an existing one to ``config``; idempotent."""
+    wanted = api.ConsumerConfig(
+        name=config.durable,
+        durable_name=config.durable,
+        filter_subject=config.subject,
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=config.ack_wait_s,
+        max_ack_pending=config.max_ack_pending,
+    )
+    return await js.add_consumer(config.stream, wanted)
+
+
+class JetStreamSource:
+    """An ``EventSource`` over the durable consumer (see the module docstring)."""
+
+    def __init__(self, config: StreamConfig, *, ack_timeout_s: float = 5.0) -> None:
+        self._config = config
+        self._ack_timeout_s = ack_timeout_s
+        self._nc: NATS | None = None
+        self._js: JetStreamContext | None = None
+        self._subscription: JetStreamContext.PullSubscription | None = None
+        self._setup: asyncio.Task[None] | None = None
+        self._failing = False
+
+    async def fetch(self, max_events: int, timeout_s: float) -> Sequence[Delivery]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        subscription = await self._ready(timeout_s)
+        if subscription is None:
+            return []
+        wait_s = max(deadline - loop.time(), 0.001)
+        try:
+            messages = await subscription.fetch(batch=max_events, timeout=wait_s)
+        except TimeoutError:  # nats.errors.TimeoutError too: no events in time
+            return []
+        except APIError as exc:  # the consumer or the stream is gone: set them up again
+            self._subscription = None
+            self._note_failure(f"fetch answered {exc}")
+            return []
+        except _NATS_ERRORS as exc:
+            self._note_failure(f"fetch failed: {exc!r}")
+            return []
+        self._note_success()
+        return [self._delivery(message) for message in messages]
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        if not deliveries:
+            return
+        if self._nc is None:
+            raise JetStreamUnavailable("not connected to NATS")
+        replies = [_reply_of(delivery) for delivery in deliveries]
+        try:
+            for reply in replies[:-1]:
+                await self._nc.publish(reply, b"")  # an empty ack payload is +ACK
+            await self._nc.request(replies[-1], b"", timeout=self._ack_timeout_s)
+        except _NATS_ERRORS as exc:
+            raise JetStreamUnavailable(
+                f"JetStream did not confirm the acks of {len(replies)} events: {exc!r}"
+            ) from exc
+
+    async def pending(self) -> int | None:
+        if self._nc is None or self._js is None or not self._nc.is_connected:
+            return None
+        try:
+            info = await self._js.consumer_info(
+                self._config.stream, self._config.durable, timeout=self._ack_timeout_s
+            )
+        except APIError:
+            self._subscription = None
+            return None
+        except _NATS_ERRORS:
+            return None
+        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+    async def close(self) -> None:
+        if self._setup is not None:
+            self._setup.cancel()
+            with contextlib.suppress(asyncio.CancelledError, *_NATS_ERRORS):
+                await self._setup
+            self._setup = None
+        nc, self._nc, self._js, self._subscription = self._nc, None, None, None
+        if nc is not None and not nc.is_closed:
+            await nc.close()
+
+    async def _ready(self, timeout_s: float) -> JetStreamContext.PullSubscription | None:
+        """The subscription, set up in its own task if need be, waiting at most ``timeout_s``."""
+        if self._subscription is not None:
+            return self._subscription
+        if self._setup is None:
+            self._setup = asyncio.get_running_loop().create_task(
+                self._set_up(), name="jetstream-source setup"
+            )
+        done, _ = await asyncio.wait({self._setup}, timeout=timeout_s)
+        if not done:
+            return None
+        setup, self._setup = self._setup, None
+        if (exc := setup.exception()) is not None:
+            if not isinstance(exc, _NATS_ERRORS):
+                raise exc
+            self._note_failure(f"cannot set up the consumer: {exc!r}")
+            return None
+        return self._subscription
+
+    async def _set_up(self) -> None:
+        if self._nc is None or self._js is None:
+            self._nc, self._js = await connect(self._config)
+        await ensure_stream(self._js, self._config)
+        await ensure_consumer(self._js, self._config)
+        self._subscription = await self._js.pull_subscribe_bind(
+            durable=self._config.durable, stream=self._config.stream
+        )
+
+    def _delivery(self, message: Msg) -> Delivery:
+        metadata = message.metadata
+        return Delivery(
+            data=message.data,
+            source=f"{self._config.stream} #{metadata.sequence.stream}",
+            published_at=metadata.timestamp.timestamp(),
+            token=message,
+        )
+
+    def _note_failure(self, detail: str) -> None:
+        if not self._failing:
+            self._failing = True
+            log.warning("JetStream source: %s; logged again when fetching recovers", detail)
+
+    def _note_success(self) -> None:
+        if self._failing:
+            self._failing = False
+            log.warning("JetStream source: fetching again")
+
+
+def _reply_of(delivery: Delivery) -> str:
+    message = delivery.token
+    if not isinstance(message, Msg) or not message.reply:
+        raise TypeError(f"{delivery.source}: not a delivery of a JetStreamSource")
+    return message.reply

