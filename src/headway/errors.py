@@ -14,6 +14,8 @@
     ├── Overloaded              503  no capacity now (carries retry_after_s)
     ├── UpstreamFailed          502  every replica that was tried failed
     ├── NoReplicas              503  no ready replica in the pool
+    ├── MeteringUnavailable     503  the usage outbox is full or failing: work could not be billed
+    ├── UsageUnavailable        503  the usage ledger cannot be read now
     └── DeadlineExceeded        504  the request's deadline passed
 
 Dependency errors are translated where they happen (``raise X from exc``);
@@ -139,6 +141,20 @@ class UpstreamFailed(HeadwayError):
 
     status = 502
     type = "upstream_error"
+
+
+class MeteringUnavailable(HeadwayError):
+    """The gateway cannot make a usage event durable now, so it serves no billable work."""
+
+    status = 503
+    type = "metering_unavailable"
+
+
+class UsageUnavailable(HeadwayError):
+    """The usage ledger cannot be read now (not configured, or its database is away)."""
+
+    status = 503
+    type = "usage_unavailable"
 
 
 class DeadlineExceeded(HeadwayError):

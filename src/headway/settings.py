@@ -97,6 +97,12 @@ class RoutingSettings(_Section):
 
 
 class GatewaySettings(_Section):
+    id: str = Field(
+        "",
+        description="Names this gateway in usage events and its outbox file "
+        "(empty: HOSTNAME-PORT). Keep it across restarts so a restarted gateway relays "
+        "what its predecessor left.",
+    )
     host: str = Field("127.0.0.1", description="Address the gateway listens on.")
     port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on.")
     embed_replicas: tuple[str, ...] = Field(
@@ -127,6 +133,42 @@ class GatewaySettings(_Section):
     admission: AdmissionSettings = AdmissionSettings()
     quota: QuotaSettings = QuotaSettings()
     limits: LimitsSettings = LimitsSettings()
+
+
+class BillingSettings(_Section):
+    host: str = Field("127.0.0.1", description="Address `headway billing run` serves /metrics on.")
+    port: int = Field(9300, ge=0, le=65535, description="Port of `headway billing run`.")
+    outbox_max_events: int = Field(
+        1_000_000,
+        gt=0,
+        description="Bound of a gateway's usage outbox; full, the gateway answers 503 to "
+        "billable work until the relay drains it.",
+    )
+    stream: str = Field("USAGE", description="JetStream stream of usage events.")
+    subject: str = Field("usage.events", description="Subject usage events are published on.")
+    consumer: str = Field("billing", description="Durable JetStream consumer of the ledger.")
+    duplicate_window_s: float = Field(
+        120.0, gt=0, description="JetStream de-duplication window by Nats-Msg-Id."
+    )
+    ack_wait_s: float = Field(
+        30.0, gt=0, description="Redelivery after this long without an ack (consumer crashed)."
+    )
+    batch_events: int = Field(
+        500, gt=0, le=10_000, description="Most events the consumer writes in one transaction."
+    )
+    fetch_wait_s: float = Field(
+        0.2, gt=0, description="Longest the consumer waits for a batch to fill."
+    )
+    price_book: Path | None = Field(
+        None, description="TOML price book (default: the packaged example prices)."
+    )
+    export_url: str | None = Field(
+        None, description="Base URL of the metered-billing provider (Stripe meter events)."
+    )
+    export_api_key: str = Field("", description="Bearer key for the billing provider.")
+    export_grace_s: float = Field(
+        900.0, ge=0, description="An hour is exported this long after it ends (late events)."
+    )
 
 
 class SyntheticSettings(_Section):
@@ -189,6 +231,16 @@ class Settings(BaseSettings):
         None,
         description="Shared mode: quotas in Redis (redis://host:port/db), one for all gateways.",
     )
+    nats_url: str | None = Field(
+        None,
+        description="Shared mode: usage events on NATS JetStream (nats://host:port), relayed "
+        "from each gateway's outbox; without it the billing consumer reads the outboxes.",
+    )
+    postgres_url: str | None = Field(
+        None,
+        description="Shared mode: the usage ledger on Postgres (postgresql://user@host:port/db); "
+        "without it, SQLite in the data dir.",
+    )
     embed_model: str = Field(
         "all-MiniLM-L6-v2", description="Default model alias of the embed pool."
     )
@@ -196,6 +248,7 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     worker: WorkerSettings = WorkerSettings()
     up: UpSettings = UpSettings()
+    billing: BillingSettings = BillingSettings()
 
     @property
     def registry_path(self) -> Path:
@@ -204,6 +257,16 @@ class Settings(BaseSettings):
     @property
     def model_root(self) -> Path:
         return self.data_dir / "models"
+
+    @property
+    def outbox_dir(self) -> Path:
+        """One usage outbox per gateway id: ``<id>.sqlite3``."""
+        return self.data_dir / "outbox"
+
+    @property
+    def ledger_path(self) -> Path:
+        """The embedded ledger (when no ``postgres_url`` is set)."""
+        return self.data_dir / "ledger.sqlite3"
 
     @classmethod
     def settings_customise_sources(

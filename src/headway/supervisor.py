@@ -1,7 +1,8 @@
 """``headway up``: the whole system as child processes of one foreground process.
 
 The supervisor opens every listening socket itself and hands each child its
-socket (no race for free ports), starts the workers and the gateway, and waits.
+socket (no race for free ports), starts the workers, the billing consumer (its
+socket serves its /metrics) and the gateways, and waits.
 On SIGINT or SIGTERM it stops the gateway first (it finishes in-flight
 requests), then the workers (they finish their queues), and exits. Children
 live in their own process group, so a terminal's Ctrl-C reaches only the
@@ -143,6 +144,9 @@ class Supervisor:
                     name, ["worker", "--pool", pool], sock, self._worker_env.get(name)
                 )
                 urls[pool].append(child.url)
+        sock = listening_socket(self.settings.billing.host, 0)
+        sockets.append(sock)
+        self._spawn("billing", ["billing", "run"], sock)
         gateway_args = ["gateway"]
         for pool, pool_urls in urls.items():
             if pool_urls:
@@ -152,7 +156,8 @@ class Supervisor:
             sock = listening_socket(self.settings.gateway.host, port + index if port else 0)
             sockets.append(sock)
             name = "gateway" if index == 0 else f"gateway-{index}"
-            self.gateways.append(self._spawn(name, gateway_args, sock))
+            # Its id names its outbox: a gateway restarted here relays what it left.
+            self.gateways.append(self._spawn(name, [*gateway_args, "--id", name], sock))
         for sock in sockets:  # the children hold them now
             sock.close()
         return self.gateways[0]

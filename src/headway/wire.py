@@ -63,6 +63,10 @@ class ChunkResult(msgspec.Struct):
     rows: int
     dimensions: int
     tokens: int
+    queue_s: float = 0.0
+    """How long the chunk waited in the worker's queue."""
+    inference_s: float = 0.0
+    """How long the batch that served it ran (shared with the batch's other chunks)."""
 
     def array(self) -> npt.NDArray[np.float32]:
         flat = np.frombuffer(self.values, dtype="<f4")

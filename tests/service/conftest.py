@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +10,7 @@ import httpx
 import pytest
 from prometheus_client import generate_latest
 
+from headway.billing.ledger.base import Ledger
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.gateway.app import build_gateway_app
 from headway.gateway.discovery.base import Discovery
@@ -18,6 +19,7 @@ from headway.gateway.service import GatewayService, Heartbeat
 from headway.http.asgi import App, Handler
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
+from headway.metering.sink import Metering
 from headway.registry.sqlite import Registry
 from headway.settings import GatewaySettings, LimitsSettings, SyntheticSettings
 from headway.transport.asgi import AsgiTransport
@@ -70,6 +72,8 @@ async def make_stack(
     sleep: Callable[[float], None] = lambda s: None,
     discovery: Discovery | None = None,
     quota_heartbeat: Heartbeat | None = None,
+    metering: Metering | None = None,
+    ledger: Ledger | None = None,
     **gateway: Any,
 ) -> Stack:
     registry = Registry(tmp_path / "registry.sqlite3")
@@ -88,6 +92,9 @@ async def make_stack(
         transport,
         {"embed": discovery or StaticDiscovery(WORKER_URLS)},
         quota_heartbeat=quota_heartbeat,
+        metering=metering,
+        open_ledger=None if ledger is None else _opener(ledger),
+        gateway_id="gw-test",
     )
     gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS))
     await gateway_app.startup()
@@ -95,6 +102,13 @@ async def make_stack(
         transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway"
     )
     return Stack(client, service, gateway_app, workers, worker_apps, transport, registry)
+
+
+def _opener(ledger: Ledger) -> Callable[[], Awaitable[Ledger]]:
+    async def open_ledger() -> Ledger:
+        return ledger
+
+    return open_ledger
 
 
 @pytest.fixture

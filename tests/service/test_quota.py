@@ -61,10 +61,11 @@ async def test_work_shed_after_charging_is_refunded(tmp_path):
         tmp_path, sleep=gate.sleep, admission=AdmissionSettings(static_limit_texts=4)
     )
     try:
-        holder = asyncio.ensure_future(embed(stack, 4, key="demo-key-search-app"))
+        holder = asyncio.ensure_future(embed(stack, 3, key="demo-key-search-app"))
         pool = stack.gateway.pools["embed"]
-        await until(lambda: pool.admission.outstanding == 4)
-        shed = await embed(stack, 8)  # charged 8 of 10, then refused by admission
+        await until(lambda: pool.admission.outstanding == 3)
+        # Room for one text passes the precheck; 8 are charged (of 10), then refused.
+        shed = await embed(stack, 8)
         assert shed.status_code == 503
         gate.open.set()
         assert (await holder).status_code == 200

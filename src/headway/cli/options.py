@@ -23,6 +23,18 @@ RedisOpt = Annotated[
         "--redis-url", help="Shared mode: quotas in Redis, e.g. redis://127.0.0.1:6379/0."
     ),
 ]
+NatsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nats-url", help="Shared mode: usage events on NATS JetStream, nats://host:port."
+    ),
+]
+PostgresOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--postgres-url", help="Shared mode: the usage ledger on Postgres, postgresql://…"
+    ),
+]
 AdmissionOpt = Annotated[
     str | None, typer.Option("--admission", help="on (default) or off, to compare without it.")
 ]

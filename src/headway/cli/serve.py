@@ -14,6 +14,8 @@ from headway.cli.options import (
     DataDirOpt,
     FdOpt,
     LogLevelOpt,
+    NatsOpt,
+    PostgresOpt,
     RedisOpt,
     given,
     settings_from,
@@ -49,6 +51,8 @@ def up(
     ] = None,
     admission: AdmissionOpt = None,
     redis_url: RedisOpt = None,
+    nats_url: NatsOpt = None,
+    postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Run the whole system on this machine: gateway + workers, embedded defaults."""
@@ -57,6 +61,8 @@ def up(
         data_dir=data_dir,
         log_level=log_level,
         redis_url=redis_url,
+        nats_url=nats_url,
+        postgres_url=postgres_url,
         gateway={"host": host, "port": port, "admission": given(enabled=_on_off(admission))},
         worker={"backend": backend},
         up={
@@ -86,6 +92,10 @@ def up(
 def gateway(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
+    gateway_id: Annotated[
+        str | None,
+        typer.Option("--id", help="Names its usage outbox; keep it across restarts."),
+    ] = None,
     host: Annotated[str | None, typer.Option()] = None,
     port: Annotated[int | None, typer.Option()] = None,
     fd: FdOpt = None,
@@ -106,6 +116,8 @@ def gateway(
     ] = None,
     admission: AdmissionOpt = None,
     redis_url: RedisOpt = None,
+    nats_url: NatsOpt = None,
+    postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Run one gateway process."""
@@ -114,7 +126,10 @@ def gateway(
         data_dir=data_dir,
         log_level=log_level,
         redis_url=redis_url,
+        nats_url=nats_url,
+        postgres_url=postgres_url,
         gateway={
+            "id": gateway_id,
             "host": host,
             "port": port,
             "admission": given(enabled=_on_off(admission)),

@@ -18,6 +18,7 @@ from headway.errors import (
     Forbidden,
     HeadwayError,
     InvalidRequest,
+    MeteringUnavailable,
     NoReplicas,
     NotFound,
     Overloaded,
@@ -26,9 +27,10 @@ from headway.errors import (
     Unauthorized,
     UnsupportedMediaType,
     UpstreamFailed,
+    UsageUnavailable,
     ValidationFailed,
 )
-from headway.gateway import routes, schemas
+from headway.gateway import routes, schemas, usage
 from headway.gateway.endpoints.base import Endpoint
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.gateway.endpoints.rerank import Rerank
@@ -52,6 +54,7 @@ MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
     UpstreamFailed,
     Overloaded,
     NoReplicas,
+    MeteringUnavailable,
     DeadlineExceeded,
 )
 
@@ -70,6 +73,8 @@ def build_gateway_app(service: GatewayService, rerank_models: Sequence[str]) -> 
 def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> list[DocumentedRoute]:
     parts = service.parts()
     snapshots, pools = service.snapshots, service.pools
+    ledger, wall_clock = service.usage_ledger, service.meter.wall_clock
+    admin_usage = usage.admin_usage(snapshots, ledger, wall_clock)
     documented = [
         DocumentedRoute(
             Route("POST", "/v1/embeddings", "embeddings", _model_route(Embeddings(), parts)),
@@ -103,6 +108,26 @@ def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> lis
                 schemas.Replicas,
                 errors=(Unauthorized, Forbidden),
                 authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/v1/usage", "usage", usage.tenant_usage(snapshots, ledger, wall_clock)),
+            Operation(
+                "The tenant's own billed usage, by hour, day or model",
+                schemas.Usage,
+                errors=(Unauthorized, Forbidden, ValidationFailed, UsageUnavailable),
+                authenticated=True,
+                query=usage.query_parameters(admin=False),
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/admin/usage", "admin_usage", admin_usage),
+            Operation(
+                "Every tenant's billed usage, by hour, day or model (admin key)",
+                schemas.Usage,
+                errors=(Unauthorized, Forbidden, ValidationFailed, UsageUnavailable),
+                authenticated=True,
+                query=usage.query_parameters(admin=True),
             ),
         ),
         DocumentedRoute(

@@ -1,4 +1,5 @@
-"""Building a gateway from settings: embedded (local quotas) or shared (quotas in Redis)."""
+"""Building a gateway from settings: embedded (local quotas, outbox read by the local
+consumer) or shared (quotas in Redis, the outbox relayed to NATS, the ledger on Postgres)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 
+from headway.billing.ledger.base import Ledger
+from headway.billing.ledger.open import open_ledger
 from headway.gateway.app import build_gateway_app
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.dns_name import DnsDiscovery
@@ -16,6 +19,7 @@ from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.service import GatewayService
 from headway.http.asgi import App
+from headway.metering.build import gateway_id, gateway_metering
 from headway.registry.sqlite import Registry
 from headway.settings import GatewaySettings, Settings
 from headway.transport.default import AiohttpTransport
@@ -62,6 +66,13 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     registry = Registry(settings.registry_path)
     metrics = GatewayMetrics()
     quota, heartbeat = quota_store(settings, metrics)
+    name = gateway_id(settings)
+    metering = gateway_metering(settings, name)
+    metrics.watch_metering(metering)
+
+    async def usage_ledger() -> Ledger:
+        return await open_ledger(settings.postgres_url, settings.ledger_path)
+
     service = GatewayService(
         settings.gateway,
         registry.snapshot,
@@ -69,6 +80,9 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         discovery(settings.gateway),
         quota=quota,
         quota_heartbeat=heartbeat,
+        metering=metering,
+        open_ledger=usage_ledger,
+        gateway_id=name,
         metrics=metrics,
     )
     app = build_gateway_app(service, (settings.rerank_model, settings.embed_model))

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from headway.gateway.pool import ReplicaPool
+from headway.metering.build import OutboxMetering
 from headway.metrics import LATENCY_BUCKETS
 
 
@@ -127,6 +128,50 @@ class GatewayMetrics:
         self._outstanding.labels(pool.name).set_function(lambda: pool.admission.outstanding)
         self._throughput.labels(pool.name).set_function(lambda: pool.admission.throughput)
         self.registry.register(_RoutingCollector(pool))
+
+    def watch_metering(self, metering: OutboxMetering) -> None:
+        """The usage outbox and its relay, read when scraped."""
+        self.registry.register(_MeteringCollector(metering))
+
+
+class _MeteringCollector(Collector):
+    """Outbox depth and bound; in shared mode the relay's connection and counts."""
+
+    def __init__(self, metering: OutboxMetering) -> None:
+        self._metering = metering
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        outbox, relay = self._metering.outbox, self._metering.relay
+        yield GaugeMetricFamily(
+            "headway_usage_outbox_events",
+            "Usage events durable in this gateway's outbox, not yet relayed (or consumed).",
+            value=outbox.depth,
+        )
+        yield GaugeMetricFamily(
+            "headway_usage_outbox_full",
+            "1 while the outbox is at its bound (billable requests get 503).",
+            value=1 if outbox.full else 0,
+        )
+        if relay is None:
+            return
+        yield GaugeMetricFamily(
+            "headway_usage_relay_connected",
+            "1 while connected to NATS.",
+            value=int(relay.connected),
+        )
+        yield CounterMetricFamily(
+            "headway_usage_relay_published",
+            "Events NATS JetStream acknowledged (stored).",
+            value=relay.published_total,
+        )
+        failures = CounterMetricFamily(
+            "headway_usage_relay_failures",
+            "Failed publishes (and outbox reads or removals), by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(relay.publish_failures.items()):
+            failures.add_metric([reason], count)
+        yield failures
 
 
 class _RoutingCollector(Collector):

@@ -42,6 +42,8 @@ class Operation:
     """Takes ``X-Timeout-Ms``."""
     other_answers: Mapping[int, type[msgspec.Struct]] = field(default_factory=dict)
     """Non-error answers with a body of their own (``/readyz``'s 503)."""
+    query: Sequence[Mapping[str, Any]] = ()
+    """Query parameters, as OpenAPI parameter objects."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +112,9 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
         "responses": responses,
     }
     described["security"] = [{"bearer": []}] if op.authenticated else []
+    parameters = [dict(parameter) for parameter in op.query]
     if op.deadline:
-        described["parameters"] = [
+        parameters.append(
             {
                 "name": "X-Timeout-Ms",
                 "in": "header",
@@ -120,7 +123,9 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
                 "description": "Deadline for the whole request, in milliseconds "
                 "(absent: the tier's default; above the tier's maximum: the maximum).",
             }
-        ]
+        )
+    if parameters:
+        described["parameters"] = parameters
     if op.request is not None:
         described["requestBody"] = {"required": True, "content": _ref(op.request)}
     return described

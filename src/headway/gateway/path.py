@@ -8,14 +8,17 @@ and counts it. Then, top to bottom, one line each in ``serve``:
     authenticate the bearer key → the tenant                           stages/authenticate.py
     deadline     X-Timeout-Ms, within the tier's default and maximum   stages/deadline.py
     precheck     a full pool refuses here, before the body is parsed   stages/admit.py
+                 and so does a full usage outbox                       stages/meter.py
     parse        strict decoding and limits → the endpoint's request   endpoints/*.py
     resolve      model name → the version that serves it, and its pool stages/resolve.py
+    meter        a usage event for the work from here on               stages/meter.py
     quota        the tenant's bucket is charged for the texts          stages/quota.py
     admit        a permit for the texts on that pool                   stages/admit.py
     plan         balanced chunks, each a wire message                  stages/plan.py
     dispatch     route, retry, hedge every chunk within the deadline   stages/dispatch.py
     merge        the chunks' results in request order                  stages/merge.py
     served       counted per tenant                                    gateway/metrics.py
+    usage event  durable (outbox fsynced) before the answer            stages/meter.py
     respond      the endpoint's JSON answer                            endpoints/*.py
 
 Authentication and the precheck come before the body is parsed so that a stranger
@@ -24,8 +27,8 @@ request the tenant may not send never takes a permit; one it may send but the
 pool cannot take is refused (and its texts refunded). The stages the next
 features add have their places: resolve chooses among an alias's versions (a
 traffic split); a cache look-up goes between admit and plan (only misses are
-planned); a shadow copy leaves from dispatch, never awaited; the usage event is
-written where ``served`` is, before the answer; a tracing span wraps each line.
+planned); a shadow copy leaves from dispatch, never awaited; a tracing span wraps
+each line.
 
 Each stage is a function of its own module with small typed inputs, and gets only
 the parts of the gateway it uses (``PathParts``), never the whole service.
@@ -47,6 +50,7 @@ from headway.gateway.stages.authenticate import authenticate, require_tenant
 from headway.gateway.stages.deadline import deadline_from_headers
 from headway.gateway.stages.dispatch import dispatch
 from headway.gateway.stages.merge import merge
+from headway.gateway.stages.meter import MeterParts, UsageMeter, check_meter
 from headway.gateway.stages.parse import check_media_type
 from headway.gateway.stages.plan import plan
 from headway.gateway.stages.quota import QuotaCharge
@@ -66,25 +70,31 @@ class PathParts:
     """None: quotas are off."""
     metrics: GatewayMetrics
     clock: Callable[[], float]
+    meter: MeterParts
 
 
 async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Response:
     settings = parts.settings
+    started = parts.clock()
     check_media_type(request.headers)
     snapshot = parts.snapshots.current
-    tenant = require_tenant(authenticate(request.headers, snapshot))
+    principal = authenticate(request.headers, snapshot)
+    tenant = require_tenant(principal)
     request.tenant = tenant.name
     timeouts = settings.interactive if tenant.tier == "interactive" else settings.batch
     deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
     ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
     precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
+    check_meter(parts.meter.sink)
     work = endpoint.parse(request.body, settings.limits)
     target = resolve(work.models, snapshot, parts.pools)
     work.check(target.record)
-    async with QuotaCharge(parts.quota, ctx, work.texts):
-        with AdmissionPermit(target.pool, ctx, work.texts, parts.metrics.refused):
-            chunks = plan(work, ctx, target.record.version, settings.chunk_texts)
-            results = await dispatch(chunks, target.pool, deadline)
-    merged = merge(results)
-    parts.metrics.served(endpoint.route, tenant.name, work.texts)
+    async with UsageMeter(parts.meter, ctx, principal.key_id, target, work.texts, started) as meter:
+        async with QuotaCharge(parts.quota, ctx, work.texts):
+            with AdmissionPermit(target.pool, ctx, work.texts, parts.metrics.refused):
+                chunks = plan(work, ctx, target.record.version, settings.chunk_texts)
+                results = await dispatch(chunks, target.pool, deadline)
+        merged = merge(results)
+        parts.metrics.served(endpoint.route, tenant.name, work.texts)
+        await meter.served(merged)
     return work.respond(merged, ctx, target.record)

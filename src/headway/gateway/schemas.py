@@ -153,3 +153,27 @@ class Replicas(msgspec.Struct):
 
     pools: dict[str, list[ReplicaState]]
     routing: dict[str, PoolRouting]
+
+
+class UsageEntry(msgspec.Struct):
+    """Billable usage of one tenant in one period (``group_by=hour|day``), or of one
+    model version over the whole range (``group_by=model``)."""
+
+    tenant: str
+    period_start: str
+    """RFC 3339, UTC: the hour's or the day's start; for ``model``, the range's start."""
+    model: str | None
+    version: str | None
+    requests: int
+    texts: int
+    tokens: int
+
+
+class Usage(msgspec.Struct):
+    """Usage in ``[start, end)`` from the ledger (what has been billed so far)."""
+
+    start: str
+    end: str
+    group_by: Literal["hour", "day", "model"]
+    data: list[UsageEntry]
+    object: str = "list"

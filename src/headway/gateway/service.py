@@ -8,6 +8,7 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     <pool>_discover    ask the pool's ``Discovery`` where its replicas are
     <pool>_poll        read every replica's ``/readyz``
     quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
+    usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
 
 The routes get ``parts()`` (``PathParts``), never the service itself.
 """
@@ -19,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from headway.background import Background
+from headway.billing.ledger.base import Ledger
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
 from headway.gateway.discovery.base import Discovery, DiscoveryFailed
@@ -28,6 +30,8 @@ from headway.gateway.pool import ReplicaPool, RoutingPolicy
 from headway.gateway.pools import Pools
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.snapshots import Snapshots
+from headway.gateway.stages.meter import MeterParts
+from headway.metering.sink import MemorySink, Metering
 from headway.registry.model import Snapshot
 from headway.settings import AdmissionSettings, GatewaySettings, RoutingSettings
 from headway.transport.base import Transport
@@ -47,11 +51,17 @@ class GatewayService:
         *,
         quota: QuotaStore | None = None,
         quota_heartbeat: Heartbeat | None = None,
+        metering: Metering | None = None,
+        open_ledger: Callable[[], Awaitable[Ledger]] | None = None,
+        gateway_id: str = "gateway",
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
-        ``quota_heartbeat``: shared mode only, announces this gateway in Redis."""
+        ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
+        ``metering``: where usage events go (the outbox; tests: a ``MemorySink``).
+        ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503)."""
         self.settings = settings
         self.metrics = metrics or GatewayMetrics()
         self.snapshots = Snapshots(load_snapshot)
@@ -59,6 +69,10 @@ class GatewayService:
         self.discovery = dict(discovery)
         self.quota = quota or LocalQuotaStore()
         self.clock = clock
+        self.metering: Metering = metering if metering is not None else MemorySink()
+        self.meter = MeterParts(self.metering, gateway_id, wall_clock, clock)
+        self._open_ledger = open_ledger
+        self._ledger: Ledger | None = None
         self.draining = False
         self._heartbeat = quota_heartbeat
         self._background = Background(on_failure=self.metrics.background_failed)
@@ -88,11 +102,15 @@ class GatewayService:
             self.quota if self.settings.quota.enabled else None,
             self.metrics,
             self.clock,
+            self.meter,
         )
 
     async def start(self) -> None:
         """Ready to serve: the registry read, every pool's replicas found and polled once."""
         settings, background = self.settings, self._background
+        await self.metering.start(background)
+        if self._open_ledger is not None:
+            self._ledger = await self._open_ledger()
         await self.snapshots.refresh()
         for pool in self.pools:
             await self._discover(pool)  # polls every replica it adds
@@ -110,6 +128,12 @@ class GatewayService:
         await self._background.stop()
         await self.transport.close()
         await self.quota.close()
+        await self.metering.close()
+        if self._ledger is not None:
+            await self._ledger.close()
+
+    def usage_ledger(self) -> Ledger | None:
+        return self._ledger
 
     @property
     def ready(self) -> bool:

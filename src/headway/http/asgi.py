@@ -15,6 +15,7 @@ import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
 import msgspec
 
@@ -66,6 +67,11 @@ class Request:
     @property
     def path(self) -> str:
         return str(self.scope["path"])
+
+    def query(self) -> dict[str, list[str]]:
+        """The query string's parameters, each with every value it was given."""
+        raw = self.scope.get("query_string", b"")
+        return parse_qs(raw.decode("latin-1"), keep_blank_values=True)
 
 
 async def read_body(request: Request, limit: int) -> bytes:

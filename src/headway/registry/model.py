@@ -28,6 +28,11 @@ class Principal:
     tenant: Tenant | None
     key_digest: bytes
 
+    @property
+    def key_id(self) -> str:
+        """Names the key in usage events and logs: the first 8 bytes of its digest, in hex."""
+        return self.key_digest[:8].hex()
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRecord:

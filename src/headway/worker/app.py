@@ -31,7 +31,14 @@ from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
 from headway.worker.backends.base import Backend, Encoded
-from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, QueueFull, Values
+from headway.worker.batcher import (
+    Batcher,
+    BatchLimits,
+    DeadlineMissed,
+    QueueFull,
+    RunTiming,
+    Values,
+)
 from headway.worker.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -119,27 +126,29 @@ class WorkerService:
         if model.backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
         encoded = model.backend.encode_texts(chunk.texts)
-        values = await self._run(encoded, chunk)
-        return self._result(model, values, encoded)
+        timing = RunTiming()
+        values = await self._run(encoded, chunk, timing)
+        return self._result(model, values, encoded, timing)
 
     async def score(self, chunk: wire.ScoreChunk) -> wire.ChunkResult:
         model, _ = self._serving()
         self._check_version(chunk.model_version, model)
+        timing = RunTiming()
         if model.backend.kind == "cross-encoder":
             encoded = model.backend.encode_pairs(chunk.query, chunk.documents)
-            scores = await self._run(encoded, chunk)
+            scores = await self._run(encoded, chunk, timing)
         else:
             encoded = model.backend.encode_texts([chunk.query, *chunk.documents])
-            rows = await self._run(encoded, chunk)
+            rows = await self._run(encoded, chunk, timing)
             scores = cosine_scores(rows[0], rows[1:])
-        return self._result(model, scores, encoded)
+        return self._result(model, scores, encoded, timing)
 
-    async def _run(self, encoded: list[Encoded], chunk: wire.Chunk) -> Values:
+    async def _run(self, encoded: list[Encoded], chunk: wire.Chunk, timing: RunTiming) -> Values:
         _, batcher = self._serving()
         if chunk.timeout_ms <= 0:
             raise DeadlineExceeded("deadline passed before the chunk arrived")
         deadline = self._clock() + chunk.timeout_ms / 1000
-        outcome = batcher.submit(encoded, deadline, chunk.priority)
+        outcome = batcher.submit(encoded, deadline, chunk.priority, timing)
         if isinstance(outcome, QueueFull):
             drain_s = batcher.service_time.seconds * max(
                 1.0, outcome.queued_texts / self._limits.max_batch_size
@@ -159,7 +168,9 @@ class WorkerService:
             raise ModelMismatch(f"this worker serves {model.version}, not {requested}")
 
     @staticmethod
-    def _result(model: LoadedModel, values: Values, encoded: list[Encoded]) -> wire.ChunkResult:
+    def _result(
+        model: LoadedModel, values: Values, encoded: list[Encoded], timing: RunTiming
+    ) -> wire.ChunkResult:
         values = np.ascontiguousarray(values, dtype="<f4")
         return wire.ChunkResult(
             model_version=model.version,
@@ -167,6 +178,8 @@ class WorkerService:
             rows=values.shape[0],
             dimensions=values.shape[1] if values.ndim == 2 else 1,
             tokens=sum(item.n_tokens for item in encoded),
+            queue_s=timing.queue_s,
+            inference_s=timing.inference_s,
         )
 
 

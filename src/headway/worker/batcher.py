@@ -62,6 +62,23 @@ class NoObserver:
         pass
 
 
+@dataclass(slots=True)
+class RunTiming:
+    """When a chunk was queued, and when the batch that served it ran (batcher's clock)."""
+
+    queued_at: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    @property
+    def queue_s(self) -> float:
+        return max(0.0, self.started_at - self.queued_at)
+
+    @property
+    def inference_s(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+
 @dataclass(order=True, slots=True)
 class _Job:
     priority: int
@@ -69,6 +86,7 @@ class _Job:
     seq: int
     encoded: list[Encoded] = field(compare=False)
     future: asyncio.Future[Values] = field(compare=False)
+    timing: RunTiming | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,15 +167,23 @@ class Batcher:
         return values
 
     def submit(
-        self, encoded: list[Encoded], deadline: float, priority: int = 0
+        self,
+        encoded: list[Encoded],
+        deadline: float,
+        priority: int = 0,
+        timing: RunTiming | None = None,
     ) -> asyncio.Future[Values] | QueueFull:
         """Queue the chunk; it runs after every queued chunk of a lower ``priority``
-        number, and after those of its own priority with an earlier deadline."""
+        number, and after those of its own priority with an earlier deadline.
+        ``timing``, when given, is filled in: queued now, and when its batch ran."""
         texts = len(encoded)
         if self._queued_texts + texts > self._limits.max_queue_texts:
             return QueueFull(self._queued_texts, self._limits.max_queue_texts)
         future: asyncio.Future[Values] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, _Job(priority, deadline, next(self._seq), encoded, future))
+        if timing is not None:
+            timing.queued_at = self._clock()
+        job = _Job(priority, deadline, next(self._seq), encoded, future, timing)
+        heapq.heappush(self._heap, job)
         self._queued_texts += texts
         self._idle.clear()
         self._observer.queue_depth(self._queued_texts)
@@ -188,11 +214,14 @@ class Batcher:
                 continue
             finally:
                 self._running_texts = 0
-            self.service_time.observe(self._clock() - started)
+            finished = self._clock()
+            self.service_time.observe(finished - started)
             offset = 0
             for job in jobs:
                 rows = values[offset : offset + len(job.encoded)]
                 offset += len(job.encoded)
+                if job.timing is not None:
+                    job.timing.started_at, job.timing.finished_at = started, finished
                 if not job.future.done():
                     job.future.set_result(rows)
 

@@ -21,6 +21,9 @@ from headway.registry.model import ModelRecord, Snapshot
 class Target:
     record: ModelRecord
     pool: ReplicaPool
+    alias: str
+    """What the request is billed under: the alias that resolved, or the model's name
+    when the client named a version."""
 
 
 def resolve(names: Sequence[str], snapshot: Snapshot, pools: Pools) -> Target:
@@ -28,5 +31,6 @@ def resolve(names: Sequence[str], snapshot: Snapshot, pools: Pools) -> Target:
     for name in names:
         record = snapshot.resolve_model(name)
         if record is not None:
-            return Target(record, pools.serving(record))
+            alias = record.name if name == record.version else name
+            return Target(record, pools.serving(record), alias)
     raise NotFound(f"model {names[-1]!r} does not exist")

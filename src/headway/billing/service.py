@@ -1,0 +1,116 @@
+"""``headway billing run``: the consumer process, its background loops and its HTTP face.
+
+    consumer   source → ledger, once per request id (``consumer.py``); essential
+    export     every ``export_interval_s``: closed hours → the billing provider (when
+               ``billing.export_url`` is set)
+
+The source is JetStream's durable consumer when ``nats_url`` is set, else the
+gateways' outboxes in the data dir (embedded mode, what ``headway up`` runs); the
+ledger is Postgres when ``postgres_url`` is set, else SQLite in the data dir. It
+serves ``/healthz``, ``/readyz`` (the ledger and the source are open) and
+``/metrics`` on its own port.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import aiohttp
+
+from headway.background import Background
+from headway.billing.consumer import Consumer
+from headway.billing.export import HttpMeterClient, export_closed_hours
+from headway.billing.ledger.base import Ledger
+from headway.billing.ledger.open import open_ledger
+from headway.billing.metrics import BillingMetrics
+from headway.billing.sources.base import EventSource
+from headway.billing.sources.jetstream import JetStreamSource
+from headway.billing.sources.outbox import OutboxSource
+from headway.http.asgi import App, Request, Response, json_response
+from headway.http.edge import Edge
+from headway.http.router import Route, Router
+from headway.metering.build import stream_config
+from headway.metrics import metrics_handler
+from headway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EXPORT_INTERVAL_S = 60.0
+
+
+def event_source(settings: Settings) -> EventSource:
+    if settings.nats_url:
+        return JetStreamSource(stream_config(settings))
+    return OutboxSource(settings.outbox_dir)
+
+
+class BillingService:
+    def __init__(self, settings: Settings, metrics: BillingMetrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or BillingMetrics()
+        self._background = Background()
+        self.ledger: Ledger | None = None
+        self.source: EventSource | None = None
+        self._export_session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        settings, billing = self.settings, self.settings.billing
+        self.ledger = await open_ledger(settings.postgres_url, settings.ledger_path)
+        self.source = event_source(settings)
+        consumer = Consumer(
+            self.source,
+            self.ledger,
+            batch_events=billing.batch_events,
+            fetch_wait_s=billing.fetch_wait_s,
+            observer=self.metrics,
+        )
+        self._background.essential("consumer", consumer.run)
+        if billing.export_url:
+            self._export_session = aiohttp.ClientSession()
+            self._background.every("export", EXPORT_INTERVAL_S, self.export_once)
+        log.info(
+            "billing consumer: %s → %s",
+            "NATS JetStream" if settings.nats_url else f"outboxes in {settings.outbox_dir}",
+            "Postgres" if settings.postgres_url else settings.ledger_path,
+        )
+
+    async def export_once(self) -> None:
+        billing = self.settings.billing
+        assert self.ledger is not None and billing.export_url and self._export_session
+        client = HttpMeterClient(billing.export_url, billing.export_api_key, self._export_session)
+        report = await export_closed_hours(self.ledger, client, time.time(), billing.export_grace_s)
+        if report.sent or report.failed or report.rejected:
+            log.info("billing export: %s", report)
+
+    async def stop(self) -> None:
+        await self._background.stop()
+        if self.source is not None:
+            await self.source.close()
+        if self.ledger is not None:
+            await self.ledger.close()
+        if self._export_session is not None:
+            await self._export_session.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.ledger is not None and self.source is not None
+
+
+def build_billing_app(service: BillingService) -> App:
+    async def healthz(request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        return json_response({"ready": service.ready}, 200 if service.ready else 503)
+
+    router = Router(
+        [
+            Route("GET", "/healthz", "healthz", healthz),
+            Route("GET", "/readyz", "readyz", readyz),
+            Route("GET", "/metrics", "metrics", metrics_handler(service.metrics.registry)),
+        ]
+    )
+    return App(
+        Edge(router, max_body_bytes=1024), on_startup=[service.start], on_shutdown=[service.stop]
+    )

@@ -1,0 +1,168 @@
+"""``headway billing run | invoice | export``: the consumer, invoices, the provider export."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from headway.cli.options import (
+    ConfigOpt,
+    DataDirOpt,
+    FdOpt,
+    LogLevelOpt,
+    NatsOpt,
+    PostgresOpt,
+    settings_from,
+)
+from headway.settings import Settings
+
+if TYPE_CHECKING:
+    from headway.billing.export import ExportReport
+    from headway.billing.ledger.base import HourlyUsage
+    from headway.billing.prices import PriceBook
+
+billing_app = typer.Typer(no_args_is_help=True, help=__doc__)
+
+
+@billing_app.command()
+def run(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    host: Annotated[str | None, typer.Option(help="Address for /metrics.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port for /metrics (default 9300).")] = None,
+    fd: FdOpt = None,
+    nats_url: NatsOpt = None,
+    postgres_url: PostgresOpt = None,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Run the billing consumer: usage events → the ledger, exactly once per request."""
+    settings = settings_from(
+        config,
+        data_dir=data_dir,
+        log_level=log_level,
+        nats_url=nats_url,
+        postgres_url=postgres_url,
+        billing={"host": host, "port": port},
+    )
+    from headway.billing.service import BillingService, build_billing_app
+    from headway.serve import serve
+
+    service = BillingService(settings)
+    billing = settings.billing
+    serve(
+        build_billing_app(service),
+        host=billing.host,
+        port=billing.port,
+        fd=fd,
+        log_level=settings.log_level,
+    )
+
+
+@billing_app.command()
+def invoice(
+    month: Annotated[str, typer.Option(help="The UTC month, YYYY-MM.")],
+    tenant: Annotated[str | None, typer.Option(help="One tenant (default: every tenant).")] = None,
+    output_format: Annotated[str, typer.Option("--format", help="json or csv.")] = "json",
+    prices: Annotated[
+        Path | None, typer.Option(help="Price book TOML (default: billing.price_book).")
+    ] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    postgres_url: PostgresOpt = None,
+) -> None:
+    """Print the month's invoices from the ledger, in exact decimals."""
+    if output_format not in ("json", "csv"):
+        raise typer.BadParameter("expected json or csv", param_hint="--format")
+    settings = settings_from(
+        config,
+        data_dir=data_dir,
+        postgres_url=postgres_url,
+        billing={"price_book": prices},
+        log_level="warning",
+    )
+    from headway.billing.invoice import (
+        InvoiceError,
+        build_invoices,
+        month_range,
+        render_csv,
+        render_json,
+    )
+    from headway.billing.prices import PriceBookError
+
+    try:
+        book = _price_book(settings)
+        start, end = month_range(month)
+        hours = asyncio.run(_hours(settings, start, end, tenant))
+        invoices = build_invoices(hours, book, month, tenant)
+    except (InvoiceError, PriceBookError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(render_json(invoices) if output_format == "json" else render_csv(invoices), nl=False)
+
+
+@billing_app.command()
+def export(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    postgres_url: PostgresOpt = None,
+    url: Annotated[
+        str | None, typer.Option("--url", help="Provider base URL (default billing.export_url).")
+    ] = None,
+) -> None:
+    """Report every closed hour not yet reported to the billing provider, once per
+    (tenant, hour, meter), with an idempotency key; safe to run again at any time."""
+    settings = settings_from(
+        config, data_dir=data_dir, postgres_url=postgres_url, billing={"export_url": url}
+    )
+    if not settings.billing.export_url:
+        typer.echo("error: no provider: give --url or set billing.export_url", err=True)
+        raise typer.Exit(2)
+    report = asyncio.run(_export(settings))
+    typer.echo(
+        f"intents {report.planned}: sent {report.sent}, already recorded "
+        f"{report.already_sent}, failed {report.failed}, rejected {report.rejected}, "
+        f"deferred {report.deferred}"
+    )
+    for problem in report.problems:
+        typer.echo(f"  {problem}", err=True)
+    raise typer.Exit(0 if not (report.failed or report.rejected or report.deferred) else 1)
+
+
+def _price_book(settings: Settings) -> PriceBook:
+    from headway.billing.prices import default_prices, load_prices
+
+    path = settings.billing.price_book
+    return load_prices(path) if path is not None else default_prices()
+
+
+async def _hours(
+    settings: Settings, start: float, end: float, tenant: str | None
+) -> list[HourlyUsage]:
+    from headway.billing.ledger.open import open_ledger
+
+    ledger = await open_ledger(settings.postgres_url, settings.ledger_path)
+    try:
+        return await ledger.hours(start, end, tenant)
+    finally:
+        await ledger.close()
+
+
+async def _export(settings: Settings) -> ExportReport:
+    import aiohttp
+
+    from headway.billing.export import HttpMeterClient, export_closed_hours
+    from headway.billing.ledger.open import open_ledger
+
+    billing = settings.billing
+    assert billing.export_url
+    ledger = await open_ledger(settings.postgres_url, settings.ledger_path)
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = HttpMeterClient(billing.export_url, billing.export_api_key, session)
+            return await export_closed_hours(ledger, client, time.time(), billing.export_grace_s)
+    finally:
+        await ledger.close()

@@ -1,0 +1,120 @@
+"""The usage event: written, durably, before a 200 leaves; not billable when we gave back.
+
+``UsageMeter`` wraps the work from the quota charge to the merge. On success the
+path calls ``served(merged)``, which returns only once the event is durable (the
+outbox committed and fsynced it; see ``metering/outbox.py``) — so every 200 has an
+event, and a gateway that dies after the 200 has it on disk for the relay.
+
+When the work fails on our side (a 5xx: shed after the charge, our deadline, every
+replica failed, a bug) the quota stage refunds the texts, and the meter records
+an event with ``billable`` False: the operator sees the work we did and gave back,
+no invoice ever does. The client's own mistakes (4xx) did no work and leave no
+event. A client that disconnects after the model ran is billed: the event is
+written before the answer is sent, so the work done is recorded whether or not
+the client reads it (documented in README, "Billing").
+
+``check_meter`` runs before any work: a gateway whose outbox is full (NATS has been
+away long enough to fill it) answers 503 rather than serve what it cannot bill.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+
+from headway.errors import HeadwayError, MeteringUnavailable
+from headway.gateway.context import RequestContext
+from headway.gateway.stages.merge import Merged
+from headway.gateway.stages.resolve import Target
+from headway.metering.event import Endpoint, UsageEvent
+from headway.metering.sink import UsageSink
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class MeterParts:
+    """What the meter needs of the gateway: where events go, who we are, the time."""
+
+    sink: UsageSink
+    gateway_id: str
+    wall_clock: Callable[[], float]
+    """Unix time, for the event's ``at`` (its hour is the ledger's)."""
+    clock: Callable[[], float]
+    """The gateway's monotonic clock, for ``total_s``."""
+
+
+def check_meter(sink: UsageSink) -> None:
+    if sink.full:
+        raise MeteringUnavailable(
+            "the usage outbox is full (the usage stream is unreachable); retry later",
+            retry_after_s=5.0,
+        )
+
+
+class UsageMeter:
+    """``async with UsageMeter(parts, ctx, key_id, target, texts, started) as meter``:
+    ``await meter.served(merged)`` on success; a not-billable event if the block fails on
+    our side. A class, not an ``asynccontextmanager``: it runs on every request."""
+
+    __slots__ = ("_ctx", "_done", "_key_id", "_parts", "_started", "_target", "_texts")
+
+    def __init__(
+        self,
+        parts: MeterParts,
+        ctx: RequestContext,
+        key_id: str,
+        target: Target,
+        texts: int,
+        started: float,
+    ) -> None:
+        self._parts, self._ctx, self._key_id = parts, ctx, key_id
+        self._target, self._texts, self._started = target, texts, started
+        self._done = False
+
+    async def __aenter__(self) -> UsageMeter:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._done or not isinstance(exc, Exception):
+            return
+        if isinstance(exc, HeadwayError) and exc.status < 500:
+            return
+        outcome = exc.type if isinstance(exc, HeadwayError) else "internal_error"
+        try:
+            await self._parts.sink.record(self._event(outcome, False, None))
+        except Exception:  # the request fails anyway; its own error is the one to answer
+            log.exception("request %s: could not record its refunded usage", self._ctx.request_id)
+
+    async def served(self, merged: Merged) -> None:
+        self._done = True
+        try:
+            await self._parts.sink.record(self._event("served", True, merged))
+        except Exception as exc:
+            raise MeteringUnavailable("the usage event could not be made durable") from exc
+
+    def _event(self, outcome: str, billable: bool, merged: Merged | None) -> UsageEvent:
+        ctx, parts, target = self._ctx, self._parts, self._target
+        endpoint: Endpoint = "rerank" if ctx.route == "rerank" else "embeddings"
+        return UsageEvent(
+            request_id=ctx.request_id,
+            tenant=ctx.tenant.name,
+            key_id=self._key_id,
+            endpoint=endpoint,
+            alias=target.alias,
+            version=target.record.version,
+            tier=ctx.tenant.tier,
+            texts=self._texts,
+            tokens=merged.tokens if merged else 0,
+            outcome=outcome,
+            billable=billable,
+            queue_s=merged.queue_s if merged else 0.0,
+            inference_s=merged.inference_s if merged else 0.0,
+            total_s=parts.clock() - self._started,
+            gateway_id=parts.gateway_id,
+            at=parts.wall_clock(),
+        )

@@ -1,0 +1,175 @@
+"""``GET /v1/usage`` (a tenant's own) and ``GET /admin/usage`` (every tenant's), from the ledger.
+
+Query: ``start`` (required) and ``end`` (default: now), each a date (``2026-11-01``,
+midnight UTC) or an RFC 3339 time with its offset (``2026-11-01T10:00:00Z``); ``end``
+is exclusive and after ``start``, at most ``MAX_RANGE_DAYS`` later; ``group_by`` is
+``hour``, ``day`` (the default) or ``model``; ``/admin/usage`` also takes ``tenant``.
+Hours are the ledger's unit: the range covers every hour that starts in it (a
+``start`` inside an hour includes that hour). Anything else is a 422 that says what
+is wrong. A tenant never sees another's usage: its key chooses the tenant, and
+``/v1/usage`` takes no ``tenant``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast, get_args
+
+from headway.billing.ledger.base import GroupBy, Ledger, UsageQuery, UsageRow
+from headway.errors import UsageUnavailable, ValidationFailed
+from headway.gateway import schemas
+from headway.gateway.snapshots import Snapshots
+from headway.gateway.stages.authenticate import authenticate, require_admin, require_tenant
+from headway.http.asgi import Handler, Request, Response, json_response
+
+log = logging.getLogger(__name__)
+
+MAX_RANGE_DAYS = 366
+GROUPS: tuple[str, ...] = get_args(GroupBy)
+_PARAMETERS = {"start", "end", "group_by"}
+
+
+def parse_time(value: str, name: str) -> float:
+    """A date (midnight UTC) or an RFC 3339 time with an offset → unix seconds."""
+    try:
+        if len(value) == 10:
+            day = dt.date.fromisoformat(value)
+            return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
+        when = dt.datetime.fromisoformat(value.replace("z", "Z"))
+        if when.tzinfo is None:
+            raise ValueError("no offset")
+        return when.timestamp()
+    except (ValueError, OverflowError) as exc:
+        raise ValidationFailed(
+            f"{name} {value[:40]!r} is not a date (2026-11-01) or an RFC 3339 time with an "
+            "offset (2026-11-01T10:00:00Z)"
+        ) from exc
+
+
+def usage_query(
+    params: Mapping[str, Sequence[str]], tenant: str | None, now: float, *, admin: bool
+) -> UsageQuery:
+    """The query of ``params``, checked (``ValidationFailed`` says what is wrong)."""
+    allowed = _PARAMETERS | ({"tenant"} if admin else set())
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValidationFailed(
+            f"unknown parameter {unknown[0]!r}; use {', '.join(sorted(allowed))}"
+        )
+    for name, values in params.items():
+        if len(values) != 1:
+            raise ValidationFailed(f"{name} is given {len(values)} times; give it once")
+    one = {name: values[0] for name, values in params.items()}
+    if "start" not in one:
+        raise ValidationFailed("start is required: a date (2026-11-01) or an RFC 3339 time")
+    start = parse_time(one["start"], "start")
+    end = parse_time(one["end"], "end") if "end" in one else now
+    if end <= start:
+        raise ValidationFailed("end must be after start (end is exclusive)")
+    if end - start > MAX_RANGE_DAYS * 86400:
+        raise ValidationFailed(f"the range is longer than {MAX_RANGE_DAYS} days; ask in parts")
+    group_by = one.get("group_by", "day")
+    if group_by not in GROUPS:
+        raise ValidationFailed(f"group_by {group_by[:20]!r} is not one of {', '.join(GROUPS)}")
+    if admin:
+        tenant = one.get("tenant") or None
+    return UsageQuery(start, end, cast(GroupBy, group_by), tenant)
+
+
+def rfc3339(unix: float) -> str:
+    return dt.datetime.fromtimestamp(unix, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def usage_answer(query: UsageQuery, rows: Sequence[UsageRow]) -> schemas.Usage:
+    data = [
+        schemas.UsageEntry(
+            row.tenant,
+            rfc3339(row.period),
+            row.alias,
+            row.version,
+            row.requests,
+            row.texts,
+            row.tokens,
+        )
+        for row in rows
+    ]
+    return schemas.Usage(rfc3339(query.start), rfc3339(query.end), query.group_by, data)
+
+
+LedgerOf = Callable[[], Ledger | None]
+"""The ledger when the gateway has one open (None: not configured, or not yet open)."""
+
+
+def tenant_usage(
+    snapshots: Snapshots, ledger: LedgerOf, wall_clock: Callable[[], float]
+) -> Handler:
+    async def handle(request: Request) -> Response:
+        tenant = require_tenant(authenticate(request.headers, snapshots.current))
+        query = usage_query(request.query(), tenant.name, wall_clock(), admin=False)
+        return await _answer(query, ledger)
+
+    return handle
+
+
+def admin_usage(snapshots: Snapshots, ledger: LedgerOf, wall_clock: Callable[[], float]) -> Handler:
+    async def handle(request: Request) -> Response:
+        require_admin(authenticate(request.headers, snapshots.current))
+        query = usage_query(request.query(), None, wall_clock(), admin=True)
+        return await _answer(query, ledger)
+
+    return handle
+
+
+async def _answer(query: UsageQuery, ledger_of: LedgerOf) -> Response:
+    ledger = ledger_of()
+    if ledger is None:
+        raise UsageUnavailable("this gateway has no usage ledger open")
+    try:
+        rows = await ledger.usage(query)
+    except Exception as exc:
+        log.warning("usage ledger read failed: %s", exc)
+        raise UsageUnavailable("the usage ledger cannot be read now; retry later") from exc
+    return json_response(usage_answer(query, rows))
+
+
+def query_parameters(admin: bool) -> list[dict[str, Any]]:
+    """The OpenAPI description of the parameters ``usage_query`` reads."""
+    time_schema = {
+        "anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]
+    }
+    described: list[dict[str, Any]] = [
+        {
+            "name": "start",
+            "in": "query",
+            "required": True,
+            "schema": time_schema,
+            "description": "Inclusive: a date (midnight UTC) or an RFC 3339 time with an offset.",
+        },
+        {
+            "name": "end",
+            "in": "query",
+            "required": False,
+            "schema": time_schema,
+            "description": f"Exclusive, after start, at most {MAX_RANGE_DAYS} days later "
+            "(default: now).",
+        },
+        {
+            "name": "group_by",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "enum": list(GROUPS), "default": "day"},
+        },
+    ]
+    if admin:
+        described.append(
+            {
+                "name": "tenant",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "One tenant's usage (default: every tenant's).",
+            }
+        )
+    return described

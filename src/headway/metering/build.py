@@ -1,0 +1,65 @@
+"""A gateway's metering from settings: its outbox, and in shared mode the relay to NATS.
+
+``OutboxMetering`` is what ``GatewayService`` owns (the ``Metering`` protocol): the
+request path records into the outbox; ``start`` opens it and, with ``nats_url`` set,
+puts the relay on the service's background as an essential loop; ``close`` flushes
+the outbox after the relay has stopped. In embedded mode there is no relay: the
+billing consumer reads the outbox files themselves.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from headway.background import Background
+from headway.metering.event import UsageEvent
+from headway.metering.outbox import Outbox
+from headway.metering.relay import Relay
+from headway.metering.stream import StreamConfig
+from headway.settings import Settings
+
+
+def stream_config(settings: Settings) -> StreamConfig:
+    billing = settings.billing
+    servers = tuple(url.strip() for url in (settings.nats_url or "").split(",") if url.strip())
+    return StreamConfig(
+        servers=servers,
+        stream=billing.stream,
+        subject=billing.subject,
+        duplicate_window_s=billing.duplicate_window_s,
+        durable=billing.consumer,
+        ack_wait_s=billing.ack_wait_s,
+    )
+
+
+def gateway_id(settings: Settings) -> str:
+    """The setting, or HOSTNAME-PORT: stable across restarts of one gateway."""
+    return settings.gateway.id or f"{socket.gethostname()}-{settings.gateway.port}"
+
+
+class OutboxMetering:
+    def __init__(self, outbox: Outbox, relay: Relay | None) -> None:
+        self.outbox, self.relay = outbox, relay
+
+    @property
+    def full(self) -> bool:
+        return self.outbox.full
+
+    async def record(self, event: UsageEvent) -> None:
+        await self.outbox.record(event)
+
+    async def start(self, background: Background) -> None:
+        await self.outbox.start()
+        if self.relay is not None:
+            background.essential("usage_relay", self.relay.run)
+
+    async def close(self) -> None:
+        await self.outbox.close()
+
+
+def gateway_metering(settings: Settings, gateway: str) -> OutboxMetering:
+    outbox = Outbox(
+        settings.outbox_dir / f"{gateway}.sqlite3", max_events=settings.billing.outbox_max_events
+    )
+    relay = Relay(outbox, stream_config(settings)) if settings.nats_url else None
+    return OutboxMetering(outbox, relay)
