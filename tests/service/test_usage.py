@@ -134,3 +134,36 @@ async def test_without_a_ledger_usage_is_503(tmp_path):
         assert response.json()["error"]["type"] == "usage_unavailable"
     finally:
         await stack.close()
+
+
+async def test_a_ledger_that_cannot_open_does_not_stop_the_gateway(tmp_path):
+    from headway.gateway.service import GatewayService
+
+    attempts = []
+
+    async def broken() -> MemoryLedger:
+        attempts.append(1)
+        raise ConnectionError("postgres is not up yet")
+
+    stack = await make_stack(tmp_path)
+    try:
+        service: GatewayService = stack.gateway
+        service._open_ledger = broken
+        assert await service._try_open_ledger() is False
+        served = await stack.client.post(
+            "/v1/embeddings", headers=auth(), json={"model": "synthetic", "input": ["a"]}
+        )
+        assert served.status_code == 200
+        usage = await stack.client.get("/v1/usage", params={"start": "2026-11-01"}, headers=auth())
+        assert usage.status_code == 503
+        ledger = MemoryLedger()
+
+        async def working() -> MemoryLedger:
+            return ledger
+
+        service._open_ledger = working
+        assert await service._try_open_ledger() is True
+        usage = await stack.client.get("/v1/usage", params={"start": "2026-11-01"}, headers=auth())
+        assert usage.status_code == 200 and attempts == [1]
+    finally:
+        await stack.close()

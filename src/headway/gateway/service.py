@@ -9,6 +9,7 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     <pool>_poll        read every replica's ``/readyz``
     quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
     usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
+    usage_ledger_open  until the ledger /v1/usage reads opens (its database may be late)
 
 The routes get ``parts()`` (``PathParts``), never the service itself.
 """
@@ -39,6 +40,7 @@ from headway.transport.base import Transport
 log = logging.getLogger(__name__)
 
 Heartbeat = Callable[[], Awaitable[object]]
+LEDGER_RETRY_S = 5.0
 
 
 class GatewayService:
@@ -109,8 +111,10 @@ class GatewayService:
         """Ready to serve: the registry read, every pool's replicas found and polled once."""
         settings, background = self.settings, self._background
         await self.metering.start(background)
-        if self._open_ledger is not None:
-            self._ledger = await self._open_ledger()
+        if self._open_ledger is not None and not await self._try_open_ledger():
+            # Serving does not need the ledger: only /v1/usage does, and answers 503 until
+            # it opens (the database may come up after the gateway).
+            background.every("usage_ledger_open", LEDGER_RETRY_S, self._try_open_ledger)
         await self.snapshots.refresh()
         for pool in self.pools:
             await self._discover(pool)  # polls every replica it adds
@@ -131,6 +135,17 @@ class GatewayService:
         await self.metering.close()
         if self._ledger is not None:
             await self._ledger.close()
+
+    async def _try_open_ledger(self) -> bool:
+        if self._ledger is not None or self._open_ledger is None:
+            return True
+        try:
+            self._ledger = await self._open_ledger()
+        except Exception as exc:
+            log.warning("usage ledger not open (%s); /v1/usage answers 503 until it is", exc)
+            return False
+        log.info("usage ledger open")
+        return True
 
     def usage_ledger(self) -> Ledger | None:
         return self._ledger
