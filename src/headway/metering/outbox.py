@@ -24,8 +24,8 @@ removes rows from another process (``OutboxFile``). The re-read is
 both remove what they read, oldest first), so the span is the count; a hole left by a
 partly failed batch makes it an overestimate until the hole is retried, which errs
 toward refusing work early, never toward serving work that cannot be billed.
-``full`` is ``depth >= max_events``; the writer logs one line when it becomes full and
-one when it has room again, never one per request.
+``full`` is ``depth >= max_events`` until depth is below 90% of it again; the writer
+logs one line when it becomes full and one when it has room again, never one per request.
 
 Reading (``read``, ``remove``) needs no writer: ``OutboxFile`` opens an existing outbox
 on its own connection (WAL lets it read while the writer commits), in this process or
@@ -374,7 +374,9 @@ class Outbox:
         self._note_fullness()
 
     def _note_fullness(self) -> None:
-        full = self._depth >= self.max_events
+        # Full at the bound, room again only below 90% of it: at the bound, with a slow
+        # relay, it would otherwise flip (and log) with every batch relayed.
+        full = self._depth >= (self.max_events if not self._full else 0.9 * self.max_events)
         if full == self._full:
             return
         self._full = full
