@@ -16,7 +16,7 @@ from headway.billing.ledger.postgres import PostgresLedger
 from headway.billing.ledger.sqlite import SQLiteLedger
 from headway.metering.event import UsageEvent
 from headway.testing.postgres_server import PostgresServer
-from headway.testing.redis_server import free_port
+from headway.testing.server import free_port
 from tests.billing.conftest import DAY0, HOUR, Backend, postgres_sql, sqlite_sql, usage_event
 
 

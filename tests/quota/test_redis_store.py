@@ -16,7 +16,8 @@ from headway.gateway.quota import bucket
 from headway.gateway.quota.bucket import BucketState
 from headway.gateway.quota.redis_store import QuotaStoreUnavailable, RedisQuotaStore, idle_ttl_ms
 from headway.gateway.quota.store import Quota
-from headway.testing.redis_server import RedisServer, free_port
+from headway.testing.redis_server import RedisServer
+from headway.testing.server import free_port
 
 KEY = "headway:quota:acme"
 

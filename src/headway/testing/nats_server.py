@@ -19,9 +19,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
-from headway.testing.redis_server import free_port
+from headway.testing.server import ServerProcess, free_port
 
 
 class NatsServerError(RuntimeError):
@@ -49,7 +48,7 @@ def is_healthy(monitor_port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-class NatsServer:
+class NatsServer(ServerProcess):
     """One ``nats-server`` process; ``url``, ports and store stay the same across restarts."""
 
     def __init__(self, port: int | None = None, start_timeout_s: float = 15.0) -> None:
@@ -62,15 +61,6 @@ class NatsServer:
         self.store_dir = Path(self._dir.name) / "jetstream"
         self._config_path = Path(self._dir.name) / "nats.conf"
         self._log_path = Path(self._dir.name) / "nats.log"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
 
     def start(self) -> NatsServer:
         if self.running:
@@ -98,43 +88,3 @@ class NatsServer:
                 )
             time.sleep(0.01)  # poll interval of the condition wait above
         return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM (nats-server shuts down cleanly), then wait for it to exit."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout_s)
-        self._process = None
-
-    def kill(self) -> None:
-        """SIGKILL: the server vanishes mid-conversation, as in a crash."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait(10.0)
-        self._process = None
-
-    def _reap(self) -> None:
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.kill()
-            self._process.wait(10.0)
-        self._process = None
-
-    def close(self) -> None:
-        self.stop()
-        self._dir.cleanup()
-
-    def __enter__(self) -> NatsServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -23,10 +23,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
-from headway.testing.redis_server import free_port
+from headway.testing.server import ServerProcess, free_port
 
 BINARIES_GLOB = "/usr/lib/postgresql/*/bin"
 UNPRIVILEGED_USER = "nobody"
@@ -55,7 +54,7 @@ def _major(name: str) -> int:
     return int(name) if re.fullmatch(r"\d+", name) else -1
 
 
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """One PostgreSQL; ``url`` and ``port`` stay the same across restarts."""
 
     def __init__(
@@ -76,20 +75,11 @@ class PostgresServer:
         self.socket_dir = root / "sockets"
         self.log_path = root / "postgres.log"
         self._user = _unprivileged_user() if os.geteuid() == 0 else None
-        self._process: subprocess.Popen[bytes] | None = None
         self._initialized = False
 
     @property
     def url(self) -> str:
         return self.url_of("postgres")
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
 
     def start(self) -> PostgresServer:
         if self.running:
@@ -167,21 +157,6 @@ class PostgresServer:
             return self.log_path.read_text(errors="replace")[-chars:]
         except FileNotFoundError:
             return ""
-
-    def close(self) -> None:
-        self.stop()
-        self._dir.cleanup()
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -------------------------------------------------------------------------
 

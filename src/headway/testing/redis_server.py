@@ -13,18 +13,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
+
+from headway.testing.server import ServerProcess, free_port
 
 
 class RedisServerError(RuntimeError):
     """redis-server is missing, or did not start answering PING in time."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def answers_ping(port: int, timeout_s: float = 0.2) -> bool:
@@ -36,7 +30,7 @@ def answers_ping(port: int, timeout_s: float = 0.2) -> bool:
         return False
 
 
-class RedisServer:
+class RedisServer(ServerProcess):
     """One ``redis-server`` process; ``url`` and ``port`` stay the same across restarts."""
 
     def __init__(self, port: int | None = None, start_timeout_s: float = 10.0) -> None:
@@ -50,15 +44,6 @@ class RedisServer:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._start_timeout_s = start_timeout_s
         self._dir = tempfile.TemporaryDirectory(prefix="headway-redis-")
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
 
     def start(self) -> RedisServer:
         if self.running:
@@ -89,43 +74,3 @@ class RedisServer:
                 )
             time.sleep(0.01)  # poll interval of the condition wait above
         return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM, then wait for it to exit."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout_s)
-        self._process = None
-
-    def kill(self) -> None:
-        """SIGKILL: the server vanishes mid-conversation, as in a crash."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait(10.0)
-        self._process = None
-
-    def _reap(self) -> None:
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.kill()
-            self._process.wait(10.0)
-        self._process = None
-
-    def close(self) -> None:
-        self.stop()
-        self._dir.cleanup()
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
