@@ -99,7 +99,7 @@ class PathResults:
     points: Sequence[PathPoint]
 
 
-class _Replica:
+class Replica:
     """Answers ``/readyz`` as a ready worker of ``version`` and every chunk with zeros."""
 
     def __init__(self, version: str) -> None:
@@ -124,7 +124,7 @@ class _Replica:
         return Reply(200, answer, {})
 
 
-async def _call(app: App, case: Case) -> None:
+async def call_gateway(app: App, case: Case) -> None:
     scope = {
         "type": "http",
         "method": "POST",
@@ -156,7 +156,7 @@ async def _call(app: App, case: Case) -> None:
 
 async def _measure(app: App, case: Case, seconds: float) -> PathPoint:
     for _ in range(WARMUP):
-        await _call(app, case)
+        await call_gateway(app, case)
     per_repeat_s = seconds / REPEATS
     cpu_us, total = [], 0
     for _ in range(REPEATS):
@@ -164,7 +164,7 @@ async def _measure(app: App, case: Case, seconds: float) -> PathPoint:
         started_wall, started_cpu = time.perf_counter(), time.process_time()
         while time.perf_counter() - started_wall < per_repeat_s:
             for _ in range(BATCH):
-                await _call(app, case)
+                await call_gateway(app, case)
             requests += BATCH
         cpu_us.append((time.process_time() - started_cpu) / requests * 1e6)
         total += requests
@@ -177,7 +177,7 @@ async def _run(registry: Registry, seconds: float) -> PathResults:
     service = GatewayService(
         GatewaySettings(health_interval_s=3600, dns_interval_s=3600, registry_refresh_s=3600),
         registry.snapshot,
-        MockTransport(_Replica(record.version)),
+        MockTransport(Replica(record.version)),
         {"embed": StaticDiscovery([REPLICA])},
     )
     app = build_gateway_app(service, (SYNTHETIC_ALIAS,))

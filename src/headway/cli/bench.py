@@ -90,6 +90,23 @@ def bench_path(
     _publish(render(results, machine, _command(), seconds), SECTION, out)
 
 
+@bench_app.command("billing")
+def bench_billing(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Metering: the durable write's latency, its CPU, consumer throughput, billing lag."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.billing import run_billing_bench
+    from headway.bench.billing_report import SECTION, render
+
+    with _running() as machine:
+        results = run_billing_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
 @bench_app.command("int8")
 def bench_int8(
     seconds: BenchSeconds = 10.0,
