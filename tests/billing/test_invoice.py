@@ -23,7 +23,6 @@ from headway.billing.invoice import (
     Invoice,
     UnpricedUsage,
     build_invoices,
-    iso_time,
     month_range,
     render_csv,
     render_json,
@@ -32,6 +31,7 @@ from headway.billing.ledger.base import HourlyUsage
 from headway.billing.ledger.memory import MemoryLedger
 from headway.billing.prices import PriceBook, parse_prices
 from headway.metering.event import UsageEvent
+from headway.utc import rfc3339
 
 HOUR = 3600
 NOV = calendar.timegm((2026, 11, 1, 0, 0, 0))
@@ -198,7 +198,7 @@ def test_unpriced_usage_is_an_error_naming_tenant_alias_tier_and_hour(
         build_invoices(rows, prices(), "2026-11", None)
     error = caught.value
     assert (error.tenant, error.alias, error.tier, error.hour) == ("acme", alias, tier, usage.hour)
-    for part in ("'acme'", repr(alias), tier, iso_time(usage.hour), "test-prices.toml"):
+    for part in ("'acme'", repr(alias), tier, rfc3339(usage.hour), "test-prices.toml"):
         assert part in str(error)
 
 
@@ -252,8 +252,8 @@ def line_document(
         "alias": usage[0].alias,
         "tier": usage[0].tier,
         "period": {
-            "start": iso_time(min(r.hour for r in usage)),
-            "end": iso_time(max(r.hour for r in usage) + HOUR),
+            "start": rfc3339(min(r.hour for r in usage)),
+            "end": rfc3339(max(r.hour for r in usage) + HOUR),
         },
         "unit": unit,
         "quantity": quantity,
@@ -268,7 +268,7 @@ def invoice_document(tenant: str, lines: list[dict[str, object]]) -> dict[str, o
     return {
         "tenant": tenant,
         "month": "2026-11",
-        "period": {"start": iso_time(NOV), "end": iso_time(DEC)},
+        "period": {"start": rfc3339(NOV), "end": rfc3339(DEC)},
         "currency": "USD",
         "lines": lines,
         "subtotal": total,
@@ -319,8 +319,8 @@ def test_csv_has_a_header_a_row_per_line_and_a_total_row_per_invoice() -> None:
                     "line",
                     line.alias,
                     line.tier,
-                    iso_time(line.period_start),
-                    iso_time(line.period_end),
+                    rfc3339(line.period_start),
+                    rfc3339(line.period_end),
                     line.unit,
                     str(line.quantity),
                     str(line.requests),

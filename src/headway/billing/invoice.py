@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import calendar
 import csv
-import datetime as dt
 import io
 import json
 import re
@@ -38,6 +37,7 @@ from fractions import Fraction
 
 from headway.billing.ledger.base import HourlyUsage
 from headway.billing.prices import EXACT, PriceBook, Unit, UnitPrice
+from headway.utc import rfc3339
 
 _MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
 _MINOR_UNITS = {
@@ -84,7 +84,7 @@ class UnpricedUsage(InvoiceError):
     def __init__(self, tenant: str, alias: str, tier: str, hour: int, source: str) -> None:
         super().__init__(
             f"tenant {tenant!r} used {alias!r} (tier {tier}) in the hour starting "
-            f"{iso_time(hour)}, and {source} has no price for it then; add one"
+            f"{rfc3339(hour)}, and {source} has no price for it then; add one"
         )
         self.tenant = tenant
         self.alias = alias
@@ -224,10 +224,6 @@ def _line_order(line: InvoiceLine) -> tuple[str, str, int, int]:
     return (line.alias, line.tier, line.period_start, line.price.entry.number)
 
 
-def iso_time(unix: int) -> str:
-    return dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def render_json(invoices: Sequence[Invoice]) -> str:
     """``{"invoices": [...]}``, keys in a fixed order, money as decimal strings."""
     document = {"invoices": [_invoice_json(invoice) for invoice in invoices]}
@@ -265,7 +261,7 @@ def _line_json(line: InvoiceLine) -> dict[str, object]:
 
 
 def _period_json(start: int, end: int) -> dict[str, str]:
-    return {"start": iso_time(start), "end": iso_time(end)}
+    return {"start": rfc3339(start), "end": rfc3339(end)}
 
 
 def render_csv(invoices: Sequence[Invoice]) -> str:
@@ -283,8 +279,8 @@ def render_csv(invoices: Sequence[Invoice]) -> str:
                     "line",
                     line.alias,
                     line.tier,
-                    iso_time(line.period_start),
-                    iso_time(line.period_end),
+                    rfc3339(line.period_start),
+                    rfc3339(line.period_end),
                     line.unit,
                     line.quantity,
                     line.requests,

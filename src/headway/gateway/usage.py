@@ -23,6 +23,7 @@ from headway.gateway import schemas
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import authenticate, require_admin, require_tenant
 from headway.http.asgi import Handler, Request, Response, json_response
+from headway.utc import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,6 @@ def usage_query(
     if admin:
         tenant = one.get("tenant") or None
     return UsageQuery(start, end, cast(GroupBy, group_by), tenant)
-
-
-def rfc3339(unix: float) -> str:
-    return dt.datetime.fromtimestamp(unix, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def usage_answer(query: UsageQuery, rows: Sequence[UsageRow]) -> schemas.Usage:
