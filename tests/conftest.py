@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.postgres_fixtures"]  # one throw-away Postgres for every folder
+
 TIER_NAMES = frozenset({"unit", "service", "e2e"})
 
 # The folder under tests/ -> its tier (measured when chosen, 2 cores: each service folder
@@ -29,6 +31,7 @@ TIERS = {
     "quota": "service",  # the Redis store against a real redis-server
     "metering": "service",  # the outbox, the relay, JetStream against a real nats-server
     "billing": "service",  # ledgers (SQLite, a throw-away Postgres), consumer, invoices
+    "registry": "service",  # the registry on SQLite and a throw-away Postgres
     "models": "e2e",  # ONNX graphs built and compared with torch
     "e2e": "e2e",  # real processes, the real model
 }

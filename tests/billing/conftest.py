@@ -1,19 +1,14 @@
 """Ledgers for the billing tests: in memory, on a SQLite file, on a throw-away Postgres.
 
-One PostgreSQL serves the whole session (``fsync`` off: nothing here crashes it), and
-each test gets a schema of its own, dropped afterwards; teardown checks that the
-ledgers closed every connection they opened and that the server did not outlive the
-session.
+The Postgres (one a session, a schema a test, a check that the ledgers closed every
+connection they opened) comes from ``tests/postgres_fixtures.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +21,7 @@ from headway.billing.ledger.memory import MemoryLedger
 from headway.billing.ledger.postgres import PostgresLedger
 from headway.billing.ledger.sqlite import SQLiteLedger
 from headway.metering.event import UsageEvent
-from headway.testing.postgres_server import PostgresServer
+from tests.postgres_fixtures import wait_for as wait_for  # test_postgres_server's
 
 HOUR = 3600
 DAY = 86400
@@ -65,58 +60,6 @@ def usage_event(
         gateway_id="gw-1",
         at=at,
     )
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)  # poll interval of the condition wait above
-    return True
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer(fsync=False)
-    try:
-        server.start()
-        pid = server.pid
-        yield server
-    finally:
-        server.close()
-    assert pid is not None and wait_for(lambda: not process_alive(pid)), "postgres outlived"
-
-
-def connections_named(server: PostgresServer, name: str) -> int:
-    return int(
-        server.psql(f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'")
-    )
-
-
-@pytest.fixture
-def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
-    """A URL whose connections see a fresh, empty schema of their own (asyncpg passes
-    the URL's other parameters as server settings: ``search_path``, and an
-    ``application_name`` that finds the test's connections for the leak check).
-    A schema, not a database: ten times quicker to create."""
-    name = f"t_{secrets.token_hex(6)}"
-    postgres_server.psql(f"CREATE SCHEMA {name}")
-    yield f"{postgres_server.url}?search_path={name}&application_name={name}"
-    try:
-        assert wait_for(lambda: not connections_named(postgres_server, name)), (
-            f"connections of {name} outlived the test's ledgers"
-        )
-    finally:
-        postgres_server.psql(f"DROP SCHEMA {name} CASCADE")
 
 
 Rows = list[tuple[Any, ...]]

@@ -63,8 +63,8 @@ def test_duplicate_tenant_is_refused(registry):
 
 
 def test_aliases_resolve_to_versions_and_can_move(registry):
-    v1 = ModelRecord("a" * 64, "m", "embedding", 384, "none")
-    v2 = ModelRecord("b" * 64, "m", "embedding", 384, "none")
+    v1 = ModelRecord("a" * 64, "m", "embedding", 384, "none", created_at=1.0)
+    v2 = ModelRecord("b" * 64, "m", "embedding", 384, "none", created_at=2.0)
     registry.add_model(v1, ("m", "latest"))
     registry.add_model(v2, ("latest",))
     snapshot = registry.snapshot()

@@ -48,8 +48,8 @@ def test_an_api_key_is_registered_once_to_a_tenant_or_the_operator(registry):
     with pytest.raises(DuplicateKey, match="API key is already registered"):
         registry.add_tenant("globex", "interactive", key="shared-key")
     with pytest.raises(DuplicateKey):
-        registry.add_admin_key("shared-key")
-    registry.add_admin_key("admin-key")
+        registry.add_admin_key(key="shared-key")
+    registry.add_admin_key(key="admin-key")
     with pytest.raises(DuplicateKey):
         registry.add_tenant("initech", "batch", key="admin-key")
     assert [name for name, *_ in tenant_rows(registry)] == ["acme"]  # nothing half-written
@@ -120,7 +120,7 @@ def test_a_model_of_an_unknown_kind_is_refused_with_its_aliases(registry):
 
 
 def test_a_version_recorded_twice_keeps_the_first_record_and_moves_the_aliases(registry):
-    first = ModelRecord("d" * 64, "m", "embedding", 384, "none")
+    first = ModelRecord("d" * 64, "m", "embedding", 384, "none", created_at=1.0)
     registry.add_model(first, ("m",))
     registry.add_model(ModelRecord("d" * 64, "renamed", "embedding", 384, "none"), ("n",))
     assert registry.models() == [(first, ["m", "n"])]

@@ -1,13 +1,24 @@
-"""What a registry write can refuse, each rule its own error.
+"""What the registry raises: each rule a write can break its own error, and the two
+ways its database can fail it.
 
     RegistryError
+    ├── RegistryUnavailable  the database cannot be reached, or is locked past the timeout
+    ├── SchemaTooNew         the database was migrated by newer code than this
     ├── InvalidTenant        a value no tenant may have
     │   ├── UnknownTier      a tier other than interactive or batch
     │   └── InvalidQuota     a rate or burst that is not a positive, finite number
     ├── DuplicateTenant      a tenant of that name exists already
     ├── UnknownTenant        no tenant has that name
     ├── DuplicateKey         the API key is some tenant's or the operator's already
-    └── UnknownModelKind     a model kind other than embedding or cross-encoder
+    ├── UnknownKey           no key has that id
+    ├── InvalidOverlap       a rotation overlap that is negative or not finite
+    ├── LastAdminKey         revoking it would leave no live admin key
+    ├── UnknownModelKind     a model kind other than embedding or cross-encoder
+    ├── UnknownModel         no version has that hash, or no alias that name
+    ├── InvalidSplit         weights, pins or shadow that no split may have
+    ├── UnknownRollout       no rollout has that id
+    ├── InvalidRollout       a plan no rollout may have, or a move its state forbids
+    └── RolloutActive        the alias is in a rollout, which owns its split
 
 The registry checks each rule before it writes, inside the write's transaction;
 the schema's own constraints stay as a backstop, and one that fails anyway (two
@@ -20,6 +31,14 @@ from __future__ import annotations
 
 class RegistryError(Exception):
     """A registry write broke one of the registry's rules; the message says which."""
+
+
+class RegistryUnavailable(RegistryError):
+    """The registry's database cannot be reached, or stayed locked past the timeout."""
+
+
+class SchemaTooNew(RegistryError):
+    """The database holds registry migrations this code does not know: run the newer code."""
 
 
 class InvalidTenant(RegistryError):
@@ -48,3 +67,35 @@ class DuplicateKey(RegistryError):
 
 class UnknownModelKind(RegistryError):
     """A model's kind is not one of ``MODEL_KINDS``."""
+
+
+class UnknownKey(RegistryError):
+    """No API key has that id."""
+
+
+class InvalidOverlap(RegistryError):
+    """A key rotation's overlap is negative or not a finite number of seconds."""
+
+
+class LastAdminKey(RegistryError):
+    """Revoking this key would leave the registry without a live admin key."""
+
+
+class UnknownModel(RegistryError):
+    """No model version has that hash, or no alias that name."""
+
+
+class InvalidSplit(RegistryError):
+    """A split's weights, pins or shadow break a rule (the message says which)."""
+
+
+class UnknownRollout(RegistryError):
+    """No rollout has that id."""
+
+
+class InvalidRollout(RegistryError):
+    """A rollout plan breaks a rule, or its state forbids the move asked for."""
+
+
+class RolloutActive(RegistryError):
+    """A rollout owns this alias's split until it ends; pause or abort it first."""

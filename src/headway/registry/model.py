@@ -1,14 +1,39 @@
-"""What the registry holds, as plain immutable values."""
+"""What the registry holds, as plain immutable values.
+
+Tenants and their keys; model versions (content hashes) and the aliases that name
+them; a traffic ``Split`` on an alias (weights per version, stickiness, per-tenant
+pins, a shadow copy); ``Rollout``s that move an alias from one version to another by
+steps; the per-gateway ``Observation``s a rollout is judged on; and the append-only
+``AuditEntry`` of every write. The gateway reads one ``Snapshot`` of it at a time.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Tier = Literal["interactive", "batch"]
 Role = Literal["tenant", "admin"]
 TIERS: tuple[Tier, ...] = ("interactive", "batch")
 MODEL_KINDS = ("embedding", "cross-encoder")
+
+Sticky = Literal["tenant", "user", "none"]
+STICKY: tuple[Sticky, ...] = ("tenant", "user", "none")
+"""How a split keeps a caller on one version: by tenant, by the request's ``user``
+field (falling back to the tenant when absent), or not at all (each request drawn)."""
+
+RolloutState = Literal[
+    "running", "paused", "halted", "awaiting_approval", "succeeded", "rolled_back", "aborted"
+]
+ACTIVE_STATES: frozenset[RolloutState] = frozenset(
+    {"running", "paused", "halted", "awaiting_approval"}
+)
+"""A rollout in one of these still owns its alias's split; at most one per alias."""
+
+SHADOW_STEP = 0
+"""A rollout step of 0 percent: the candidate gets a shadow copy of traffic, no answers."""
+
+ObservedRole = Literal["primary", "candidate", "shadow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,16 +47,38 @@ class Tenant:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a key belongs to: a tenant, or the operator (admin, no tenant)."""
+    """Who a key belongs to: a tenant, or the operator (admin, no tenant).
+
+    ``expires_at`` (unix seconds) is set on a key being rotated out: it works until then.
+    """
 
     role: Role
     tenant: Tenant | None
     key_digest: bytes
+    expires_at: float | None = None
 
     @property
     def key_id(self) -> str:
-        """Names the key in usage events and logs: the first 8 bytes of its digest, in hex."""
-        return self.key_digest[:8].hex()
+        """Names the key in usage events, the audit log and logs: the first 8 bytes of
+        its digest, in hex."""
+        return key_id_of(self.key_digest)
+
+
+def key_id_of(digest: bytes) -> str:
+    return digest[:8].hex()
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key as the admin API lists it: never the key, only its id and dates."""
+
+    key_id: str
+    tenant: str | None
+    """None: an admin key."""
+    role: Role
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +88,167 @@ class ModelRecord:
     kind: str
     dimensions: int
     quantization: str
+    size_bytes: int = 0
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Shadow:
+    """A share of an alias's requests copied to ``version``: never awaited, never billed."""
+
+    version: str
+    share: float
+    """0 < share <= 1: the fraction of the alias's requests copied."""
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Traffic of an alias across versions.
+
+    ``weights``: (version, weight) pairs, weights > 0 (relative: they need not sum to
+    1); ``pins``: (tenant name, version) pairs that override the weights for a tenant.
+    A version named anywhere here is served by the alias's pool.
+    """
+
+    alias: str
+    weights: tuple[tuple[str, float], ...]
+    sticky: Sticky = "tenant"
+    pins: tuple[tuple[str, str], ...] = ()
+    shadow: Shadow | None = None
+
+    def versions(self) -> frozenset[str]:
+        named = {version for version, _ in self.weights} | {version for _, version in self.pins}
+        if self.shadow is not None:
+            named.add(self.shadow.version)
+        return frozenset(named)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPlan:
+    """What a rollout was asked to do: the candidate's share at each step (``SHADOW_STEP``
+    = a shadow copy only), how long each step is watched, and what it must show."""
+
+    steps: tuple[int, ...] = (SHADOW_STEP, 5, 25, 50, 100)
+    interval_s: float = 60.0
+    max_error_rate: float = 0.01
+    """The candidate's share of failed requests (5xx on our side) in an interval."""
+    max_latency_ratio: float = 1.5
+    """The candidate's p95 over the primary's, in the same interval."""
+    min_agreement: float = 0.95
+    """Shadow steps: mean agreement with the primary (embeddings: cosine per text;
+    rerank: Spearman rank correlation)."""
+    min_requests: int = 20
+    """Fewer candidate requests (or shadow comparisons) than this in an interval: too
+    little to judge, and the rollout halts rather than passes."""
+    shadow_share: float = 1.0
+    approval: bool = False
+    """Promotion to 100% waits for an approval by a second admin key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    id: int
+    alias: str
+    primary: str
+    """The version the alias served when the rollout started (where a rollback returns)."""
+    candidate: str
+    plan: RolloutPlan
+    state: RolloutState
+    step: int
+    """Index into ``plan.steps``."""
+    step_started_at: float | None
+    """Unix time the current step's interval began; None until the candidate is served."""
+    reason: str
+    """Why it is in its state (the failed check, the halt, who paused it)."""
+    started_by: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One gateway's counts for one version in one step of a rollout (cumulative within
+    the step; each gateway upserts its own row, the analysis sums every gateway's)."""
+
+    rollout_id: int
+    step: int
+    gateway_id: str
+    role: ObservedRole
+    requests: int = 0
+    errors: int = 0
+    latency_buckets: tuple[int, ...] = ()
+    """Counts per bucket of ``rollouts.stats.LATENCY_BOUNDS_S`` (mergeable by addition)."""
+    agreement_n: int = 0
+    agreement_sum: float = 0.0
+    top1_n: int = 0
+    top1_agree: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who makes a registry write, for the audit log: an admin key id, ``cli:<user>``, or
+    ``rollout:<gateway id>`` (the automated controller), and the request it came in on."""
+
+    who: str
+    request_id: str = ""
+
+
+SYSTEM = Actor("system")
+"""Writes no person asked for: the demo seed, ``headway up`` importing the default model,
+a worker registering the synthetic model it serves."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    id: int
+    at: float
+    actor: str
+    action: str
+    """``<resource>.<verb>``: tenant.create, key.rotate, split.set, rollout.advance, ..."""
+    target: str
+    """The resource written: ``tenant:search-app``, ``alias:minilm``, ``rollout:3``."""
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    actor: str | None = None
+    action: str | None = None
+    """Exact, or a prefix ending in a dot (``rollout.``)."""
+    target: str | None = None
+    since: float | None = None
+    until: float | None = None
+    limit: int = 100
+    before_id: int | None = None
+    """Pagination: entries with a smaller id (newest first)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything the gateway needs on the request path, loaded at once.
 
-    ``principals`` is keyed by SHA-256 digest of the key; ``aliases`` maps
-    alias (and each version to itself) to a model record.
+    ``principals`` is keyed by SHA-256 digest of the key; ``models`` maps each alias
+    (to its primary version's record) and each version (to itself); ``splits`` holds
+    the aliases that split traffic; ``changes`` is the registry's change counter when
+    it was read.
     """
 
     principals: dict[bytes, Principal] = field(default_factory=dict)
     models: dict[str, ModelRecord] = field(default_factory=dict)
+    splits: dict[str, Split] = field(default_factory=dict)
+    changes: int = 0
 
     def resolve_model(self, name: str) -> ModelRecord | None:
         return self.models.get(name)
+
+    def versions_of(self, name: str) -> frozenset[str]:
+        """Every version a worker serving ``name`` must hold: the alias's primary and any
+        its split names (weights, pins, shadow); a version names itself."""
+        record = self.models.get(name)
+        named = {record.version} if record is not None else set()
+        split = self.splits.get(name)
+        if split is not None:
+            named |= split.versions()
+        return frozenset(named)

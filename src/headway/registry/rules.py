@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
-from headway.registry.errors import InvalidQuota, UnknownModelKind, UnknownTier
-from headway.registry.model import MODEL_KINDS, TIERS, Tier
+from headway.registry.errors import (
+    InvalidOverlap,
+    InvalidQuota,
+    InvalidRollout,
+    InvalidSplit,
+    UnknownModelKind,
+    UnknownTier,
+)
+from headway.registry.model import MODEL_KINDS, SHADOW_STEP, STICKY, TIERS, RolloutPlan, Split, Tier
+
+DEFAULT_RATE: dict[Tier, float] = {"interactive": 200.0, "batch": 500.0}
+DEFAULT_BURST: dict[Tier, float] = {"interactive": 400.0, "batch": 2000.0}
+"""A new tenant's quota when none is given: its tier's."""
 
 
 def tier_of(value: str) -> Tier:
@@ -27,3 +39,74 @@ def model_kind(kind: str) -> str:
     if kind not in MODEL_KINDS:
         raise UnknownModelKind(f"model kind {kind!r} is not one of {', '.join(MODEL_KINDS)}")
     return kind
+
+
+def overlap_value(overlap_s: float) -> float:
+    """How long a rotated-out key keeps working: zero (revoked at once) or more seconds."""
+    if not (math.isfinite(overlap_s) and overlap_s >= 0):
+        raise InvalidOverlap(
+            f"overlap_s must be zero or a positive, finite number, not {overlap_s}"
+        )
+    return float(overlap_s)
+
+
+def check_split(split: Split) -> Split:
+    """A split the gateway can draw from: at least one weighted version, each weight
+    positive and finite, no version weighted twice, one pin per tenant, and a shadow
+    (if any) of a share in (0, 1] on a version that takes no weighted traffic (a copy
+    of a request to the version that answers it compares nothing)."""
+    if not split.alias:
+        raise InvalidSplit("a split needs an alias")
+    if not split.weights:
+        raise InvalidSplit(f"the split of {split.alias!r} weights no version")
+    versions = [version for version, _ in split.weights]
+    if len(set(versions)) != len(versions):
+        raise InvalidSplit(f"the split of {split.alias!r} weights a version twice")
+    for version, weight in split.weights:
+        if not (math.isfinite(weight) and weight > 0):
+            raise InvalidSplit(
+                f"the weight of {version!r} must be a positive, finite number, not {weight}"
+            )
+    if split.sticky not in STICKY:
+        raise InvalidSplit(f"sticky {split.sticky!r} is not one of {', '.join(STICKY)}")
+    tenants = [tenant for tenant, _ in split.pins]
+    if len(set(tenants)) != len(tenants):
+        raise InvalidSplit(f"the split of {split.alias!r} pins a tenant twice")
+    shadow = split.shadow
+    if shadow is not None:
+        if not (math.isfinite(shadow.share) and 0 < shadow.share <= 1):
+            raise InvalidSplit(f"a shadow share must be in (0, 1], not {shadow.share}")
+        if shadow.version in versions:
+            raise InvalidSplit(f"the shadow version {shadow.version!r} is also weighted")
+    return split
+
+
+def check_plan(plan: RolloutPlan) -> RolloutPlan:
+    """A plan a rollout can follow: steps strictly increasing percentages from 0 to 100
+    (``SHADOW_STEP`` only first) ending at 100, a positive interval, and thresholds that
+    some interval could pass."""
+    steps = plan.steps
+    if not steps or steps[-1] != 100:
+        raise InvalidRollout(f"a plan's steps must end at 100, not {list(steps)}")
+    if any(not 0 <= step <= 100 for step in steps):
+        raise InvalidRollout(f"a plan's steps must be percentages in 0..100, not {list(steps)}")
+    if SHADOW_STEP in steps[1:]:
+        raise InvalidRollout("only a plan's first step may be the shadow step (0)")
+    if any(later <= earlier for earlier, later in pairwise(steps)):
+        raise InvalidRollout(f"a plan's steps must strictly increase, not {list(steps)}")
+    _in_range("interval_s", plan.interval_s, low=0, high=math.inf, low_open=True)
+    _in_range("max_error_rate", plan.max_error_rate, low=0, high=1)
+    _in_range("max_latency_ratio", plan.max_latency_ratio, low=0, high=math.inf, low_open=True)
+    _in_range("min_agreement", plan.min_agreement, low=-1, high=1)
+    _in_range("min_requests", plan.min_requests, low=0, high=math.inf)
+    _in_range("shadow_share", plan.shadow_share, low=0, high=1, low_open=True)
+    return plan
+
+
+def _in_range(name: str, value: float, *, low: float, high: float, low_open: bool = False) -> None:
+    finite = math.isfinite(value)
+    above = value > low if low_open else value >= low
+    if not (finite and above and value <= high):
+        opening = "(" if low_open else "["
+        closing = ")" if math.isinf(high) else "]"
+        raise InvalidRollout(f"{name} must be in {opening}{low}, {high}{closing}, not {value}")

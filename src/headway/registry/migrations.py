@@ -1,0 +1,253 @@
+"""The registry's schema as an ordered list of migrations, for SQLite and Postgres.
+
+A database records the versions it has in ``registry_migrations(version, applied_at)``
+(not the ledger's ``schema_migrations``: in shared mode both live in one Postgres
+database). Opening a registry applies the missing ones in order, in one write
+transaction holding the registry's write lock from before the versions are read, so
+two processes opening one database at once apply each migration once. A database
+holding a version this code does not know raises ``SchemaTooNew`` rather than being
+written by older code.
+
+Migration 1 is the schema the registry had before it was versioned, with ``CREATE
+TABLE IF NOT EXISTS``: a file written then upgrades in place. Migrations are never
+edited once released: a change is a new version at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headway.registry.dialect import DialectName, Tx
+from headway.registry.errors import SchemaTooNew
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    sqlite: tuple[str, ...]
+    postgres: tuple[str, ...]
+
+    def statements(self, dialect: DialectName) -> tuple[str, ...]:
+        return self.sqlite if dialect == "sqlite" else self.postgres
+
+
+@dataclass(frozen=True, slots=True)
+class _Types:
+    """What the two dialects spell differently."""
+
+    blob: str
+    real: str
+    big: str
+    json: str
+    identity: str
+
+
+SQLITE = _Types("BLOB", "REAL", "INTEGER", "TEXT", "INTEGER PRIMARY KEY AUTOINCREMENT")
+POSTGRES = _Types(
+    "BYTEA",
+    "DOUBLE PRECISION",
+    "BIGINT",
+    "JSONB",
+    "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+)
+
+
+def _unversioned(t: _Types, tenant_id: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE IF NOT EXISTS tenants (
+            id {tenant_id},
+            name TEXT NOT NULL UNIQUE,
+            tier TEXT NOT NULL CHECK (tier IN ('interactive', 'batch')),
+            rate_texts_per_s {t.real} NOT NULL CHECK (rate_texts_per_s > 0),
+            burst_texts {t.real} NOT NULL CHECK (burst_texts > 0),
+            created_at {t.real} NOT NULL
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS api_keys (
+            key_digest {t.blob} PRIMARY KEY,
+            tenant_id {t.big} REFERENCES tenants (id),
+            role TEXT NOT NULL CHECK (role IN ('tenant', 'admin')),
+            created_at {t.real} NOT NULL,
+            revoked_at {t.real},
+            CHECK ((role = 'admin') = (tenant_id IS NULL))
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS models (
+            version TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('embedding', 'cross-encoder')),
+            dimensions INTEGER NOT NULL,
+            quantization TEXT NOT NULL,
+            created_at {t.real} NOT NULL
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS aliases (
+            alias TEXT PRIMARY KEY,
+            version TEXT NOT NULL REFERENCES models (version),
+            updated_at {t.real} NOT NULL
+        )""",
+    )
+
+
+def _key_ids(t: _Types, first_8_bytes_hex: str) -> tuple[str, ...]:
+    return (
+        "ALTER TABLE api_keys ADD COLUMN key_id TEXT",
+        f"ALTER TABLE api_keys ADD COLUMN expires_at {t.real}",
+        f"UPDATE api_keys SET key_id = {first_8_bytes_hex}",
+        "CREATE UNIQUE INDEX api_keys_key_id ON api_keys (key_id)",
+    )
+
+
+def _splits_and_rollouts(t: _Types) -> tuple[str, ...]:
+    active = "('running', 'paused', 'halted', 'awaiting_approval')"
+    return (
+        f"""CREATE TABLE splits (
+            alias TEXT PRIMARY KEY REFERENCES aliases (alias),
+            weights {t.json} NOT NULL,
+            sticky TEXT NOT NULL CHECK (sticky IN ('tenant', 'user', 'none')),
+            pins {t.json} NOT NULL,
+            shadow_version TEXT,
+            shadow_share {t.real},
+            updated_at {t.real} NOT NULL,
+            CHECK ((shadow_version IS NULL) = (shadow_share IS NULL))
+        )""",
+        f"""CREATE TABLE rollouts (
+            id {t.identity},
+            alias TEXT NOT NULL REFERENCES aliases (alias),
+            primary_version TEXT NOT NULL,
+            candidate_version TEXT NOT NULL,
+            plan {t.json} NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'halted',
+                'awaiting_approval', 'succeeded', 'rolled_back', 'aborted')),
+            step INTEGER NOT NULL,
+            step_started_at {t.real},
+            reason TEXT NOT NULL,
+            started_by TEXT NOT NULL,
+            created_at {t.real} NOT NULL,
+            updated_at {t.real} NOT NULL
+        )""",
+        # The code refuses a second active rollout inside the write lock; this is the
+        # backstop the error tree's docstring promises.
+        f"CREATE UNIQUE INDEX rollouts_one_active ON rollouts (alias) WHERE state IN {active}",
+        f"""CREATE TABLE observations (
+            rollout_id {t.big} NOT NULL REFERENCES rollouts (id),
+            step INTEGER NOT NULL,
+            gateway_id TEXT NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('primary', 'candidate', 'shadow')),
+            requests {t.big} NOT NULL,
+            errors {t.big} NOT NULL,
+            latency_buckets {t.json} NOT NULL,
+            agreement_n {t.big} NOT NULL,
+            agreement_sum {t.real} NOT NULL,
+            top1_n {t.big} NOT NULL,
+            top1_agree {t.big} NOT NULL,
+            updated_at {t.real} NOT NULL,
+            PRIMARY KEY (rollout_id, step, gateway_id, role)
+        )""",
+    )
+
+
+def _audit_and_changes(t: _Types, append_only: tuple[str, ...]) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE audit_log (
+            id {t.identity},
+            at {t.real} NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            before {t.json},
+            after {t.json},
+            request_id TEXT NOT NULL
+        )""",
+        "CREATE INDEX audit_log_target ON audit_log (target, id)",
+        "CREATE INDEX audit_log_at ON audit_log (at)",
+        *append_only,
+        f"""CREATE TABLE registry_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            changes {t.big} NOT NULL
+        )""",
+        "INSERT INTO registry_state (id, changes) VALUES (1, 0)",
+    )
+
+
+# No code path updates or deletes an audit entry; these make the database refuse it too.
+_SQLITE_APPEND_ONLY = tuple(
+    f"""CREATE TRIGGER audit_log_no_{verb.lower()} BEFORE {verb} ON audit_log
+        BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END"""
+    for verb in ("UPDATE", "DELETE")
+)
+_POSTGRES_APPEND_ONLY = (
+    """CREATE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'audit_log is append-only'; END $$""",
+    """CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
+        FOR EACH ROW EXECUTE FUNCTION audit_log_append_only()""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "tenants, API key digests, model versions, aliases (the unversioned schema)",
+        sqlite=_unversioned(SQLITE, "INTEGER PRIMARY KEY"),
+        postgres=_unversioned(POSTGRES, "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"),
+    ),
+    Migration(
+        2,
+        "key ids (the digest's first 8 bytes in hex) and key expiry, for rotation",
+        sqlite=_key_ids(SQLITE, "lower(hex(substr(key_digest, 1, 8)))"),
+        postgres=_key_ids(POSTGRES, "encode(substring(key_digest FROM 1 FOR 8), 'hex')"),
+    ),
+    Migration(
+        3,
+        "model artifact sizes",
+        sqlite=("ALTER TABLE models ADD COLUMN size_bytes INTEGER NOT NULL DEFAULT 0",),
+        postgres=("ALTER TABLE models ADD COLUMN size_bytes BIGINT NOT NULL DEFAULT 0",),
+    ),
+    Migration(
+        4,
+        "traffic splits, rollouts, per-gateway rollout observations",
+        sqlite=_splits_and_rollouts(SQLITE),
+        postgres=_splits_and_rollouts(POSTGRES),
+    ),
+    Migration(
+        5,
+        "the append-only audit log and the change counter",
+        sqlite=_audit_and_changes(SQLITE, _SQLITE_APPEND_ONLY),
+        postgres=_audit_and_changes(POSTGRES, _POSTGRES_APPEND_ONLY),
+    ),
+)
+
+_CREATE_RECORD = (
+    "CREATE TABLE IF NOT EXISTS registry_migrations"
+    " (version INTEGER PRIMARY KEY, applied_at {real} NOT NULL)"
+)
+
+
+def missing(applied: set[int], migrations: tuple[Migration, ...] = MIGRATIONS) -> list[Migration]:
+    """The migrations ``applied`` lacks, in order; ``SchemaTooNew`` if it has unknown ones."""
+    unknown = applied - {migration.version for migration in migrations}
+    if unknown:
+        raise SchemaTooNew(
+            f"the registry's database has schema versions {sorted(unknown)} this code does"
+            " not know; run the code that migrated it"
+        )
+    return [migration for migration in migrations if migration.version not in applied]
+
+
+def migrate(
+    tx: Tx,
+    dialect: DialectName,
+    clock: Callable[[], float],
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+) -> list[int]:
+    """Apply what is missing in ``tx`` (a write transaction: it holds the lock); the
+    versions applied."""
+    tx.execute(_CREATE_RECORD.format(real=SQLITE.real if dialect == "sqlite" else POSTGRES.real))
+    applied = {version for (version,) in tx.all("SELECT version FROM registry_migrations")}
+    todo = missing(applied, migrations)
+    for migration in todo:
+        for statement in migration.statements(dialect):
+            tx.execute(statement)
+        tx.execute(
+            "INSERT INTO registry_migrations (version, applied_at) VALUES (?, ?)",
+            (migration.version, clock()),
+        )
+    return [migration.version for migration in todo]

@@ -1,0 +1,180 @@
+"""The registry's one interface, implemented on SQLite (embedded) and Postgres (shared).
+
+Reads return plain values (``model``). Every write keeps the rules of ``rules`` and
+``errors`` and appends exactly one ``AuditEntry`` (who, what before and after, when,
+the request id) in the same transaction as the change; each write also bumps the
+change counter (``changes``), which gateways and workers poll to pick a change up
+within ``registry_poll_s``. Writes hold the registry's write lock from their first
+read (SQLite ``BEGIN IMMEDIATE``, Postgres ``pg_advisory_xact_lock``), so what a
+write checks cannot change before it writes. Observations are the one exception:
+counts, not admin writes, upserted without an audit entry or a change.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from headway.registry.model import (
+    Actor,
+    ApiKey,
+    AuditEntry,
+    AuditQuery,
+    ModelRecord,
+    Observation,
+    Rollout,
+    RolloutPlan,
+    RolloutState,
+    Snapshot,
+    Split,
+    Tenant,
+)
+
+
+class RegistryStore(Protocol):
+    # reads ---------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot: ...
+
+    def changes(self) -> int:
+        """The change counter: bumped by every write (not by observations)."""
+        ...
+
+    def tenants(self) -> list[Tenant]: ...
+
+    def tenant(self, name: str) -> Tenant:
+        """``UnknownTenant`` if there is none of that name."""
+        ...
+
+    def keys(self, tenant: str | None) -> list[ApiKey]:
+        """A tenant's keys (``UnknownTenant``), or with None the admin keys; newest first,
+        revoked ones included."""
+        ...
+
+    def models(self) -> list[tuple[ModelRecord, list[str]]]:
+        """Every version with the aliases whose primary it is."""
+        ...
+
+    def model(self, version: str) -> ModelRecord:
+        """``UnknownModel`` if no version has that hash."""
+        ...
+
+    def resolve_model(self, name: str) -> ModelRecord | None:
+        """An alias's primary version, or a version by its hash."""
+        ...
+
+    def splits(self) -> list[Split]: ...
+
+    def rollouts(self, alias: str | None = None, *, active: bool = False) -> list[Rollout]:
+        """Newest first; ``active``: only those in ``ACTIVE_STATES``."""
+        ...
+
+    def rollout(self, rollout_id: int) -> Rollout:
+        """``UnknownRollout`` if there is none with that id."""
+        ...
+
+    def audit(self, query: AuditQuery) -> list[AuditEntry]:
+        """Newest first, at most ``query.limit``."""
+        ...
+
+    def observations(self, rollout_id: int, step: int) -> list[Observation]: ...
+
+    # writes (each one audit entry) ----------------------------------------------
+
+    def add_tenant(
+        self,
+        name: str,
+        tier: str,
+        *,
+        actor: Actor,
+        rate_texts_per_s: float | None = None,
+        burst_texts: float | None = None,
+        key: str | None = None,
+    ) -> tuple[Tenant, str]:
+        """The tenant and its first key (returned once, stored only as a digest)."""
+        ...
+
+    def update_tenant(
+        self,
+        name: str,
+        *,
+        actor: Actor,
+        tier: str | None = None,
+        rate_texts_per_s: float | None = None,
+        burst_texts: float | None = None,
+    ) -> Tenant: ...
+
+    def delete_tenant(self, name: str, *, actor: Actor) -> Tenant:
+        """Removes the tenant and revokes every key of it at once; its pins go from every
+        split. The usage ledger is another store and keeps its rows (billing)."""
+        ...
+
+    def rotate_key(
+        self, tenant: str, *, actor: Actor, overlap_s: float, key: str | None = None
+    ) -> tuple[ApiKey, str]:
+        """A new key for the tenant; its other live keys expire ``overlap_s`` from now
+        (0: at once). Returns the new key's record and the key (shown once)."""
+        ...
+
+    def revoke_key(self, key_id: str, *, actor: Actor) -> ApiKey:
+        """Revoked now (``UnknownKey``); revoking the last live admin key is refused."""
+        ...
+
+    def add_admin_key(self, *, actor: Actor, key: str | None = None) -> tuple[ApiKey, str]: ...
+
+    def add_model(
+        self, record: ModelRecord, aliases: tuple[str, ...] = (), *, actor: Actor
+    ) -> ModelRecord:
+        """Record a version (once: a version is a content hash, and adding it again keeps
+        the first record) and point ``aliases`` at it. Audited when something changed."""
+        ...
+
+    def set_alias(self, alias: str, version: str, *, actor: Actor) -> None:
+        """Point ``alias`` at one version; any split on it is removed (``UnknownModel``;
+        ``RolloutActive`` while a rollout owns the alias)."""
+        ...
+
+    def set_split(self, split: Split, *, actor: Actor) -> Split:
+        """Replace the alias's split (``InvalidSplit``, ``UnknownModel``, ``UnknownTenant``
+        for a pin, ``RolloutActive``). The alias must exist."""
+        ...
+
+    def delete_split(self, alias: str, *, actor: Actor) -> None: ...
+
+    def start_rollout(
+        self, alias: str, candidate: str, plan: RolloutPlan, *, actor: Actor, split: Split
+    ) -> Rollout:
+        """A running rollout at step 0 with ``split`` as the alias's split, in one
+        transaction (``RolloutActive`` if the alias has one, ``InvalidRollout``)."""
+        ...
+
+    def transition(
+        self,
+        rollout_id: int,
+        *,
+        expect: tuple[RolloutState, int],
+        state: RolloutState,
+        step: int,
+        step_started_at: float | None,
+        reason: str,
+        split: Split | None,
+        alias_version: str | None = None,
+        action: str,
+        actor: Actor,
+    ) -> Rollout | None:
+        """Move a rollout from ``expect`` (state, step) to its next state, with the
+        alias's new split (None: no split) and, on promotion, its new primary, in one
+        transaction. None when the rollout is no longer in ``expect`` (another gateway
+        moved it first): compare-and-set, so every step happens once."""
+        ...
+
+    def record_observation(self, observation: Observation) -> None:
+        """Upsert this gateway's counts for (rollout, step, gateway, role)."""
+        ...
+
+    def seed_demo(self) -> bool:
+        """On a registry with no tenants, the documented demo tenants and admin key."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection kept between calls, if any (usable again after)."""
+        ...
