@@ -11,8 +11,8 @@ import hashlib
 import json
 
 from headway.models.store import ModelStore, StoredModel
-from headway.registry.model import ModelRecord
-from headway.registry.sqlite import Registry
+from headway.registry.model import SYSTEM, Actor, ModelRecord
+from headway.registry.store import RegistryStore
 from headway.settings import Settings, SyntheticSettings
 
 DEFAULT_ALIASES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm")
@@ -21,18 +21,29 @@ SYNTHETIC_ALIAS = "synthetic"
 
 def record_of(model: StoredModel) -> ModelRecord:
     manifest = model.manifest
+    size_bytes = sum(entry.stat().st_size for entry in model.path.iterdir())
     return ModelRecord(
-        model.version, manifest.name, manifest.kind, manifest.dimensions, manifest.quantization
+        model.version,
+        manifest.name,
+        manifest.kind,
+        manifest.dimensions,
+        manifest.quantization,
+        size_bytes=size_bytes,
     )
 
 
-def register(registry: Registry, model: StoredModel, aliases: tuple[str, ...]) -> ModelRecord:
+def register(
+    registry: RegistryStore,
+    model: StoredModel,
+    aliases: tuple[str, ...],
+    actor: Actor = SYSTEM,
+) -> ModelRecord:
     record = record_of(model)
-    registry.add_model(record, aliases)
+    registry.add_model(record, aliases, actor=actor)
     return record
 
 
-def ensure_default_model(settings: Settings, registry: Registry) -> ModelRecord:
+def ensure_default_model(settings: Settings, registry: RegistryStore) -> ModelRecord:
     """Import all-MiniLM-L6-v2 unless the registry already names a stored artifact for it."""
     store = ModelStore(settings.model_root)
     existing = registry.resolve_model(settings.embed_model)
@@ -44,8 +55,21 @@ def ensure_default_model(settings: Settings, registry: Registry) -> ModelRecord:
 
 
 def synthetic_record(synthetic: SyntheticSettings) -> ModelRecord:
-    """The synthetic backend as a model: its version names what decides its outputs (the
-    width), not its costs, so replicas that differ only in speed serve one version."""
-    params = json.dumps({"dimensions": synthetic.dimensions}).encode()
+    """The synthetic backend as a model: its version names what decides its outputs and
+    errors (the width, the seed, the failure share), not its costs, so replicas that
+    differ only in speed serve one version. The seed and the failure share are hashed
+    only when set, so the version of a synthetic model without them never changes."""
+    decisive: dict[str, float] = {"dimensions": synthetic.dimensions}
+    decisive |= {
+        k: v for k, v in (("seed", synthetic.seed), ("fail_share", synthetic.fail_share)) if v
+    }
+    params = json.dumps(decisive).encode()
     version = hashlib.sha256(b"synthetic\0" + params).hexdigest()
     return ModelRecord(version, SYNTHETIC_ALIAS, "embedding", synthetic.dimensions, "none")
+
+
+def synthetic_aliases(synthetic: SyntheticSettings) -> tuple[str, ...]:
+    """Only a synthetic model with the default seed and no failures takes the alias, so
+    workers started with other outputs (in any order) never move it."""
+    plain = synthetic.seed == 0 and synthetic.fail_share == 0
+    return (SYNTHETIC_ALIAS,) if plain else ()

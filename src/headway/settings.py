@@ -59,6 +59,13 @@ class AdmissionSettings(_Section):
     crowding: float = Field(
         0.8, gt=0, le=1, description="Tier fill above which a tenant over its share is refused."
     )
+    shadow_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Shadow copies run only while all outstanding work is below this share "
+        "of the limit (none when the pool is at capacity).",
+    )
     window_ms: float = Field(250.0, gt=0, description="Throughput measurement window.")
     floor_texts_per_replica: int = Field(
         32, gt=0, description="Smallest limit per ready replica (before anything is measured)."
@@ -128,7 +135,18 @@ class GatewaySettings(_Section):
         ge=0,
         description="After SIGTERM: /readyz 503 at once, keep serving this long, then close.",
     )
-    registry_refresh_s: float = Field(2.0, gt=0, description="How often keys are reloaded.")
+    registry_refresh_s: float = Field(
+        30.0, gt=0, description="How often the whole registry is reloaded even if unchanged."
+    )
+    registry_poll_s: float = Field(
+        0.5,
+        gt=0,
+        description="How often the registry's change counter is read; a change reloads it "
+        "(keys, tenants, splits reach every gateway within this plus a reload).",
+    )
+    rollout_tick_s: float = Field(
+        1.0, gt=0, description="How often rollouts' counts are written and their steps judged."
+    )
     routing: RoutingSettings = RoutingSettings()
     admission: AdmissionSettings = AdmissionSettings()
     quota: QuotaSettings = QuotaSettings()
@@ -181,6 +199,20 @@ class SyntheticSettings(_Section):
     hiccup_ms: float = Field(
         0.0, ge=0, description="Synthetic backend: how much longer (a pause, a noisy neighbour)."
     )
+    seed: int = Field(
+        0,
+        ge=0,
+        lt=1 << 32,
+        description="Synthetic backend: mixed into every text's vector (another seed, "
+        "another model); part of the version.",
+    )
+    fail_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Synthetic backend: share of model calls that fail (every chunk of "
+        "that batch gets a 5xx), drawn from a seeded generator; part of the version.",
+    )
 
 
 class WorkerSettings(_Section):
@@ -190,7 +222,14 @@ class WorkerSettings(_Section):
     backend: BackendName = Field(
         "onnx", description="onnx (real model) or synthetic (cost = waiting)."
     )
-    model: str = Field("", description="Model alias or version; empty: the pool's default alias.")
+    models: tuple[str, ...] = Field(
+        (),
+        description="Model aliases or versions served; each brings every version its "
+        "split names. Empty: the pool's default alias.",
+    )
+    registry_poll_s: float = Field(
+        1.0, gt=0, description="How often the registry's change counter is read."
+    )
     max_batch_size: int = Field(32, gt=0, description="Most texts in one model call.")
     max_batch_tokens: int = Field(
         8192, gt=0, description="Most padded tokens (texts x longest) in one model call."
@@ -238,8 +277,9 @@ class Settings(BaseSettings):
     )
     postgres_url: str | None = Field(
         None,
-        description="Shared mode: the usage ledger on Postgres (postgresql://user@host:port/db); "
-        "without it, SQLite in the data dir.",
+        description="Shared mode: the registry (tenants, keys, models, splits, rollouts, audit "
+        "log) and the usage ledger on Postgres (postgresql://user@host:port/db); without it, "
+        "SQLite files in the data dir.",
     )
     embed_model: str = Field(
         "all-MiniLM-L6-v2", description="Default model alias of the embed pool."

@@ -6,6 +6,8 @@ stamped by the gateway at the moment each attempt is sent, so no two clocks
 need to agree; the worker turns it into a deadline on its own clock when the
 chunk arrives) and its priority: a worker's queue serves the lower number
 first (interactive before batch), earliest deadline first within one priority.
+A shadow chunk (a copy for comparison, never awaited by a client) runs only in
+spare capacity: a worker refuses it at once unless its queue is nearly empty.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class Priority(IntEnum):
 
     INTERACTIVE = 0
     BATCH = 1
+    SHADOW = 2
+    """Refused (503) unless queued texts plus the chunk's fit in one batch."""
 
 
 class EmbedChunk(msgspec.Struct, forbid_unknown_fields=True):

@@ -119,3 +119,23 @@ def test_dns_targets_parse_strictly():
     for bad in ("embed", "embed:", ":9100", "embed:http"):
         with pytest.raises(ValueError, match="NAME:PORT"):
             parse_target(bad)
+
+
+async def test_a_replica_serving_several_versions_takes_chunks_of_each():
+    def readyz(request: UpstreamRequest) -> Reply:
+        served = [{"version": v, "kind": "embedding", "dimensions": 4} for v in ("v1", "v2")]
+        body = {"ready": True, "model_version": "v1", "versions": served}
+        return Reply(200, msgspec.json.encode(body), {})
+
+    pool = ReplicaPool(
+        "embed",
+        ("http://multi",),
+        MockTransport(readyz),
+        health_interval_s=1,
+        admission=AdmissionConfig(),
+        rng=random.Random(7),
+    )
+    await pool.poll_once()
+    assert pool.versions == {"v1", "v2"}
+    assert pool.pick("v2").url == "http://multi"
+    assert pool.pick("v3") is None

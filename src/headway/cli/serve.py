@@ -72,10 +72,10 @@ def up(
         },
     )
     from headway.catalog import ensure_default_model
-    from headway.registry.sqlite import Registry
+    from headway.registry.open import open_registry
     from headway.supervisor import Supervisor, write_run_config
 
-    registry = Registry(settings.registry_path)
+    registry = open_registry(settings)
     if registry.seed_demo():
         log.info("first start: created demo tenants (see README; replace them before exposing)")
     if settings.worker.backend == "onnx":
@@ -164,7 +164,10 @@ def worker(
     fd: FdOpt = None,
     pool: Annotated[str | None, typer.Option(help="embed or rerank.")] = None,
     backend: Annotated[str | None, typer.Option(help="onnx or synthetic.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model alias or version.")] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(help="Model alias or version to serve (repeat for several)."),
+    ] = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Run one worker replica of a model pool."""
@@ -172,7 +175,13 @@ def worker(
         config,
         data_dir=data_dir,
         log_level=log_level,
-        worker={"host": host, "port": port, "pool": pool, "backend": backend, "model": model},
+        worker={
+            "host": host,
+            "port": port,
+            "pool": pool,
+            "backend": backend,
+            "models": tuple(model) if model else None,
+        },
     )
     # The tokenizer's thread pool reads this once, on first use: a fixed, small
     # number of threads per worker, so replicas do not oversubscribe the cores.

@@ -2,7 +2,8 @@
 
 ``poll_once`` (run every ``health_interval_s`` by the gateway's background
 loops) reads every replica's ``/readyz``; only ready replicas receive work, and
-each one's model version, kind and width come from there. A replica
+the versions each one serves come from there (``versions``; a worker that
+predates several versions names only its ``model_version``). A replica
 that refuses a connection is marked unready at once and comes back with the
 next successful poll. The next chunk goes to the replica with the shorter
 expected wait (texts outstanding from this gateway x recent latency), by power
@@ -34,11 +35,23 @@ from headway.transport.base import Transport, TransportError, UpstreamRequest
 log = logging.getLogger(__name__)
 
 
+class ServedVersion(msgspec.Struct):
+    version: str
+    kind: str = ""
+    dimensions: int = 0
+
+
 class ReadyState(msgspec.Struct):
     ready: bool
     model_version: str = ""
     kind: str = ""
     dimensions: int = 0
+    versions: list[ServedVersion] | None = None
+
+    def served(self) -> frozenset[str]:
+        if self.versions is None:
+            return frozenset({self.model_version}) if self.model_version else frozenset()
+        return frozenset(served.version for served in self.versions)
 
 
 _ready_decoder = msgspec.json.Decoder(ReadyState)
@@ -71,6 +84,8 @@ class Replica:
     url: str
     ready: bool = False
     model_version: str = ""
+    """The version a chunk naming none gets there (its first)."""
+    versions: frozenset[str] = frozenset()
     kind: str = ""
     dimensions: int = 0
     outstanding_texts: int = 0
@@ -135,6 +150,7 @@ class ReplicaPool:
             log.info("replica %s of pool %s: ready=%s", replica.url, self.name, ready)
         if ready:
             replica.model_version = state.model_version
+            replica.versions = state.served()
             replica.kind = state.kind
             replica.dimensions = state.dimensions
         self._set_ready(replica, ready)
@@ -150,7 +166,7 @@ class ReplicaPool:
 
     def _recount(self) -> None:
         self.ready_count = sum(r.ready for r in self.replicas)
-        self.versions = frozenset(r.model_version for r in self.replicas if r.ready)
+        self.versions = frozenset().union(*(r.versions for r in self.replicas if r.ready))
 
     def pick(
         self,
@@ -161,7 +177,8 @@ class ReplicaPool:
     ) -> Replica | None:
         """Power of two choices on expected wait among the replicas that may take work:
         ready, not ejected, and serving ``version`` (during a rollout two versions may be
-        ready at once; a request goes only to the version it was admitted with); for a
+        ready at once, on one replica or on several; a request goes only to the version
+        it was admitted with); for a
         hedge, recently no slower than ``max_latency_s``; with ``spread``, not yet used
         by the request's other chunks while any unused one is left."""
         now = self.clock()
@@ -169,7 +186,7 @@ class ReplicaPool:
             r
             for r in self.replicas
             if r.ready
-            and r.model_version == version
+            and version in r.versions
             and r is not exclude
             and not r.health.ejected(now)
             and r.latency_s <= max_latency_s

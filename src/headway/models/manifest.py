@@ -1,7 +1,9 @@
 """What an artifact is: the ``manifest.json`` stored beside ``model.onnx``.
 
 The manifest is part of the hashed content, so two artifacts with the same
-graph and tokenizer but different names are different versions.
+graph and tokenizer but different names are different versions. Fields added
+later (``pooling``, ``normalize``) are written only when they differ from their
+defaults, so every artifact stored before them keeps its bytes and its version.
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ from headway.models.errors import ModelIntegrityError
 
 ModelKind = Literal["embedding", "cross-encoder"]
 Quantization = Literal["none", "int8"]
+Pooling = Literal["none", "mean", "cls"]
+"""How the backend turns the graph's first output into one row per text: ``none``, the
+output is that already (``[n, dim]``); ``mean`` / ``cls``, it is token embeddings
+(``[n, seq, dim]``), averaged over the attention mask or taken at the first token."""
+
+_DEFAULTS: dict[str, object] = {"pooling": "none", "normalize": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +34,15 @@ class ModelManifest:
     max_tokens: int
     quantization: Quantization
     source: str
+    pooling: Pooling = "none"
+    normalize: bool = False
+    """L2-normalise each row in the backend (graphs that do it themselves leave it off)."""
 
     def to_json(self) -> str:
-        """Canonical form: sorted keys, two-space indent, trailing newline."""
-        return json.dumps(asdict(self), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+        """Canonical form: sorted keys, two-space indent, trailing newline; the later
+        fields only where they are not at their defaults."""
+        fields = {k: v for k, v in asdict(self).items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
+        return json.dumps(fields, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> ModelManifest:
@@ -46,6 +59,8 @@ class ModelManifest:
             max_tokens=_positive(raw, "max_tokens"),
             quantization=_choice(raw, "quantization", get_args(Quantization)),
             source=_typed(raw, "source", str),
+            pooling=_choice(raw, "pooling", get_args(Pooling), default="none"),
+            normalize=_flag(raw, "normalize"),
         )
 
 
@@ -63,8 +78,15 @@ def _positive(raw: dict[str, Any], key: str) -> int:
     return value
 
 
-def _choice(raw: dict[str, Any], key: str, allowed: tuple[Any, ...]) -> Any:
-    value = raw.get(key)
+def _flag(raw: dict[str, Any], key: str) -> bool:
+    value = raw.get(key, _DEFAULTS[key])
+    if not isinstance(value, bool):
+        raise ModelIntegrityError(f"manifest field {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _choice(raw: dict[str, Any], key: str, allowed: tuple[Any, ...], default: object = None) -> Any:
+    value = raw.get(key, default)
     if value not in allowed:
         raise ModelIntegrityError(f"manifest field {key!r} must be one of {allowed}, got {value!r}")
     return value

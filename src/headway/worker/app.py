@@ -1,7 +1,14 @@
 """The worker's HTTP face: internal chunk endpoints, health, readiness, metrics.
 
-Readiness comes only after the model is loaded and a warm-up batch has run;
-on shutdown the worker turns unready first, then finishes its queue.
+A worker holds every version its ``ModelSource`` wants, each with its own loaded
+backend and ``Batcher`` (so its own inference thread). Readiness comes only after
+each is loaded and a warm-up batch has run. Every ``registry_poll_s`` the worker
+reads the source's change counter; when it moved, it loads (in a thread, off the
+event loop) and warms up what is newly wanted before advertising it, stops taking
+chunks for what is no longer wanted, and unloads that once its queue is empty. A
+chunk is served by the version it names (``ModelMismatch`` if not held; none named:
+the first). Shadow chunks run only in spare capacity. On shutdown the worker turns
+unready first, then finishes its queues.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from headway.http.asgi import App, Handler, Request, Response, json_response
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
-from headway.worker.backends.base import Backend, Encoded
+from headway.worker.backends.base import Encoded
 from headway.worker.batcher import (
     Batcher,
     BatchLimits,
@@ -40,6 +47,7 @@ from headway.worker.batcher import (
     Values,
 )
 from headway.worker.metrics import WorkerMetrics
+from headway.worker.sources import LoadedModel, ModelSource
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,32 +56,45 @@ WARMUP_TEXT = "headway warm-up: the quick brown fox jumps over the lazy dog"
 
 
 @dataclass(frozen=True, slots=True)
-class LoadedModel:
-    backend: Backend
-    version: str
+class Held:
+    """One version a worker serves: its backend and its own queue."""
+
+    model: LoadedModel
+    batcher: Batcher
 
 
 class WorkerService:
-    """Owns the backend, the batcher and the readiness flag of one worker process."""
+    """Owns the held versions, their batchers and the readiness flag of one worker.
+
+    ``held`` is written only by ``start`` and the registry poll (one owner); request
+    handlers read it without an ``await`` between the look-up and the submit, so a
+    version retired meanwhile never takes a chunk it would not run.
+    """
 
     def __init__(
         self,
         pool: str,
-        load: Callable[[], LoadedModel],
+        source: ModelSource,
         limits: BatchLimits,
         *,
+        registry_poll_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         metrics: WorkerMetrics | None = None,
         background: Background | None = None,
     ) -> None:
         self.pool = pool
-        self._load = load
+        self._source = source
         self._limits = limits
+        self._registry_poll_s = registry_poll_s
         self._clock = clock
         self.metrics = metrics or WorkerMetrics(pool)
         self._background = background or Background()
-        self.model: LoadedModel | None = None
-        self.batcher: Batcher | None = None
+        self.held: dict[str, Held] = {}
+        """Versions served, the default first."""
+        self.retiring: list[Held] = []
+        """Versions no longer served, unloaded once their queue is empty."""
+        self._changes = -1
+        self._poll: asyncio.Task[None] | None = None
         self.ready = False
         self.draining = False
 
@@ -82,20 +103,13 @@ class WorkerService:
     async def start(self) -> None:
         """Load and warm up before serving; a model that cannot load stops the process."""
         started = time.perf_counter()
-        model = await asyncio.to_thread(self._load)
-        batcher = Batcher(model.backend, self._limits, clock=self._clock, observer=self.metrics)
-        warmup = model.backend.encode_texts([WARMUP_TEXT] * min(8, self._limits.max_batch_size))
-        if model.backend.kind == "cross-encoder":
-            warmup = model.backend.encode_pairs(WARMUP_TEXT, [WARMUP_TEXT] * 4)
-        await batcher.run_now(warmup)
-        batcher.start(self._background)
-        self.model, self.batcher = model, batcher
+        await self._sync()
         self.ready = True
+        self._poll = self._background.every("registry", self._registry_poll_s, self.refresh)
         log.info(
-            "worker ready: pool=%s model=%s kind=%s in %.1fs",
+            "worker ready: pool=%s versions=%s in %.1fs",
             self.pool,
-            model.version[:12],
-            model.backend.kind,
+            ",".join(version[:12] for version in self.held),
             time.perf_counter() - started,
         )
 
@@ -105,48 +119,112 @@ class WorkerService:
         self.draining = True
 
     async def stop(self) -> None:
-        """Unready first, then finish what is queued, then release the inference thread."""
+        """Unready first, then finish what is queued, then release the inference threads."""
         self.ready = False
         self.draining = True
-        if self.batcher is not None:
-            await self.batcher.drained()
-            await self.batcher.close()
+        if self._poll is not None:
+            self._poll.cancel()
+        for held in [*self.held.values(), *self.retiring]:
+            await held.batcher.drained()
+            await held.batcher.close()
         await self._background.stop()
+
+    async def refresh(self) -> None:
+        """One registry poll: follow a change, then unload retired versions now idle."""
+        if await asyncio.to_thread(self._source.changes) != self._changes:
+            await self._sync()
+        for held in [h for h in self.retiring if h.batcher.outstanding_texts == 0]:
+            self.retiring.remove(held)
+            await held.batcher.close()
+            log.info("worker unloaded version %s", held.model.version[:12])
+
+    async def _sync(self) -> None:
+        """Hold exactly the versions wanted now: new ones loaded and warmed before they are
+        served; if one fails to load, those loaded stay and the next poll tries again."""
+        wanted = await asyncio.to_thread(self._source.wanted)
+        for version in wanted.versions:
+            if version in self.held:
+                continue
+            revived = [held for held in self.retiring if held.model.version == version]
+            if revived:  # wanted again before its queue emptied: it is still loaded
+                self.retiring.remove(revived[0])
+            self.held[version] = revived[0] if revived else await self._load(version)
+        retired = [held for version, held in self.held.items() if version not in wanted.versions]
+        self.held = {version: self.held[version] for version in wanted.versions}
+        self.retiring += retired
+        self._changes = wanted.changes
+
+    async def _load(self, version: str) -> Held:
+        model = await asyncio.to_thread(self._source.load, version)
+        backend = model.backend
+        batcher = Batcher(backend, self._limits, clock=self._clock, observer=self.metrics)
+        if backend.kind == "cross-encoder":
+            warmup = backend.encode_pairs(WARMUP_TEXT, [WARMUP_TEXT] * 4)
+        else:
+            warmup = backend.encode_texts([WARMUP_TEXT] * min(8, self._limits.max_batch_size))
+        await batcher.run_now(warmup)
+        batcher.start(self._background)
+        log.info("worker loaded version %s (%s)", version[:12], backend.kind)
+        return Held(model, batcher)
 
     # requests ----------------------------------------------------------------
 
-    def _serving(self) -> tuple[LoadedModel, Batcher]:
-        if not self.ready or self.model is None or self.batcher is None:
+    @property
+    def outstanding_texts(self) -> int:
+        return sum(h.batcher.outstanding_texts for h in [*self.held.values(), *self.retiring])
+
+    @property
+    def queued_texts(self) -> int:
+        """Texts waiting in every version's queue: they share this worker's cores."""
+        return sum(h.batcher.queued_texts for h in [*self.held.values(), *self.retiring])
+
+    def _serving(self, requested: str) -> Held:
+        if not self.ready or not self.held:
             raise NoReplicas("worker is not ready")
-        return self.model, self.batcher
+        if not requested:
+            return next(iter(self.held.values()))
+        held = self.held.get(requested)
+        if held is None:
+            served = ", ".join(version[:12] for version in self.held)
+            raise ModelMismatch(f"this worker serves {served}, not {requested}")
+        return held
 
     async def embed(self, chunk: wire.EmbedChunk) -> wire.ChunkResult:
-        model, _ = self._serving()
-        self._check_version(chunk.model_version, model)
-        if model.backend.kind != "embedding":
+        held = self._serving(chunk.model_version)
+        backend = held.model.backend
+        if backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
-        encoded = model.backend.encode_texts(chunk.texts)
+        encoded = backend.encode_texts(chunk.texts)
         timing = RunTiming()
-        values = await self._run(encoded, chunk, timing)
-        return self._result(model, values, encoded, timing)
+        values = await self._run(held.batcher, encoded, chunk, timing)
+        return self._result(held.model, values, encoded, timing)
 
     async def score(self, chunk: wire.ScoreChunk) -> wire.ChunkResult:
-        model, _ = self._serving()
-        self._check_version(chunk.model_version, model)
+        held = self._serving(chunk.model_version)
+        backend = held.model.backend
         timing = RunTiming()
-        if model.backend.kind == "cross-encoder":
-            encoded = model.backend.encode_pairs(chunk.query, chunk.documents)
-            scores = await self._run(encoded, chunk, timing)
+        if backend.kind == "cross-encoder":
+            encoded = backend.encode_pairs(chunk.query, chunk.documents)
+            scores = await self._run(held.batcher, encoded, chunk, timing)
         else:
-            encoded = model.backend.encode_texts([chunk.query, *chunk.documents])
-            rows = await self._run(encoded, chunk, timing)
+            encoded = backend.encode_texts([chunk.query, *chunk.documents])
+            rows = await self._run(held.batcher, encoded, chunk, timing)
             scores = cosine_scores(rows[0], rows[1:])
-        return self._result(model, scores, encoded, timing)
+        return self._result(held.model, scores, encoded, timing)
 
-    async def _run(self, encoded: list[Encoded], chunk: wire.Chunk, timing: RunTiming) -> Values:
-        _, batcher = self._serving()
+    async def _run(
+        self, batcher: Batcher, encoded: list[Encoded], chunk: wire.Chunk, timing: RunTiming
+    ) -> Values:
         if chunk.timeout_ms <= 0:
             raise DeadlineExceeded("deadline passed before the chunk arrived")
+        queued = self.queued_texts
+        if chunk.priority == wire.Priority.SHADOW and not spare_capacity(
+            queued, len(encoded), self._limits.max_batch_size
+        ):
+            raise Overloaded(
+                f"shadow work runs only in spare capacity ({queued} texts queued)",
+                retry_after_s=batcher.service_time.seconds,
+            )
         deadline = self._clock() + chunk.timeout_ms / 1000
         outcome = batcher.submit(encoded, deadline, chunk.priority, timing)
         if isinstance(outcome, QueueFull):
@@ -163,11 +241,6 @@ class WorkerService:
             raise DeadlineExceeded(f"dropped before running: {exc}") from exc
 
     @staticmethod
-    def _check_version(requested: str, model: LoadedModel) -> None:
-        if requested and requested != model.version:
-            raise ModelMismatch(f"this worker serves {model.version}, not {requested}")
-
-    @staticmethod
     def _result(
         model: LoadedModel, values: Values, encoded: list[Encoded], timing: RunTiming
     ) -> wire.ChunkResult:
@@ -181,6 +254,13 @@ class WorkerService:
             queue_s=timing.queue_s,
             inference_s=timing.inference_s,
         )
+
+
+def spare_capacity(queued_texts: int, texts: int, max_batch_size: int) -> bool:
+    """A shadow chunk may queue only if it and everything queued (for every version this
+    worker holds: they share its cores) fit in one batch: it then delays no real work by
+    more than the batch it joins."""
+    return queued_texts + texts <= max_batch_size
 
 
 def cosine_scores(query: Values, documents: Values) -> Values:
@@ -202,14 +282,24 @@ def build_worker_app(service: WorkerService) -> App:
 
     async def readyz(request: Request) -> Response:
         body: dict[str, object] = {"ready": service.ready, "pool": service.pool}
-        if service.model is not None:
-            body |= {
-                "model_version": service.model.version,
-                "kind": service.model.backend.kind,
-                "dimensions": service.model.backend.dimensions,
+        versions = [
+            {
+                "version": version,
+                "kind": held.model.backend.kind,
+                "dimensions": held.model.backend.dimensions,
             }
-        if service.batcher is not None:
-            body["outstanding_texts"] = service.batcher.outstanding_texts
+            for version, held in service.held.items()
+        ]
+        if versions:
+            first = versions[0]
+            # workers before several versions answered only these three: old gateways read them
+            body |= {
+                "model_version": first["version"],
+                "kind": first["kind"],
+                "dimensions": first["dimensions"],
+                "versions": versions,
+                "outstanding_texts": service.outstanding_texts,
+            }
         if service.draining:
             body["draining"] = True
         return json_response(body, 200 if service.ready else 503)

@@ -1,55 +1,65 @@
-"""Building a worker from settings: which backend, which model version."""
+"""Building a worker from settings: which backend, which model versions."""
 
 from __future__ import annotations
 
-from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
+from headway.catalog import synthetic_aliases, synthetic_record
 from headway.http.asgi import App
-from headway.models.errors import ModelNotFoundError
 from headway.models.store import ModelStore
-from headway.registry.sqlite import Registry
+from headway.registry.model import Actor
+from headway.registry.open import open_registry
+from headway.registry.store import RegistryStore
 from headway.settings import Settings
-from headway.worker.app import LoadedModel, WorkerService, build_worker_app
+from headway.worker.app import WorkerService, build_worker_app
+from headway.worker.backends.base import Backend
 from headway.worker.batcher import BatchLimits
 from headway.worker.metrics import WorkerMetrics
+from headway.worker.sources import FixedSource, LoadedModel, ModelSource, RegistrySource
 
 
-def model_name_for(settings: Settings, registry: Registry) -> str:
-    """The worker's model: explicit, else the pool's alias (rerank falls back to embed)."""
+def model_names_for(settings: Settings, registry: RegistryStore) -> tuple[str, ...]:
+    """The worker's models: explicit, else the pool's alias (rerank falls back to embed)."""
     worker = settings.worker
-    if worker.model:
-        return worker.model
+    if worker.models:
+        return worker.models
     if worker.pool == "rerank" and registry.resolve_model(settings.rerank_model) is not None:
-        return settings.rerank_model
-    return settings.embed_model
+        return (settings.rerank_model,)
+    return (settings.embed_model,)
 
 
-def loader(settings: Settings) -> LoadedModel:
-    """Runs in a thread at start-up: resolve the version once, then load that artifact."""
-    worker = settings.worker
-    registry = Registry(settings.registry_path)
-    if worker.backend == "synthetic":
-        from headway.worker.backends.synthetic import SyntheticBackend
+def synthetic_loader(settings: Settings) -> LoadedModel:
+    """Runs in a thread at start-up: record the synthetic version, build its backend."""
+    from headway.worker.backends.synthetic import SyntheticBackend
 
-        synthetic = synthetic_record(worker.synthetic)
-        registry.add_model(synthetic, (SYNTHETIC_ALIAS,))
-        backend = SyntheticBackend(
-            call_ms=worker.synthetic.call_ms,
-            text_ms=worker.synthetic.text_ms,
-            dimensions=worker.synthetic.dimensions,
-            hiccup_share=worker.synthetic.hiccup_share,
-            hiccup_ms=worker.synthetic.hiccup_ms,
-        )
-        return LoadedModel(backend, synthetic.version)
-    from headway.worker.backends.onnx import OnnxBackend
-
-    name = model_name_for(settings, registry)
-    record = registry.resolve_model(name)
-    if record is None:
-        raise ModelNotFoundError(f"model {name!r} is not registered; run `headway models import`")
-    stored = ModelStore(settings.model_root).get(record.version)
-    return LoadedModel(
-        OnnxBackend.load(stored, intra_op_threads=worker.inference_threads), stored.version
+    synthetic = settings.worker.synthetic
+    record = synthetic_record(synthetic)
+    open_registry(settings).add_model(
+        record, synthetic_aliases(synthetic), actor=Actor(f"worker:{settings.worker.pool}")
     )
+    backend = SyntheticBackend(
+        call_ms=synthetic.call_ms,
+        text_ms=synthetic.text_ms,
+        dimensions=synthetic.dimensions,
+        hiccup_share=synthetic.hiccup_share,
+        hiccup_ms=synthetic.hiccup_ms,
+        seed=synthetic.seed,
+        fail_share=synthetic.fail_share,
+    )
+    return LoadedModel(backend, record.version)
+
+
+def model_source(settings: Settings) -> ModelSource:
+    if settings.worker.backend == "synthetic":
+        return FixedSource(lambda: synthetic_loader(settings))
+    registry = open_registry(settings)
+    store = ModelStore(settings.model_root)
+    threads = settings.worker.inference_threads
+
+    def load_backend(version: str) -> Backend:
+        from headway.worker.backends.onnx import OnnxBackend
+
+        return OnnxBackend.load(store.get(version), intra_op_threads=threads)
+
+    return RegistrySource(registry, model_names_for(settings, registry), load_backend)
 
 
 def build_worker(settings: Settings) -> tuple[App, WorkerService]:
@@ -61,6 +71,10 @@ def build_worker(settings: Settings) -> tuple[App, WorkerService]:
         max_queue_texts=worker.max_queue_texts,
     )
     service = WorkerService(
-        worker.pool, lambda: loader(settings), limits, metrics=WorkerMetrics(worker.pool)
+        worker.pool,
+        model_source(settings),
+        limits,
+        registry_poll_s=worker.registry_poll_s,
+        metrics=WorkerMetrics(worker.pool),
     )
     return build_worker_app(service), service

@@ -5,7 +5,11 @@ is ``n × longest``, which is why the batcher groups texts of similar length.
 Padding is built without a Python loop per row: one boolean mask
 ``arange(longest) < lengths[:, None]`` scatters the concatenated ids into a
 preallocated ``[n, longest]`` array (row-major order of the mask's true cells
-is exactly the order of the concatenated ids).
+is exactly the order of the concatenated ids). Only the inputs the graph
+declares are fed (a graph may take no ``token_type_ids``, say). A graph whose
+output is token embeddings is pooled here as its manifest says (mean over the
+attention mask, or the first token), and rows are L2-normalised here when the
+manifest asks, as sentence-transformers' ``Pooling`` and ``Normalize`` do.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class OnnxBackend:
         self._tokenizer = tokenizer
         self._manifest = manifest
         self._output_name: str = session.get_outputs()[0].name
+        self._inputs = frozenset(i.name for i in session.get_inputs())
         pad_id = tokenizer.token_to_id(_PAD_TOKEN)
         self._pad_id = 0 if pad_id is None else pad_id
 
@@ -81,10 +86,33 @@ class OnnxBackend:
             width = (0, self.dimensions) if self.kind == "embedding" else (0,)
             return np.empty(width, dtype=np.float32)
         feeds = pad_batch(batch, self._pad_id)
-        (output,) = self._session.run([self._output_name], feeds)
-        if self.kind == "embedding":
-            return np.ascontiguousarray(output, dtype=np.float32)
-        return sigmoid(np.asarray(output[:, 0], dtype=np.float32))
+        declared = {name: value for name, value in feeds.items() if name in self._inputs}
+        (output,) = self._session.run([self._output_name], declared)
+        if self.kind == "cross-encoder":
+            return sigmoid(np.asarray(output[:, 0], dtype=np.float32))
+        rows = pool(np.asarray(output, dtype=np.float32), feeds["attention_mask"], self._manifest)
+        return np.ascontiguousarray(l2_normalize(rows) if self._manifest.normalize else rows)
+
+
+def pool(
+    output: npt.NDArray[np.float32], mask: npt.NDArray[np.int64], manifest: ModelManifest
+) -> npt.NDArray[np.float32]:
+    """One row per text: the output itself, its first token, or its mean over real tokens."""
+    if manifest.pooling == "none":
+        return output
+    if manifest.pooling == "cls":
+        return output[:, 0, :]
+    weights = mask[:, :, None].astype(np.float32)
+    counts = np.maximum(weights.sum(axis=1), 1e-9)  # sentence-transformers' clamp
+    means: npt.NDArray[np.float32] = ((output * weights).sum(axis=1) / counts).astype(np.float32)
+    return means
+
+
+def l2_normalize(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Rows over their norm, never divided by less than 1e-12 (torch's ``F.normalize``)."""
+    norms = np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    unit: npt.NDArray[np.float32] = (rows / norms).astype(np.float32, copy=False)
+    return unit
 
 
 def sigmoid(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

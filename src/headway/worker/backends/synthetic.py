@@ -3,9 +3,11 @@
 One call costs ``call_ms + text_ms * n`` of wall time spent sleeping, so scale
 behaviour (batching, replicas, overload) shows on a 2-core machine; a share of
 calls (``hiccup_share``, drawn from a seeded generator) takes ``hiccup_ms``
-longer, as on a replica with pauses or a noisy neighbour. Outputs are
-deterministic: a text's embedding is a unit vector seeded by its token ids, so
-the same text always gets the same row wherever it is served.
+longer, as on a replica with pauses or a noisy neighbour, and a share
+(``fail_share``, from another seeded generator) raises, so every chunk of that
+batch fails. Outputs are deterministic: a text's embedding is a unit vector
+seeded by its token ids and ``seed``, so the same text always gets the same row
+wherever the same model is served, and another seed is another model.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from headway.errors import HeadwayError
 from headway.worker.backends.base import Encoded, ModelKind
 
 VOCAB = 30_000
@@ -25,6 +28,12 @@ VOCAB = 30_000
 
 def _token_id(word: str) -> int:
     return zlib.crc32(word.encode("utf-8")) % VOCAB
+
+
+class InjectedFailure(HeadwayError):
+    """A synthetic model call failed on purpose (``fail_share``)."""
+
+    quiet = True  # a scale test asks for many; one log line each would drown the rest
 
 
 class SyntheticBackend:
@@ -36,6 +45,8 @@ class SyntheticBackend:
         dimensions: int = 384,
         hiccup_share: float = 0.0,
         hiccup_ms: float = 0.0,
+        seed: int = 0,
+        fail_share: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._call_s = call_ms / 1000
@@ -43,6 +54,9 @@ class SyntheticBackend:
         self._hiccup_share = hiccup_share
         self._hiccup_s = hiccup_ms / 1000
         self._rng = random.Random(0)  # the same hiccups every run
+        self._seed = seed
+        self._fail_share = fail_share
+        self._failures = random.Random(seed)  # the same failures every run
         self._dimensions = dimensions
         self._sleep = sleep
 
@@ -68,9 +82,13 @@ class SyntheticBackend:
     def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
         hiccup = self._hiccup_s if self._rng.random() < self._hiccup_share else 0.0
         self._sleep(self._call_s + self._text_s * len(batch) + hiccup)
+        if self._fail_share and self._failures.random() < self._fail_share:
+            raise InjectedFailure(f"synthetic model call failed (fail_share={self._fail_share})")
         out = np.empty((len(batch), self._dimensions), dtype=np.float32)
         for row, item in enumerate(batch):
-            rng = np.random.default_rng(zlib.crc32(np.asarray(item.ids, dtype=np.int64).tobytes()))
+            ids = np.asarray(item.ids, dtype=np.int64).tobytes()
+            # seed 0 is crc32's own start value: the default model's rows never change
+            rng = np.random.default_rng(zlib.crc32(ids, self._seed))
             vector = rng.standard_normal(self._dimensions).astype(np.float32)
             out[row] = vector / np.linalg.norm(vector)
         return out

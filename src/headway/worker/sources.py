@@ -1,0 +1,121 @@
+"""Which model versions a worker holds, and how it loads one.
+
+A ``ModelSource`` answers three blocking questions, always asked from a thread off
+the event loop: its change counter (cheap, polled every ``registry_poll_s``), the
+versions wanted now, and a loaded backend for one of them. The first version wanted
+is the one a chunk naming no version gets.
+
+- ``FixedSource``: one model, loaded once, never changes (the synthetic backend).
+- ``RegistrySource``: every version the registry names for the worker's aliases
+  (``versions_for``): an alias's primary first, then what its split names (weights,
+  pins, shadow), so a split or a rollout on the alias makes the worker load the
+  candidate, and dropping it from the split lets the worker unload it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from headway.models.errors import ModelNotFoundError
+from headway.registry.model import Snapshot
+from headway.worker.backends.base import Backend
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    backend: Backend
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The versions to hold, as of the source's change counter ``changes``."""
+
+    changes: int
+    versions: tuple[str, ...]
+
+
+class ModelSource(Protocol):
+    def changes(self) -> int: ...
+
+    def wanted(self) -> Wanted:
+        """``ModelNotFoundError`` when a name the worker serves resolves to nothing."""
+        ...
+
+    def load(self, version: str) -> LoadedModel: ...
+
+
+class FixedSource:
+    """One model, loaded on the first question, held for the worker's life."""
+
+    def __init__(self, load: Callable[[], LoadedModel]) -> None:
+        self._load = load
+        self._model: LoadedModel | None = None
+        self._lock = threading.Lock()
+
+    def changes(self) -> int:
+        return 0
+
+    def wanted(self) -> Wanted:
+        return Wanted(0, (self._loaded().version,))
+
+    def load(self, version: str) -> LoadedModel:
+        model = self._loaded()
+        if version != model.version:
+            raise ModelNotFoundError(f"this worker holds only {model.version}, not {version}")
+        return model
+
+    def _loaded(self) -> LoadedModel:
+        with self._lock:
+            if self._model is None:
+                self._model = self._load()
+            return self._model
+
+
+class RegistryView(Protocol):
+    """The two reads of a ``RegistryStore`` a worker needs."""
+
+    def snapshot(self) -> Snapshot: ...
+
+    def changes(self) -> int: ...
+
+
+class RegistrySource:
+    """The versions ``registry`` names for ``names``, each loaded by ``load_backend``."""
+
+    def __init__(
+        self,
+        registry: RegistryView,
+        names: tuple[str, ...],
+        load_backend: Callable[[str], Backend],
+    ) -> None:
+        self._registry = registry
+        self._names = names
+        self._load_backend = load_backend
+
+    def changes(self) -> int:
+        return self._registry.changes()
+
+    def wanted(self) -> Wanted:
+        snapshot = self._registry.snapshot()
+        return Wanted(snapshot.changes, versions_for(snapshot, self._names))
+
+    def load(self, version: str) -> LoadedModel:
+        return LoadedModel(self._load_backend(version), version)
+
+
+def versions_for(snapshot: Snapshot, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Each name's primary version, then the rest its split names (sorted), without
+    repeats; the very first is the first name's primary."""
+    ordered: list[str] = []
+    for name in names:
+        record = snapshot.resolve_model(name)
+        if record is None:
+            raise ModelNotFoundError(
+                f"model {name!r} is not registered; run `headway models import`"
+            )
+        ordered += [record.version, *sorted(snapshot.versions_of(name))]
+    return tuple(dict.fromkeys(ordered))
