@@ -7,6 +7,7 @@
     ├── NotFound                404  unknown route or model
     ├── MethodNotAllowed        405
     ├── ModelMismatch           409  a chunk names a version its worker does not serve
+    ├── Conflict                409  the write clashes with what exists (a duplicate, a rollout)
     ├── PayloadTooLarge         413  body bytes over the limit
     ├── UnsupportedMediaType    415  body is not JSON
     ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
@@ -16,6 +17,7 @@
     ├── NoReplicas              503  no ready replica in the pool
     ├── MeteringUnavailable     503  the usage outbox is full or failing: work could not be billed
     ├── UsageUnavailable        503  the usage ledger cannot be read now
+    ├── RegistryUnavailable     503  the registry's database cannot be had now (admin API)
     └── DeadlineExceeded        504  the request's deadline passed
 
 Dependency errors are translated where they happen (``raise X from exc``);
@@ -92,6 +94,13 @@ class ModelMismatch(HeadwayError):
     type = "model_mismatch"
 
 
+class Conflict(HeadwayError):
+    """The write clashes with what exists: a duplicate, an active rollout, the last admin key."""
+
+    status = 409
+    type = "conflict"
+
+
 class PayloadTooLarge(HeadwayError):
     """The body is larger than the configured limit."""
 
@@ -155,6 +164,13 @@ class UsageUnavailable(HeadwayError):
 
     status = 503
     type = "usage_unavailable"
+
+
+class RegistryUnavailable(HeadwayError):
+    """The registry's database cannot be reached now, or stays locked; retry later."""
+
+    status = 503
+    type = "registry_unavailable"
 
 
 class DeadlineExceeded(HeadwayError):

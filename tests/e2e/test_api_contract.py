@@ -14,7 +14,12 @@ Told to schemathesis beyond its defaults, and why:
   and a request for an unknown one is a 404, which says nothing about the rest.
 - A schema-valid request to a usage route may be a 422: a schema cannot say that
   ``end`` must come after ``start`` (nor within 366 days of it), and such a range is
-  refused by design. Every other check holds for them.
+  refused by design. Every other check holds for them. ``/admin/audit``'s ``since`` and
+  ``until`` are read the same way, with the same edges (a valid offset that puts a time
+  before year 1).
+- The admin API's reads are fuzzed with the admin key; its writes with the tenant key, so
+  they are all refused (403): a fuzzer with the admin key would delete the tenants and
+  revoke the keys the run depends on.
 """
 
 from __future__ import annotations
@@ -65,6 +70,14 @@ headers = {{ Authorization = "Bearer demo-admin-key" }}
 [[operations]]
 include-path = "/admin/usage"
 headers = {{ Authorization = "Bearer demo-admin-key" }}
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "422", "5xx"]
+
+[[operations]]
+include-name-regex = "^GET /admin/(tenants|models|aliases|splits|rollouts|audit)"
+headers = {{ Authorization = "Bearer demo-admin-key" }}
+
+[[operations]]
+include-path = "/admin/audit"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "422", "5xx"]
 
 [[operations]]

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
 
 if TYPE_CHECKING:
-    from headway.registry.model import Tenant
+    from headway.registry.model import Actor, ApiKey, Tenant
+    from headway.registry.store import RegistryStore
 
 models_app = typer.Typer(no_args_is_help=True, help="Import and list model versions.")
 tenants_app = typer.Typer(no_args_is_help=True, help="Manage tenants and their API keys.")
@@ -32,22 +33,73 @@ def models_import(
         Path | None,
         typer.Option(help="Import a BERT cross-encoder checkpoint directory instead.", exists=True),
     ] = None,
+    onnx: Annotated[
+        Path | None,
+        typer.Option(help="Import this ONNX graph instead (with --tokenizer).", exists=True),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="The tokenizer.json of --onnx.", exists=True)
+    ] = None,
+    kind: Annotated[
+        Literal["embedding", "cross-encoder"], typer.Option(help="--onnx: what the model does.")
+    ] = "embedding",
+    pooling: Annotated[
+        Literal["none", "mean", "cls"],
+        typer.Option(help="--onnx: none (one row per text), mean or cls (token rows)."),
+    ] = "none",
+    normalize: Annotated[
+        bool, typer.Option(help="--onnx: L2-normalise each row in the worker.")
+    ] = False,
+    max_tokens: Annotated[int, typer.Option(help="--onnx: truncate inputs to this.")] = 512,
+    name: Annotated[str | None, typer.Option(help="--onnx: the model's name.")] = None,
     alias: Annotated[
         list[str] | None, typer.Option(help="Alias(es) for the imported version.")
     ] = None,
 ) -> None:
-    """Build ONNX artifacts from packaged weights into the content-addressed store."""
+    """Build ONNX artifacts from packaged weights, a checkpoint or an ONNX graph into the
+    content-addressed store, and register them."""
     settings = settings_from(config, data_dir=data_dir)
-    from headway.catalog import DEFAULT_ALIASES, register
-    from headway.models.errors import ModelError
-    from headway.models.importer import import_default, import_hf_bert, quantize_int8
-    from headway.models.store import ModelStore
-    from headway.registry.sqlite import Registry
+    import getpass
 
+    from headway.catalog import DEFAULT_ALIASES, record_of
+    from headway.models.errors import ModelError
+    from headway.models.importer import (
+        import_default,
+        import_hf_bert,
+        import_onnx,
+        quantize_int8,
+    )
+    from headway.models.store import ModelStore, StoredModel
+    from headway.registry.model import Actor
+    from headway.registry.open import open_registry
+
+    if onnx is not None and tokenizer is None:
+        typer.echo("--onnx needs --tokenizer", err=True)
+        raise typer.Exit(2)
     store = ModelStore(settings.model_root)
-    registry = Registry(settings.registry_path)
+    registry = open_registry(settings)
+    actor = Actor(f"cli:{getpass.getuser()}")
+
+    def register(stored: StoredModel, aliases: tuple[str, ...]) -> None:
+        registry.add_model(record_of(stored), aliases, actor=actor)
+        names = ", ".join(aliases) or "-"
+        typer.echo(f"{stored.version}  {stored.manifest.name}  aliases: {names}")
+
     try:
-        if cross_encoder is not None:
+        if onnx is not None and tokenizer is not None:
+            stored = import_onnx(
+                store,
+                onnx,
+                tokenizer,
+                kind=kind,
+                name=name or onnx.stem,
+                pooling=pooling,
+                normalize=normalize,
+                max_tokens=max_tokens,
+                source=str(onnx),
+            )
+            aliases = tuple(alias or ())
+        elif cross_encoder is not None:
             stored = import_hf_bert(
                 store,
                 cross_encoder,
@@ -59,14 +111,9 @@ def models_import(
         else:
             stored = import_default(store)
             aliases = tuple(alias or DEFAULT_ALIASES)
-        register(registry, stored, aliases)
-        typer.echo(f"{stored.version}  {stored.manifest.name}  aliases: {', '.join(aliases)}")
+        register(stored, aliases)
         if quantize:
-            quantized = quantize_int8(store, stored)
-            int8_aliases = tuple(f"{a}-int8" for a in aliases)
-            register(registry, quantized, int8_aliases)
-            names = ", ".join(int8_aliases)
-            typer.echo(f"{quantized.version}  {quantized.manifest.name}  aliases: {names}")
+            register(quantize_int8(store, stored), tuple(f"{a}-int8" for a in aliases))
     except ModelError as exc:
         typer.echo(f"import failed: {exc}", err=True)
         raise typer.Exit(1) from exc
@@ -74,14 +121,15 @@ def models_import(
 
 @models_app.command("list")
 def models_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Model versions in the registry, with their aliases."""
+    """Model versions in the registry, with their size and aliases."""
     settings = settings_from(config, data_dir=data_dir)
-    from headway.registry.sqlite import Registry
+    from headway.registry.open import open_registry
 
-    for record, aliases in Registry(settings.registry_path).models():
+    for record, aliases in open_registry(settings).models():
         typer.echo(
             f"{record.version}  {record.name}  {record.kind}  dims={record.dimensions}  "
-            f"{record.quantization}  aliases: {', '.join(aliases) or '-'}"
+            f"{record.quantization}  {record.size_bytes / 1e6:.1f} MB  "
+            f"aliases: {', '.join(aliases) or '-'}"
         )
 
 
@@ -105,11 +153,33 @@ def _refusals_exit() -> Iterator[None]:
         raise typer.Exit(1) from exc
 
 
+def _registry(config: Path | None, data_dir: Path | None) -> tuple[RegistryStore, Actor]:
+    """The registry the settings name, and the CLI's user as the audit log's actor."""
+    import getpass
+
+    from headway.registry.model import Actor
+    from headway.registry.open import open_registry
+
+    actor = Actor(f"cli:{getpass.getuser()}")
+    return open_registry(settings_from(config, data_dir=data_dir)), actor
+
+
 def _line(tenant: Tenant) -> str:
     return (
         f"{tenant.name}  {tenant.tier}  rate={tenant.rate_texts_per_s:g}/s  "
         f"burst={tenant.burst_texts:g}"
     )
+
+
+def _key_line(key: ApiKey) -> str:
+    from headway.utc import rfc3339
+
+    state = "live"
+    if key.revoked_at is not None:
+        state = f"revoked {rfc3339(key.revoked_at)}"
+    elif key.expires_at is not None:
+        state = f"expires {rfc3339(key.expires_at)}"
+    return f"{key.key_id}  {key.role}  created {rfc3339(key.created_at)}  {state}"
 
 
 @tenants_app.command("add")
@@ -122,12 +192,10 @@ def tenants_add(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Create a tenant and print its API key (shown once, stored only as a hash)."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway.registry.sqlite import Registry
-
+    registry, actor = _registry(config, data_dir)
     with _refusals_exit():
-        tenant, key = Registry(settings.registry_path).add_tenant(
-            name, tier, rate_texts_per_s=rate, burst_texts=burst
+        tenant, key = registry.add_tenant(
+            name, tier, actor=actor, rate_texts_per_s=rate, burst_texts=burst
         )
     typer.echo(f"tenant {tenant.name} ({tenant.tier}) created; API key (shown once):")
     typer.echo(key)
@@ -143,12 +211,10 @@ def tenants_set(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Change a tenant's tier or quota (running gateways pick it up within seconds)."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway.registry.sqlite import Registry
-
+    registry, actor = _registry(config, data_dir)
     with _refusals_exit():
-        tenant = Registry(settings.registry_path).update_tenant(
-            name, tier=tier, rate_texts_per_s=rate, burst_texts=burst
+        tenant = registry.update_tenant(
+            name, actor=actor, tier=tier, rate_texts_per_s=rate, burst_texts=burst
         )
     typer.echo(_line(tenant))
 
@@ -156,8 +222,64 @@ def tenants_set(
 @tenants_app.command("list")
 def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """Tenants with their tier and quota."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway.registry.sqlite import Registry
-
-    for tenant in Registry(settings.registry_path).tenants():
+    registry, _ = _registry(config, data_dir)
+    for tenant in registry.tenants():
         typer.echo(_line(tenant))
+
+
+@tenants_app.command("delete")
+def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Delete a tenant: its keys are refused at once; its usage ledger rows are kept
+    (they are what it is billed for)."""
+    registry, actor = _registry(config, data_dir)
+    with _refusals_exit():
+        tenant = registry.delete_tenant(name, actor=actor)
+    typer.echo(f"tenant {tenant.name} deleted; its keys are revoked, its usage is kept")
+
+
+@tenants_app.command("keys")
+def tenants_keys(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """A tenant's keys, newest first: ids and dates, never the keys."""
+    registry, _ = _registry(config, data_dir)
+    with _refusals_exit():
+        keys = registry.keys(name)
+    for key in keys:
+        typer.echo(_key_line(key))
+
+
+@tenants_app.command("rotate-key")
+def tenants_rotate_key(
+    name: str,
+    overlap: Annotated[
+        float, typer.Option(min=0, help="Seconds the tenant's other keys keep working.")
+    ] = 3600,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Print a new API key for the tenant (shown once); its other keys expire after
+    --overlap seconds (0: at once)."""
+    registry, actor = _registry(config, data_dir)
+    with _refusals_exit():
+        record, key = registry.rotate_key(name, actor=actor, overlap_s=overlap)
+    typer.echo(f"new key {record.key_id} for {name} (shown once); the others work {overlap:g}s:")
+    typer.echo(key)
+
+
+@tenants_app.command("revoke-key")
+def tenants_revoke_key(key_id: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Revoke a key now, by its id (``tenants keys`` lists them)."""
+    registry, actor = _registry(config, data_dir)
+    with _refusals_exit():
+        key = registry.revoke_key(key_id, actor=actor)
+    typer.echo(f"key {key.key_id} revoked")
+
+
+@tenants_app.command("admin-key")
+def tenants_admin_key(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Print a new admin key (shown once): a second one lets a second person approve a
+    rollout that its starter may not."""
+    registry, actor = _registry(config, data_dir)
+    with _refusals_exit():
+        record, key = registry.add_admin_key(actor=actor)
+    typer.echo(f"admin key {record.key_id} created (shown once):")
+    typer.echo(key)

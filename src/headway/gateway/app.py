@@ -31,6 +31,8 @@ from headway.errors import (
     ValidationFailed,
 )
 from headway.gateway import routes, schemas, usage
+from headway.gateway.admin import aliases, audit, models, rollouts, splits, tenants
+from headway.gateway.admin.access import AdminParts
 from headway.gateway.endpoints.base import Endpoint
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.gateway.endpoints.rerank import Rerank
@@ -75,6 +77,7 @@ def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> lis
     snapshots, pools = service.snapshots, service.pools
     ledger, wall_clock = service.usage_ledger, service.meter.wall_clock
     admin_usage = usage.admin_usage(snapshots, ledger, wall_clock)
+    admin = AdminParts(snapshots, service.registry)
     documented = [
         DocumentedRoute(
             Route("POST", "/v1/embeddings", "embeddings", _model_route(Embeddings(), parts)),
@@ -130,6 +133,13 @@ def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> lis
                 query=usage.query_parameters(admin=True),
             ),
         ),
+        # The admin API: each resource's routes are described beside their handlers.
+        *tenants.routes(admin),
+        *models.routes(admin, pools),
+        *aliases.routes(admin),
+        *splits.routes(admin),
+        *rollouts.routes(admin),
+        *audit.routes(admin),
         DocumentedRoute(
             Route("GET", "/healthz", "healthz", routes.healthz),
             Operation("The process is up", schemas.Health),

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import msgspec
 
 from headway.errors import HeadwayError
 from headway.gateway import schemas
-from headway.http.router import Route
+from headway.http.router import Route, parameters_of
 from headway.settings import LimitsSettings
 
 JSON = "application/json"
+_STRING: Mapping[str, Any] = {"type": "string", "minLength": 1}
 _INTERNAL_ERROR = "`internal_error`: An unexpected failure (no detail; logged with the request id)."
 
 
@@ -44,6 +46,10 @@ class Operation:
     """Non-error answers with a body of their own (``/readyz``'s 503)."""
     query: Sequence[Mapping[str, Any]] = ()
     """Query parameters, as OpenAPI parameter objects."""
+    status: int = 200
+    """The status of a success (201: created)."""
+    path: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The schema of a path parameter other than a plain string (a numeric id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +97,10 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
     op = documented.operation
     content = op.response
     ok = {
-        "description": "OK",
+        "description": HTTPStatus(op.status).phrase,
         "content": _ref(content) if isinstance(content, type) else {content: {"schema": {}}},
     }
-    responses: dict[str, Any] = {"200": ok}
+    responses: dict[str, Any] = {str(op.status): ok}
     for status, struct in op.other_answers.items():
         responses[str(status)] = {"description": struct.__doc__ or "", "content": _ref(struct)}
     by_status: dict[int, list[str]] = {500: [_INTERNAL_ERROR]}
@@ -112,7 +118,11 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
         "responses": responses,
     }
     described["security"] = [{"bearer": []}] if op.authenticated else []
-    parameters = [dict(parameter) for parameter in op.query]
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": op.path.get(name, _STRING)}
+        for name in parameters_of(documented.route.path)
+    ]
+    parameters += [dict(parameter) for parameter in op.query]
     if op.deadline:
         parameters.append(
             {

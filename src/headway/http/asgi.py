@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -30,6 +31,8 @@ Send = Callable[[Message], Awaitable[None]]
 Hook = Callable[[], Awaitable[None]]
 
 _json = msgspec.json.Encoder()
+NO_PARAMS: Mapping[str, str] = MappingProxyType({})
+"""The path parameters of an exact route (one shared empty mapping: nothing to allocate)."""
 
 
 class ClientDisconnected(Exception):
@@ -52,6 +55,8 @@ class Request:
     """Who sent it, once authenticated: for the log line of a failure."""
     response_headers: dict[str, str] = field(default_factory=dict)
     """Sent with the answer whatever it is (the rate-limit headers, say)."""
+    path_params: Mapping[str, str] = field(default_factory=lambda: NO_PARAMS)
+    """The values of the route template's ``{name}`` segments, set by the router."""
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Receive) -> Request:

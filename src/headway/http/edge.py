@@ -4,7 +4,8 @@
 outside all else. In order, for each request:
 
 1. give it a request id (ours, never the client's);
-2. find its route — an unknown path (404) or method (405) is an answer like any other;
+2. find its route and its path parameters — an unknown path (404) or method (405) is an
+   answer like any other;
 3. read the body, refusing past ``max_body_bytes`` (413);
 4. run the route's handler, cancelled if the client disconnects first;
 5. turn what came out into the response: a ``HeadwayError`` through the one table in
@@ -71,7 +72,7 @@ class Edge:
         route = UNMATCHED
         error: str | None = None
         try:
-            matched = self.router.resolve(request.method, request.path)
+            matched, request.path_params = self.router.match(request.method, request.path)
             route = matched.name
             request.body = await read_body(request, self._max_body_bytes)
             response = await unless_disconnected(matched.handler(request), request.receive)

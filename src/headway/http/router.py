@@ -1,4 +1,12 @@
-"""Exact-path routes, each with a name: the label its answers are counted under.
+"""Routes by path, each with a name: the label its answers are counted under.
+
+A route's path is exact (``/v1/embeddings``) or a template whose ``{name}`` segments
+each match one non-empty path segment (``/admin/tenants/{name}/keys``). Exact paths
+are one dict lookup, so the model endpoints pay nothing for templates; only a path
+that is not exact is matched against the templates, segment by segment, among those
+with as many segments, literal segments preferred over parameters from the left
+(``/admin/rollouts/active`` would win over ``/admin/rollouts/{id}``). A route's name
+is fixed by its template, never by the values in a path: metrics labels stay bounded.
 
 An unknown path is a 404 and a known path with another method a 405; both are
 raised here, inside the edge, so they are answered and counted like any other.
@@ -6,11 +14,11 @@ raised here, inside the edge, so they are answered and counted like any other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from headway.errors import MethodNotAllowed, NotFound
-from headway.http.asgi import Handler
+from headway.http.asgi import NO_PARAMS, Handler
 
 UNMATCHED = "unmatched"
 """The route label of a request whose path matches no route (bounded, unlike the path)."""
@@ -20,35 +28,97 @@ UNMATCHED = "unmatched"
 class Route:
     method: str
     path: str
+    """Exact, or a template with ``{parameter}`` segments."""
     name: str
     handler: Handler
 
 
+def parameters_of(path: str) -> list[str]:
+    """The parameter names of a template, in order (none for an exact path)."""
+    return [segment[1:-1] for segment in path.split("/") if _is_parameter(segment)]
+
+
+def _is_parameter(segment: str) -> bool:
+    return len(segment) > 2 and segment[0] == "{" and segment[-1] == "}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    segments: tuple[str | None, ...]
+    """A literal segment, or None where a parameter goes."""
+    names: tuple[str, ...]
+    methods: dict[str, Route] = field(default_factory=dict)
+
+    def match(self, parts: list[str]) -> dict[str, str] | None:
+        values: list[str] = []
+        for literal, part in zip(self.segments, parts, strict=True):
+            if literal is None:
+                if not part:
+                    return None
+                values.append(part)
+            elif literal != part:
+                return None
+        return dict(zip(self.names, values, strict=True))
+
+
 class Router:
     def __init__(self, routes: Iterable[Route] = ()) -> None:
-        self._routes: dict[str, dict[str, Route]] = {}
+        self._exact: dict[str, dict[str, Route]] = {}
+        self._templates: dict[str, _Template] = {}
+        self._by_length: dict[int, list[_Template]] = {}
         for route in routes:
             self.add(route)
 
     def add(self, route: Route) -> None:
-        self._routes.setdefault(route.path, {})[route.method] = route
+        names = parameters_of(route.path)
+        if not names:
+            self._exact.setdefault(route.path, {})[route.method] = route
+            return
+        template = self._templates.get(route.path)
+        if template is None:
+            segments = tuple(
+                None if _is_parameter(segment) else segment for segment in route.path.split("/")
+            )
+            template = _Template(segments, tuple(names))
+            self._templates[route.path] = template
+            same_length = self._by_length.setdefault(len(segments), [])
+            same_length.append(template)
+            # Literal segments before parameters, from the left: the most specific wins.
+            same_length.sort(key=lambda t: tuple(s is None for s in t.segments))
+        template.methods[route.method] = route
 
     def routes(self) -> list[Route]:
-        return [route for methods in self._routes.values() for route in methods.values()]
+        tables = [*self._exact.values(), *(t.methods for t in self._templates.values())]
+        return [route for methods in tables for route in methods.values()]
 
-    def resolve(self, method: str, path: str) -> Route:
-        """The route for ``method path``; ``NotFound`` or ``MethodNotAllowed`` (with the path's
-        name on it, so a 405 is counted under the route it was aimed at)."""
-        methods = self._routes.get(path)
+    def match(self, method: str, path: str) -> tuple[Route, Mapping[str, str]]:
+        """The route for ``method path`` and its path parameters; ``NotFound`` or
+        ``MethodNotAllowed`` (with the path's name on it, so a 405 is counted under the
+        route it was aimed at)."""
+        methods, params = self._methods(path)
         if methods is None:
             raise NotFound(f"no route for {path}")
         route = methods.get(method)
         if route is None:
             allowed = ", ".join(sorted(methods))
             raise MethodNotAllowed(f"{method} is not allowed on {path}", headers={"allow": allowed})
-        return route
+        return route, params
+
+    def resolve(self, method: str, path: str) -> Route:
+        return self.match(method, path)[0]
 
     def name_of(self, path: str) -> str:
         """The label for answers about ``path``, whatever the method."""
-        methods = self._routes.get(path)
+        methods, _ = self._methods(path)
         return next(iter(methods.values())).name if methods else UNMATCHED
+
+    def _methods(self, path: str) -> tuple[dict[str, Route] | None, Mapping[str, str]]:
+        methods = self._exact.get(path)
+        if methods is not None or not self._templates:
+            return methods, NO_PARAMS
+        parts = path.split("/")
+        for template in self._by_length.get(len(parts), ()):
+            params = template.match(parts)
+            if params is not None:
+                return template.methods, params
+        return None, NO_PARAMS

@@ -1,0 +1,104 @@
+"""What every admin route shares: the admin key, the store off the event loop, refreshes.
+
+A tenant's key is refused (403) and no key is refused (401) before anything else is
+looked at, the body included. Registry calls are synchronous (SQLite, Postgres) and
+run in a thread; a refusal comes back as the client error ``refusals`` maps it to.
+After a write this gateway reloads its snapshot at once, so a revoked key is refused
+on the next request here; other gateways see the change counter move and reload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from headway.errors import (
+    Forbidden,
+    HeadwayError,
+    InvalidRequest,
+    NotFound,
+    RegistryUnavailable,
+    Unauthorized,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from headway.gateway.admin.refusals import refusal
+from headway.gateway.snapshots import Snapshots
+from headway.gateway.stages.authenticate import authenticate, require_admin
+from headway.http.asgi import Request
+from headway.registry.errors import RegistryError
+from headway.registry.model import Actor
+from headway.registry.store import RegistryStore
+
+T = TypeVar("T")
+
+MAX_ID = 2**63 - 1
+"""The largest id a registry table holds (a 64-bit signed integer, SQLite's and Postgres's)."""
+
+ADMIN_ONLY: tuple[type[HeadwayError], ...] = (Unauthorized, Forbidden, RegistryUnavailable)
+"""What any admin route may answer: the key's refusals, and a registry that is away."""
+WITH_BODY: tuple[type[HeadwayError], ...] = (
+    InvalidRequest,
+    *ADMIN_ONLY,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminParts:
+    snapshots: Snapshots
+    store: RegistryStore
+
+
+def admin_actor(request: Request, snapshots: Snapshots) -> Actor:
+    """Who is writing, for the audit log: the admin key's id and this request's id."""
+    principal = authenticate(request.headers, snapshots.current)
+    require_admin(principal)
+    return Actor(principal.key_id, request.id)
+
+
+async def read(parts: AdminParts, request: Request, call: Callable[[RegistryStore], T]) -> T:
+    admin_actor(request, parts.snapshots)
+    return await _in_thread(call, parts.store)
+
+
+async def write(parts: AdminParts, call: Callable[[RegistryStore], T]) -> T:
+    """``call`` the store, then reload this gateway's snapshot before answering."""
+    result = await _in_thread(call, parts.store)
+    await parts.snapshots.refresh()
+    return result
+
+
+async def _in_thread(call: Callable[[RegistryStore], T], store: RegistryStore) -> T:
+    try:
+        return await asyncio.to_thread(call, store)
+    except RegistryError as exc:
+        error = refusal(exc)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def path_id(request: Request, name: str = "id") -> int:
+    """A numeric path parameter; anything else names no object (404)."""
+    value = request.path_params[name]
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_ID:
+        raise NotFound(f"no {name} {value[:40]!r}: ids are whole numbers up to {MAX_ID}")
+    return int(value)
+
+
+def query_values(request: Request, allowed: frozenset[str]) -> dict[str, str]:
+    """The query's parameters, each given at most once and each one ``allowed`` (else 422)."""
+    values: dict[str, str] = {}
+    for name, given in request.query().items():
+        if name not in allowed:
+            raise ValidationFailed(
+                f"unknown parameter {name[:40]!r}; use {', '.join(sorted(allowed))}"
+            )
+        if len(given) != 1:
+            raise ValidationFailed(f"{name} is given {len(given)} times; give it once")
+        values[name] = given[0]
+    return values

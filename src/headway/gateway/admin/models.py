@@ -1,0 +1,118 @@
+"""``/admin/models``: every model version the registry holds, and who serves it.
+
+A version is a content hash; its ``aliases`` are the names whose primary it is, and
+``served_by`` the replicas that advertise it now (from their last ``/readyz``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from headway.errors import NotFound
+from headway.gateway.admin.access import ADMIN_ONLY, AdminParts, read
+from headway.gateway.openapi import DocumentedRoute, Operation
+from headway.gateway.pool import Replica
+from headway.gateway.pools import Pools
+from headway.http.asgi import Handler, Request, Response, json_response
+from headway.http.router import Route
+from headway.registry.model import ModelRecord
+from headway.utc import rfc3339
+
+
+class ModelVersion(msgspec.Struct):
+    version: str
+    name: str
+    kind: str
+    dimensions: int
+    quantization: str
+    size_bytes: int
+    created_at: str
+    aliases: list[str]
+    """The aliases whose primary version this is."""
+    served_by: list[str]
+    """The URLs of the replicas that advertise it now."""
+
+
+class ModelVersionList(msgspec.Struct):
+    data: list[ModelVersion]
+
+
+def advertised(replica: Replica) -> frozenset[str]:
+    """The versions a replica says it serves; one that lists none (a worker of one model,
+    from before workers listed theirs) serves its ``model_version``, if it has said one."""
+    if replica.versions:
+        return replica.versions
+    return frozenset({replica.model_version}) if replica.model_version else frozenset()
+
+
+def served_by(pools: Pools) -> dict[str, list[str]]:
+    """Version → the URLs of the replicas that advertise it, sorted."""
+    urls: dict[str, list[str]] = {}
+    for pool in pools:
+        for replica in pool.replicas:
+            for version in advertised(replica):
+                urls.setdefault(version, []).append(replica.url)
+    return {version: sorted(found) for version, found in urls.items()}
+
+
+def model_version(
+    record: ModelRecord, aliases: Iterable[str], urls: dict[str, list[str]]
+) -> ModelVersion:
+    return ModelVersion(
+        record.version,
+        record.name,
+        record.kind,
+        record.dimensions,
+        record.quantization,
+        record.size_bytes,
+        rfc3339(record.created_at),
+        sorted(aliases),
+        urls.get(record.version, []),
+    )
+
+
+def list_models(parts: AdminParts, pools: Pools) -> Handler:
+    async def handle(request: Request) -> Response:
+        models = await read(parts, request, lambda store: store.models())
+        urls = served_by(pools)
+        data = [model_version(record, aliases, urls) for record, aliases in models]
+        return json_response(ModelVersionList(data))
+
+    return handle
+
+
+def get_model(parts: AdminParts, pools: Pools) -> Handler:
+    async def handle(request: Request) -> Response:
+        version = request.path_params["version"]
+        models = await read(parts, request, lambda store: store.models())
+        for record, aliases in models:
+            if record.version == version:
+                return json_response(model_version(record, aliases, served_by(pools)))
+        raise NotFound(f"no model version {version[:80]!r}")
+
+    return handle
+
+
+def routes(parts: AdminParts, pools: Pools) -> list[DocumentedRoute]:
+    return [
+        DocumentedRoute(
+            Route("GET", "/admin/models", "admin_models_list", list_models(parts, pools)),
+            Operation(
+                "Every model version, its aliases and the replicas serving it (admin key)",
+                ModelVersionList,
+                errors=ADMIN_ONLY,
+                authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/admin/models/{version}", "admin_model_get", get_model(parts, pools)),
+            Operation(
+                "One model version by its hash (admin key)",
+                ModelVersion,
+                errors=(*ADMIN_ONLY, NotFound),
+                authenticated=True,
+            ),
+        ),
+    ]

@@ -1,0 +1,87 @@
+"""``headway tenants …`` against a SQLite registry in a temporary directory."""
+
+import pytest
+from typer.testing import CliRunner
+
+from headway.cli import app
+from headway.cli.options import settings_from
+from headway.registry.keys import key_digest
+from headway.registry.model import AuditQuery, key_id_of
+from headway.registry.sqlite import Registry
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.setattr("getpass.getuser", lambda: "ana")
+
+    def invoke(*args: str):
+        return CliRunner().invoke(app, ["tenants", *args, "--data-dir", str(tmp_path)])
+
+    return invoke
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """The registry ``--data-dir tmp_path`` names, as the CLI opens it."""
+    return Registry(settings_from(None, data_dir=tmp_path).registry_path)
+
+
+def last_line(output: str) -> str:
+    return output.strip().splitlines()[-1]
+
+
+def test_a_tenant_is_added_its_key_rotated_and_revoked_and_it_is_deleted(cli, registry):
+    added = cli("add", "acme", "--tier", "batch", "--rate", "5")
+    assert added.exit_code == 0, added.output
+    first = last_line(added.output)
+    listed = cli("keys", "acme")
+    assert listed.output.split()[0] == key_id_of(key_digest(first))
+    assert "live" in listed.output and first not in listed.output
+
+    rotated = cli("rotate-key", "acme", "--overlap", "0")
+    assert rotated.exit_code == 0, rotated.output
+    second = last_line(rotated.output)
+    keys = {key.key_id: key for key in registry.keys("acme")}
+    assert keys[key_id_of(key_digest(first))].revoked_at is not None  # no overlap: at once
+    assert keys[key_id_of(key_digest(second))].revoked_at is None
+
+    revoked = cli("revoke-key", key_id_of(key_digest(second)))
+    assert revoked.exit_code == 0, revoked.output
+    assert all(key.revoked_at is not None for key in registry.keys("acme"))
+
+    assert "acme  batch  rate=5/s" in cli("list").output
+    deleted = cli("delete", "acme")
+    assert deleted.exit_code == 0 and "usage is kept" in deleted.output
+    assert "acme" not in cli("list").output
+    actions = [entry.action for entry in registry.audit(AuditQuery(actor="cli:ana"))]
+    assert actions == ["tenant.delete", "key.revoke", "key.rotate", "tenant.create"]
+
+
+def test_a_rotation_keeps_the_old_key_for_the_overlap(cli, registry):
+    first = last_line(cli("add", "acme").output)
+    assert cli("rotate-key", "acme").exit_code == 0  # the default overlap, an hour
+    old = {key.key_id: key for key in registry.keys("acme")}[key_id_of(key_digest(first))]
+    assert old.revoked_at is None and old.expires_at is not None
+    assert 3590 < old.expires_at - old.created_at <= 3600 + 60
+
+
+def test_an_admin_key_is_printed_once_and_registered(cli, registry):
+    made = cli("admin-key")
+    assert made.exit_code == 0, made.output
+    key = last_line(made.output)
+    assert key_id_of(key_digest(key)) in {k.key_id for k in registry.keys(None)}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("delete", "nobody"), ("keys", "nobody"), ("rotate-key", "nobody"), ("revoke-key", "f00")],
+)
+def test_naming_what_is_not_there_exits_1_with_the_reason(cli, registry, args):
+    result = cli(*args)
+    assert result.exit_code == 1
+    assert result.output.strip()
+
+
+def test_a_negative_overlap_is_a_bad_argument(cli, registry):
+    cli("add", "acme")
+    assert cli("rotate-key", "acme", "--overlap", "-1").exit_code == 2
