@@ -23,9 +23,10 @@ from headway.metering.sink import Metering
 from headway.registry.sqlite import Registry
 from headway.settings import GatewaySettings, LimitsSettings, SyntheticSettings
 from headway.transport.asgi import AsgiTransport
-from headway.worker.app import LoadedModel, WorkerService, build_worker_app
+from headway.worker.app import WorkerService, build_worker_app
 from headway.worker.backends.synthetic import SyntheticBackend
 from headway.worker.batcher import BatchLimits
+from headway.worker.sources import FixedSource, LoadedModel
 
 WORKER_URLS = ("http://embed-0", "http://embed-1")
 SYNTHETIC = SyntheticSettings(dimensions=8)
@@ -82,13 +83,15 @@ async def make_stack(
     workers: dict[str, WorkerService] = {}
     worker_apps: dict[str, App] = {}
     for url in WORKER_URLS:
-        workers[url] = WorkerService("embed", synthetic_loader(sleep), limits or BatchLimits())
+        workers[url] = WorkerService(
+            "embed", FixedSource(synthetic_loader(sleep)), limits or BatchLimits()
+        )
         worker_apps[url] = build_worker_app(workers[url])
         await worker_apps[url].startup()
     transport = AsgiTransport(worker_apps)
     service = GatewayService(
         GatewaySettings(**({"health_interval_s": 60, "limits": TEST_LIMITS} | gateway)),
-        registry.snapshot,
+        registry,
         transport,
         {"embed": discovery or StaticDiscovery(WORKER_URLS)},
         quota_heartbeat=quota_heartbeat,

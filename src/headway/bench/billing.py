@@ -328,7 +328,7 @@ async def _cpu_repeat(app: App, case: Case, concurrency: int, seconds: float) ->
 def _gateway(registry: Registry, version: str, metering: Metering) -> App:
     service = GatewayService(
         GatewaySettings(health_interval_s=3600, dns_interval_s=3600, registry_refresh_s=3600),
-        registry.snapshot,
+        registry,
         MockTransport(Replica(version)),
         {"embed": StaticDiscovery([REPLICA])},
         metering=metering,

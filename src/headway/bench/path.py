@@ -176,7 +176,7 @@ async def _run(registry: Registry, seconds: float) -> PathResults:
     registry.add_model(record, (SYNTHETIC_ALIAS,))
     service = GatewayService(
         GatewaySettings(health_interval_s=3600, dns_interval_s=3600, registry_refresh_s=3600),
-        registry.snapshot,
+        registry,
         MockTransport(Replica(record.version)),
         {"embed": StaticDiscovery([REPLICA])},
     )

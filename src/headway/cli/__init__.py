@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from headway.cli import bench, billing, catalog, loadgen, serve
+from headway.cli import bench, billing, catalog, loadgen, rollout, serve
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 # In the order ``headway --help`` lists them.
@@ -14,6 +14,7 @@ app.command()(serve.worker)
 app.command()(loadgen.loadgen)
 app.add_typer(catalog.models_app, name="models")
 app.add_typer(catalog.tenants_app, name="tenants")
+app.add_typer(rollout.rollout_app, name="rollout")
 app.add_typer(billing.billing_app, name="billing")
 app.add_typer(bench.bench_app, name="bench")
 

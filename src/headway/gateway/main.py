@@ -20,7 +20,7 @@ from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.service import GatewayService
 from headway.http.asgi import App
 from headway.metering.build import gateway_id, gateway_metering
-from headway.registry.sqlite import Registry
+from headway.registry.open import open_registry
 from headway.settings import GatewaySettings, Settings
 from headway.transport.default import AiohttpTransport
 
@@ -63,7 +63,7 @@ def quota_store(
 
 
 def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
-    registry = Registry(settings.registry_path)
+    registry = open_registry(settings)
     metrics = GatewayMetrics()
     quota, heartbeat = quota_store(settings, metrics)
     name = gateway_id(settings)
@@ -75,7 +75,7 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
 
     service = GatewayService(
         settings.gateway,
-        registry.snapshot,
+        registry,
         AiohttpTransport(),
         discovery(settings.gateway),
         quota=quota,

@@ -17,6 +17,9 @@ from prometheus_client.registry import Collector
 from headway.gateway.pool import ReplicaPool
 from headway.metering.build import OutboxMetering
 from headway.metrics import LATENCY_BUCKETS
+from headway.rollouts.compare import Agreement
+
+AGREEMENT_BUCKETS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0)
 
 
 class GatewayMetrics:
@@ -87,6 +90,27 @@ class GatewayMetrics:
             ["loop"],
             registry=self.registry,
         )
+        self.shadow_requests = Counter(
+            "headway_shadow_requests_total",
+            "Shadow copies by version pair (12-hex prefixes) and outcome: compared, "
+            "unmatched (the primary failed), failed, skipped (no spare capacity).",
+            ["primary", "candidate", "outcome"],
+            registry=self.registry,
+        )
+        self.shadow_agreement = Histogram(
+            "headway_shadow_agreement",
+            "Agreement of a shadow copy with the primary's answer, by version pair and "
+            "measure: cosine (embeddings, mean over texts) or spearman (rerank).",
+            ["primary", "candidate", "measure"],
+            buckets=AGREEMENT_BUCKETS,
+            registry=self.registry,
+        )
+        self.shadow_top1 = Counter(
+            "headway_shadow_top1_agreements_total",
+            "Rerank shadow copies whose top document is the primary's, by version pair.",
+            ["primary", "candidate"],
+            registry=self.registry,
+        )
         self._by_code: dict[tuple[str, int], Any] = {}
         self._by_failure: dict[tuple[str, str], Any] = {}
         self._latency_of: dict[str, Any] = {}
@@ -120,6 +144,25 @@ class GatewayMetrics:
     def quota_mode(self, mode: str) -> None:
         for each in ("redis", "local"):
             self._quota_mode.labels(each).set(1 if each == mode else 0)
+
+    def shadow_skipped(self, primary: str, candidate: str) -> None:
+        self.shadow_requests.labels(primary[:12], candidate[:12], "skipped").inc()
+
+    def shadow_failed(self, primary: str, candidate: str, latency_s: float) -> None:
+        self.shadow_requests.labels(primary[:12], candidate[:12], "failed").inc()
+
+    def shadow_compared(
+        self, primary: str, candidate: str, latency_s: float, agreement: Agreement | None
+    ) -> None:
+        pair = (primary[:12], candidate[:12])
+        if agreement is None:
+            self.shadow_requests.labels(*pair, "unmatched").inc()
+            return
+        self.shadow_requests.labels(*pair, "compared").inc()
+        measure = "cosine" if agreement.top1 is None else "spearman"
+        self.shadow_agreement.labels(*pair, measure).observe(agreement.measure)
+        if agreement.top1:
+            self.shadow_top1.labels(*pair).inc()
 
     def watch_pool(self, pool: ReplicaPool) -> None:
         """Gauges read from the pool when scraped."""

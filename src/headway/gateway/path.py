@@ -10,10 +10,12 @@ and counts it. Then, top to bottom, one line each in ``serve``:
     precheck     a full pool refuses here, before the body is parsed   stages/admit.py
                  and so does a full usage outbox                       stages/meter.py
     parse        strict decoding and limits → the endpoint's request   endpoints/*.py
-    resolve      model name → the version that serves it, and its pool stages/resolve.py
+    resolve      model name → the version that serves it (split, pin,    stages/resolve.py
+                 stickiness), its pool, and maybe a shadow version
     meter        a usage event for the work from here on               stages/meter.py
     quota        the tenant's bucket is charged for the texts          stages/quota.py
     admit        a permit for the texts on that pool                   stages/admit.py
+    shadow       a copy to the shadow version, if any, never awaited   stages/shadow.py
     plan         balanced chunks, each a wire message                  stages/plan.py
     dispatch     route, retry, hedge every chunk within the deadline   stages/dispatch.py
     merge        the chunks' results in request order                  stages/merge.py
@@ -24,11 +26,11 @@ and counts it. Then, top to bottom, one line each in ``serve``:
 Authentication and the precheck come before the body is parsed so that a stranger
 or a full pool costs microseconds, not a JSON decode. Quota, then admission: a
 request the tenant may not send never takes a permit; one it may send but the
-pool cannot take is refused (and its texts refunded). The stages the next
-features add have their places: resolve chooses among an alias's versions (a
-traffic split); a cache look-up goes between admit and plan (only misses are
-planned); a shadow copy leaves from dispatch, never awaited; a tracing span wraps
-each line.
+pool cannot take is refused (and its texts refunded). The version is chosen once,
+in resolve, and every chunk goes to it; the shadow copy leaves beside dispatch and
+is handed the primary's answer to compare with, never awaited. The stages the next
+features add have their places: a cache look-up goes between admit and plan (only
+misses are planned); a tracing span wraps each line.
 
 Each stage is a function of its own module with small typed inputs, and gets only
 the parts of the gateway it uses (``PathParts``), never the whole service.
@@ -55,6 +57,7 @@ from headway.gateway.stages.parse import check_media_type
 from headway.gateway.stages.plan import plan
 from headway.gateway.stages.quota import QuotaCharge
 from headway.gateway.stages.resolve import resolve
+from headway.gateway.stages.shadow import Shadows
 from headway.http.asgi import Request, Response
 from headway.settings import GatewaySettings
 
@@ -71,6 +74,7 @@ class PathParts:
     metrics: GatewayMetrics
     clock: Callable[[], float]
     meter: MeterParts
+    shadows: Shadows
 
 
 async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Response:
@@ -87,14 +91,21 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
     precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
     check_meter(parts.meter.sink)
     work = endpoint.parse(request.body, settings.limits)
-    target = resolve(work.models, snapshot, parts.pools)
+    target = resolve(work.models, snapshot, parts.pools, tenant.name, work.user)
     work.check(target.record)
     async with UsageMeter(parts.meter, ctx, principal.key_id, target, work.texts, started) as meter:
         async with QuotaCharge(parts.quota, ctx, work.texts):
             with AdmissionPermit(target.pool, ctx, work.texts, parts.metrics.refused):
-                chunks = plan(work, ctx, target.record.version, settings.chunk_texts)
-                results = await dispatch(chunks, target.pool, deadline)
-        merged = merge(results)
+                primary = parts.shadows.start(work, ctx, target)
+                try:
+                    chunks = plan(work, ctx, target.record.version, settings.chunk_texts)
+                    merged = merge(await dispatch(chunks, target.pool, deadline))
+                except BaseException:
+                    if primary is not None:
+                        primary.cancel()  # the copy has nothing to be compared with
+                    raise
+                if primary is not None:
+                    primary.set_result(merged)
         parts.metrics.served(endpoint.route, tenant.name, work.texts)
         await meter.served(merged)
     return work.respond(merged, ctx, target.record)

@@ -4,7 +4,9 @@
 the pools, the quota store, the metrics — and owns their background loops, all
 run by one ``Background`` (each failure logged, counted, and the loop carries on):
 
-    registry_refresh   reload keys, tenants and models (the snapshot is replaced whole)
+    registry_poll      the registry's change counter; a change reloads the snapshot
+    registry_refresh   reload keys, tenants and models anyway (the snapshot is replaced whole)
+    rollouts           write this gateway's counts for active rollouts, judge their steps
     <pool>_discover    ask the pool's ``Discovery`` where its replicas are
     <pool>_poll        read every replica's ``/readyz``
     quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
@@ -16,6 +18,7 @@ The routes get ``parts()`` (``PathParts``), never the service itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,8 +35,11 @@ from headway.gateway.pools import Pools
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.meter import MeterParts
+from headway.gateway.stages.shadow import Shadows
 from headway.metering.sink import MemorySink, Metering
-from headway.registry.model import Snapshot
+from headway.registry.store import RegistryStore
+from headway.rollouts.controller import RolloutController
+from headway.rollouts.recorder import VersionRecorder
 from headway.settings import AdmissionSettings, GatewaySettings, RoutingSettings
 from headway.transport.base import Transport
 
@@ -47,7 +53,7 @@ class GatewayService:
     def __init__(
         self,
         settings: GatewaySettings,
-        load_snapshot: Callable[[], Snapshot],
+        registry: RegistryStore,
         transport: Transport,
         discovery: Mapping[str, Discovery],
         *,
@@ -66,13 +72,16 @@ class GatewayService:
         ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503)."""
         self.settings = settings
         self.metrics = metrics or GatewayMetrics()
-        self.snapshots = Snapshots(load_snapshot)
+        self.registry = registry
+        self.snapshots = Snapshots(registry.snapshot, registry.changes)
         self.transport = transport
         self.discovery = dict(discovery)
         self.quota = quota or LocalQuotaStore()
         self.clock = clock
         self.metering: Metering = metering if metering is not None else MemorySink()
-        self.meter = MeterParts(self.metering, gateway_id, wall_clock, clock)
+        self.recorder = VersionRecorder(self.metrics)
+        self.meter = MeterParts(self.metering, gateway_id, wall_clock, clock, self.recorder.outcome)
+        self.shadows = Shadows(self.recorder, settings.chunk_texts, clock)
         self._open_ledger = open_ledger
         self._ledger: Ledger | None = None
         self.draining = False
@@ -95,6 +104,14 @@ class GatewayService:
         )
         for pool in self.pools:
             self.metrics.watch_pool(pool)
+        self.rollouts = RolloutController(
+            registry,
+            self.recorder,
+            self.pools.served_versions,
+            gateway_id,
+            on_change=self.snapshots.refresh,
+            wall_clock=wall_clock,
+        )
 
     def parts(self) -> PathParts:
         return PathParts(
@@ -105,6 +122,7 @@ class GatewayService:
             self.metrics,
             self.clock,
             self.meter,
+            self.shadows,
         )
 
     async def start(self) -> None:
@@ -118,7 +136,9 @@ class GatewayService:
         await self.snapshots.refresh()
         for pool in self.pools:
             await self._discover(pool)  # polls every replica it adds
+        background.every("registry_poll", settings.registry_poll_s, self.snapshots.poll)
         background.every("registry_refresh", settings.registry_refresh_s, self.snapshots.refresh)
+        background.every("rollouts", settings.rollout_tick_s, self.rollouts.tick)
         for pool in self.pools:
             background.every(
                 f"{pool.name}_discover", settings.dns_interval_s, self._discoverer(pool)
@@ -130,6 +150,8 @@ class GatewayService:
 
     async def stop(self) -> None:
         await self._background.stop()
+        await self.shadows.stop()
+        await asyncio.to_thread(self.registry.close)
         await self.transport.close()
         await self.quota.close()
         await self.metering.close()
@@ -173,7 +195,9 @@ def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
         enabled=settings.enabled,
         latency_budget_s=settings.latency_budget_ms / 1000,
         mean_latency_share=settings.mean_latency_share,
-        shares=Shares(batch=settings.batch_share, crowding=settings.crowding),
+        shares=Shares(
+            batch=settings.batch_share, crowding=settings.crowding, shadow=settings.shadow_share
+        ),
         window_s=settings.window_ms / 1000,
         floor_texts_per_replica=settings.floor_texts_per_replica,
         static_limit=settings.static_limit_texts,

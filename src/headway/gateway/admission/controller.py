@@ -64,6 +64,8 @@ class AdmissionController:
     clock: Callable[[], float] = time.monotonic
     throughput: float = 0.0
     outstanding: int = 0
+    shadow_outstanding: int = 0
+    """Texts of shadow copies in flight: never in ``outstanding`` (they take no one's room)."""
     _by_tier: Counter[str] = field(default_factory=Counter)
     _by_tenant: dict[str, Counter[str]] = field(default_factory=dict)
     _window: _WindowCounters | None = None
@@ -115,6 +117,20 @@ class AdmissionController:
             del tenants[permit.tenant]
         if completed:
             window.completed_texts += permit.texts
+
+    def try_spare(self, texts: int) -> bool:
+        """A shadow copy of ``texts``: taken only into room nothing else uses, below
+        ``shares.shadow`` of the limit counting all outstanding work (shadow included), so a
+        pool at capacity runs none; admission switched off does not switch this off."""
+        self._roll(self.clock())
+        used = self.outstanding + self.shadow_outstanding + texts
+        if used > self.config.shares.shadow * self.limit:
+            return False
+        self.shadow_outstanding += texts
+        return True
+
+    def release_spare(self, texts: int) -> None:
+        self.shadow_outstanding -= texts
 
     def retry_after_s(self) -> float:
         """Backlog ÷ drain rate: when the work outstanding now should be done."""

@@ -44,11 +44,13 @@ class Occupancy:
 
 @dataclass(frozen=True, slots=True)
 class Shares:
-    """How a limit is shared: the share batch work may fill, and the fill of a tier past
-    which a tenant holding more than an equal share of it is refused."""
+    """How a limit is shared: the share batch work may fill, the fill of a tier past
+    which a tenant holding more than an equal share of it is refused, and the fill below
+    which shadow copies may run."""
 
     batch: float = 0.7
     crowding: float = 0.8
+    shadow: float = 0.5
 
 
 def tier_allowance(tier: Tier, limit: int, batch_share: float) -> int:

@@ -27,6 +27,10 @@ class ModelRequest(Protocol):
         """Model names (aliases or versions) to try, the first the registry knows wins."""
 
     @property
+    def user(self) -> str | None:
+        """The caller's own end user, if the request names one (a sticky split's key)."""
+
+    @property
     def texts(self) -> int:
         """The units it is charged, admitted and split by: inputs, or documents."""
 

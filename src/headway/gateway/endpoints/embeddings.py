@@ -39,6 +39,10 @@ class EmbeddingsRequest:
         return (self.body.model,)
 
     @property
+    def user(self) -> str | None:
+        return self.body.user
+
+    @property
     def texts(self) -> int:
         return len(self.inputs)
 

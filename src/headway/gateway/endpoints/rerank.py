@@ -53,6 +53,11 @@ class RerankRequest:
     top_n: int | None
 
     @property
+    def user(self) -> str | None:
+        """Cohere's rerank names no end user: a sticky split keys on the tenant."""
+        return None
+
+    @property
     def texts(self) -> int:
         return len(self.documents)
 

@@ -4,11 +4,13 @@ Keys are never stored, only their SHA-256 digests. The presented key is
 hashed and looked up by digest, then the stored digest is checked against the
 computed one with ``hmac.compare_digest``. Timing of the lookup can reveal at
 most something about the digest of the attacker's own guess, which says
-nothing usable about any stored key.
+nothing usable about any stored key. A key being rotated out carries its expiry and
+is refused from then on, whenever the snapshot was loaded.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from headway.errors import Forbidden, Unauthorized
@@ -26,6 +28,8 @@ def authenticate(headers: Mapping[str, str], snapshot: Snapshot) -> Principal:
     principal = snapshot.principals.get(digest)
     if principal is None or not digests_match(principal.key_digest, digest):
         raise Unauthorized("invalid API key")
+    if principal.expires_at is not None and principal.expires_at <= time.time():
+        raise Unauthorized("this API key has expired (it was rotated); use the new key")
     return principal
 
 

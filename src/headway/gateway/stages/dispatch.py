@@ -11,8 +11,9 @@ A worker's answer maps onto the error tree: its 503 (queue full) is our
 other status, and a 200 whose body does not decode, is ``UpstreamFailed``. A
 replica that refuses connections is marked unready; a connection that breaks
 mid-call (a reused keep-alive connection the server closed, say) says nothing
-about the replica. A shadow copy of the request (to a candidate version) will be
-sent from here, never awaited.
+about the replica. A shadow copy of the request (to a candidate version) goes out
+through ``send_once`` (``stages/shadow.py``): one attempt, no retry, no hedge, and
+nothing it sees feeds the pool's latency or ejection records.
 """
 
 from __future__ import annotations
@@ -123,6 +124,17 @@ async def send_chunk(
         await asyncio.gather(*running, return_exceptions=True)
 
 
+async def send_once(chunk: Chunk, pool: ReplicaPool, deadline: Deadline) -> wire.ChunkResult:
+    """One attempt on a replica serving the chunk's version, unobserved (see module doc)."""
+    replica = pool.pick(chunk.message.model_version)
+    if replica is None:
+        raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
+    try:
+        return await _Attempt(pool, chunk, deadline, observe=False).start(replica)
+    except _Retryable as failed:
+        raise failed.error from None
+
+
 class _Retryable(Exception):
     """An attempt that failed in a way another replica, or a fresh connection, may not."""
 
@@ -150,6 +162,8 @@ class _Attempt:
     pool: ReplicaPool
     chunk: Chunk
     deadline: Deadline
+    observe: bool = True
+    """Feed the pool's latency and ejection records (not for a shadow copy)."""
 
     def start(self, replica: Replica) -> asyncio.Task[wire.ChunkResult]:
         """Counted as the replica's outstanding work at once, so that the next pick (the
@@ -181,7 +195,8 @@ class _Attempt:
             raise DeadlineExceeded("deadline passed while the work ran") from exc
         except ConnectFailed as exc:
             pool.mark_unreachable(replica)
-            pool.record(replica, ok=False)
+            if self.observe:
+                pool.record(replica, ok=False)
             raise _Retryable(
                 UpstreamFailed(f"replica unreachable: {exc}"), same_replica_ok=False
             ) from exc
@@ -192,9 +207,11 @@ class _Attempt:
         except Overloaded as exc:
             raise _Retryable(exc, same_replica_ok=False) from exc
         except UpstreamFailed as exc:
-            pool.record(replica, ok=False)
+            if self.observe:
+                pool.record(replica, ok=False)
             raise _Retryable(exc, same_replica_ok=False) from exc
-        pool.record(replica, ok=True, latency_s=pool.clock() - started)
+        if self.observe:
+            pool.record(replica, ok=True, latency_s=pool.clock() - started)
         return result
 
 

@@ -44,6 +44,9 @@ class MeterParts:
     """Unix time, for the event's ``at`` (its hour is the ledger's)."""
     clock: Callable[[], float]
     """The gateway's monotonic clock, for ``total_s``."""
+    outcome: Callable[[str, bool, float], None] | None = None
+    """Told (version, served, seconds) of each request that served or failed on our side:
+    the counts a rollout is judged on (``rollouts/recorder.py``)."""
 
 
 def check_meter(sink: UsageSink) -> None:
@@ -85,6 +88,7 @@ class UsageMeter:
         if isinstance(exc, HeadwayError) and exc.status < 500:
             return
         outcome = exc.type if isinstance(exc, HeadwayError) else "internal_error"
+        self._tell(False)
         try:
             await self._parts.sink.record(self._event(outcome, False, None))
         except Exception:  # the request fails anyway; its own error is the one to answer
@@ -92,10 +96,16 @@ class UsageMeter:
 
     async def served(self, merged: Merged) -> None:
         self._done = True
+        self._tell(True)
         try:
             await self._parts.sink.record(self._event("served", True, merged))
         except Exception as exc:
             raise MeteringUnavailable("the usage event could not be made durable") from exc
+
+    def _tell(self, served: bool) -> None:
+        parts = self._parts
+        if parts.outcome is not None:
+            parts.outcome(self._target.record.version, served, parts.clock() - self._started)
 
     def _event(self, outcome: str, billable: bool, merged: Merged | None) -> UsageEvent:
         ctx, parts, target = self._ctx, self._parts, self._target

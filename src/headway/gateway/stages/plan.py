@@ -42,8 +42,15 @@ class Chunk:
     texts: int
 
 
-def plan(request: Splittable, ctx: RequestContext, version: str, chunk_texts: int) -> list[Chunk]:
-    header = ChunkHeader(ctx.request_id, priority(ctx.tenant.tier), version)
+def plan(
+    request: Splittable,
+    ctx: RequestContext,
+    version: str,
+    chunk_texts: int,
+    at: wire.Priority | None = None,
+) -> list[Chunk]:
+    """``at``: the chunks' priority when not the tenant's tier's (a shadow copy's)."""
+    header = ChunkHeader(ctx.request_id, priority(ctx.tenant.tier) if at is None else at, version)
     return [
         Chunk(request.chunk(part, header), part.stop - part.start)
         for part in split(request.texts, chunk_texts)
