@@ -54,12 +54,12 @@ class Stack:
             await app.shutdown()
 
 
-def synthetic_loader(sleep: Callable[[float], None] = lambda s: None) -> Any:
-    record = synthetic_record(SYNTHETIC)
+def synthetic_loader(sleep: Callable[[float], None] = lambda s: None, seed: int = 0) -> Any:
+    record = synthetic_record(SYNTHETIC.model_copy(update={"seed": seed}))
 
     def load() -> LoadedModel:
         backend = SyntheticBackend(
-            call_ms=0, text_ms=0, dimensions=SYNTHETIC.dimensions, sleep=sleep
+            call_ms=0, text_ms=0, dimensions=SYNTHETIC.dimensions, seed=seed, sleep=sleep
         )
         return LoadedModel(backend, record.version)
 
@@ -75,16 +75,21 @@ async def make_stack(
     quota_heartbeat: Heartbeat | None = None,
     metering: Metering | None = None,
     ledger: Ledger | None = None,
+    seeds: tuple[int, int] = (0, 0),
     **gateway: Any,
 ) -> Stack:
+    """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
+    (registered without an alias)."""
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
+    for seed in set(seeds) - {0}:
+        registry.add_model(synthetic_record(SYNTHETIC.model_copy(update={"seed": seed})))
     workers: dict[str, WorkerService] = {}
     worker_apps: dict[str, App] = {}
-    for url in WORKER_URLS:
+    for url, seed in zip(WORKER_URLS, seeds, strict=True):
         workers[url] = WorkerService(
-            "embed", FixedSource(synthetic_loader(sleep)), limits or BatchLimits()
+            "embed", FixedSource(synthetic_loader(sleep, seed)), limits or BatchLimits()
         )
         worker_apps[url] = build_worker_app(workers[url])
         await worker_apps[url].startup()

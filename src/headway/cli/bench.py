@@ -139,6 +139,24 @@ def bench_quota(
     _publish(render(results, machine, _command(), seconds), SECTION, out)
 
 
+@bench_app.command("rollout")
+def bench_rollout(
+    seconds: BenchSeconds = 20.0,
+    interval: Annotated[float, typer.Option(help="The bad canary's analysis interval, s.")] = 5.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """A bad canary's time to rollback, shadow traffic's cost, a split reaching 3 gateways."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.rollout import run_rollout_bench
+    from headway.bench.rollout_report import SECTION, render
+
+    with _running() as machine:
+        results = run_rollout_bench(settings.data_dir, seconds=seconds, interval_s=interval)
+    _publish(render(results, machine, _command()), SECTION, out)
+
+
 @bench_app.command("overload")
 def bench_overload(
     seconds: Annotated[

@@ -93,7 +93,7 @@ class GatewayMetrics:
         self.shadow_requests = Counter(
             "headway_shadow_requests_total",
             "Shadow copies by version pair (12-hex prefixes) and outcome: compared, "
-            "unmatched (the primary failed), failed, skipped (no spare capacity).",
+            "failed, skipped (no spare capacity in the pool or at the worker).",
             ["primary", "candidate", "outcome"],
             registry=self.registry,
         )
@@ -152,12 +152,9 @@ class GatewayMetrics:
         self.shadow_requests.labels(primary[:12], candidate[:12], "failed").inc()
 
     def shadow_compared(
-        self, primary: str, candidate: str, latency_s: float, agreement: Agreement | None
+        self, primary: str, candidate: str, latency_s: float, agreement: Agreement
     ) -> None:
         pair = (primary[:12], candidate[:12])
-        if agreement is None:
-            self.shadow_requests.labels(*pair, "unmatched").inc()
-            return
         self.shadow_requests.labels(*pair, "compared").inc()
         measure = "cosine" if agreement.top1 is None else "spearman"
         self.shadow_agreement.labels(*pair, measure).observe(agreement.measure)

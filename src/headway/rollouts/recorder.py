@@ -59,7 +59,7 @@ class VersionRecorder:
             counts.record(latency_s, failed=True)
 
     def shadow_compared(
-        self, primary: str, candidate: str, latency_s: float, agreement: Agreement | None
+        self, primary: str, candidate: str, latency_s: float, agreement: Agreement
     ) -> None:
         if self._metrics is not None:
             self._metrics.shadow_compared(primary, candidate, latency_s, agreement)
@@ -67,8 +67,7 @@ class VersionRecorder:
         if counts is None:
             return
         counts.record(latency_s, failed=False)
-        if agreement is not None:
-            counts.record_agreement(agreement)
+        counts.record_agreement(agreement)
 
     def drain(self) -> tuple[dict[str, VersionCounts], dict[tuple[str, str], VersionCounts]]:
         """The counts since the last drain: by version, and shadow copies by (primary,

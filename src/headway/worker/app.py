@@ -1,14 +1,18 @@
 """The worker's HTTP face: internal chunk endpoints, health, readiness, metrics.
 
 A worker holds every version its ``ModelSource`` wants, each with its own loaded
-backend and ``Batcher`` (so its own inference thread). Readiness comes only after
-each is loaded and a warm-up batch has run. Every ``registry_poll_s`` the worker
-reads the source's change counter; when it moved, it loads (in a thread, off the
-event loop) and warms up what is newly wanted before advertising it, stops taking
-chunks for what is no longer wanted, and unloads that once its queue is empty. A
-chunk is served by the version it names (``ModelMismatch`` if not held; none named:
-the first). Shadow chunks run only in spare capacity. On shutdown the worker turns
-unready first, then finishes its queues.
+backend and ``Batcher`` (its own queue), all running on the worker's one inference
+thread: a replica is as fast with two versions as with one, and a shadow batch never
+runs beside real work on another core. Readiness comes only after each version is
+loaded and a warm-up batch has run. Every ``registry_poll_s`` the worker reads the
+source's change counter; when it moved, it loads (in a thread, off the event loop)
+and warms up what is newly wanted before advertising it, stops taking chunks for what
+is no longer wanted, and unloads that once its queue is empty. A chunk is served by
+the version it names (``ModelMismatch`` if not held; none named: the first). Shadow
+chunks run only in spare capacity: taken only while the worker is idle (a batcher
+drains its queue into each batch, so an empty queue is not idleness), refused at once
+otherwise; a real chunk arriving meanwhile waits at most that one batch. On shutdown
+the worker turns unready first, then finishes its queues.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -94,6 +99,7 @@ class WorkerService:
         self.retiring: list[Held] = []
         """Versions no longer served, unloaded once their queue is empty."""
         self._changes = -1
+        self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         self._poll: asyncio.Task[None] | None = None
         self.ready = False
         self.draining = False
@@ -128,6 +134,7 @@ class WorkerService:
             await held.batcher.drained()
             await held.batcher.close()
         await self._background.stop()
+        self._inference.shutdown(wait=True)
 
     async def refresh(self) -> None:
         """One registry poll: follow a change, then unload retired versions now idle."""
@@ -157,7 +164,13 @@ class WorkerService:
     async def _load(self, version: str) -> Held:
         model = await asyncio.to_thread(self._source.load, version)
         backend = model.backend
-        batcher = Batcher(backend, self._limits, clock=self._clock, observer=self.metrics)
+        batcher = Batcher(
+            backend,
+            self._limits,
+            clock=self._clock,
+            observer=self.metrics,
+            executor=self._inference,
+        )
         if backend.kind == "cross-encoder":
             warmup = backend.encode_pairs(WARMUP_TEXT, [WARMUP_TEXT] * 4)
         else:
@@ -172,11 +185,6 @@ class WorkerService:
     @property
     def outstanding_texts(self) -> int:
         return sum(h.batcher.outstanding_texts for h in [*self.held.values(), *self.retiring])
-
-    @property
-    def queued_texts(self) -> int:
-        """Texts waiting in every version's queue: they share this worker's cores."""
-        return sum(h.batcher.queued_texts for h in [*self.held.values(), *self.retiring])
 
     def _serving(self, requested: str) -> Held:
         if not self.ready or not self.held:
@@ -217,12 +225,10 @@ class WorkerService:
     ) -> Values:
         if chunk.timeout_ms <= 0:
             raise DeadlineExceeded("deadline passed before the chunk arrived")
-        queued = self.queued_texts
-        if chunk.priority == wire.Priority.SHADOW and not spare_capacity(
-            queued, len(encoded), self._limits.max_batch_size
-        ):
+        busy = self.outstanding_texts
+        if chunk.priority == wire.Priority.SHADOW and busy:
             raise Overloaded(
-                f"shadow work runs only in spare capacity ({queued} texts queued)",
+                f"shadow work runs only on an idle worker ({busy} texts queued or running)",
                 retry_after_s=batcher.service_time.seconds,
             )
         deadline = self._clock() + chunk.timeout_ms / 1000
@@ -254,13 +260,6 @@ class WorkerService:
             queue_s=timing.queue_s,
             inference_s=timing.inference_s,
         )
-
-
-def spare_capacity(queued_texts: int, texts: int, max_batch_size: int) -> bool:
-    """A shadow chunk may queue only if it and everything queued (for every version this
-    worker holds: they share its cores) fit in one batch: it then delays no real work by
-    more than the batch it joins."""
-    return queued_texts + texts <= max_batch_size
 
 
 def cosine_scores(query: Values, documents: Values) -> Values:

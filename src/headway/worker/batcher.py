@@ -116,7 +116,10 @@ class Batcher:
         *,
         clock: Clock = time.monotonic,
         observer: BatchObserver | None = None,
+        executor: ThreadPoolExecutor | None = None,
     ) -> None:
+        """``executor``: the inference thread, when the worker shares one between the
+        batchers of the versions it holds (theirs to shut down, not this batcher's)."""
         self._backend = backend
         self._limits = limits
         self._clock = clock
@@ -128,7 +131,10 @@ class Batcher:
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self._owns_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="inference"
+        )
         self._task: asyncio.Task[None] | None = None
         self.service_time = ServiceTime()
 
@@ -151,7 +157,8 @@ class Batcher:
                 await self._task
         _fail(self._heap, DeadlineMissed("worker is shutting down"))
         self._heap.clear()
-        self._executor.shutdown(wait=True)
+        if self._owns_executor:
+            self._executor.shutdown(wait=True)
 
     async def drained(self) -> None:
         """Wait until nothing is queued or running."""

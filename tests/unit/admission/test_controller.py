@@ -85,3 +85,28 @@ def test_static_limit_overrides_the_estimate():
     ctl = controller(clock, static_limit=3)
     ctl.throughput = 1000.0
     assert ctl.limit == 3
+
+
+def test_shadow_work_takes_only_room_below_its_share_and_none_at_capacity():
+    clock = FakeClock()
+    ctl = controller(clock, static_limit=20)  # shadow share 0.5: 10 texts of room
+    assert ctl.try_spare(6)
+    assert not ctl.try_spare(5)  # 6 + 5 > 10: shadow work counts against itself
+    ctl.release_spare(6)
+    permit = ctl.try_admit("t", "interactive", 8)
+    assert isinstance(permit, Permit)
+    assert ctl.try_spare(2) and not ctl.try_spare(1)  # 8 real + 2 shadow fill the share
+    ctl.release_spare(2)
+    assert ctl.outstanding == 8  # shadow work was never in the real work's count
+    more = ctl.try_admit("t", "interactive", 12)  # the pool at its limit
+    assert isinstance(more, Permit)
+    assert not ctl.try_spare(1)
+    ctl.release(permit, completed=True)
+    ctl.release(more, completed=True)
+    assert ctl.try_spare(10)
+
+
+def test_admission_switched_off_still_keeps_shadow_work_to_spare_room():
+    ctl = controller(FakeClock(), enabled=False, static_limit=20)
+    assert isinstance(ctl.try_admit("t", "interactive", 15), Permit)
+    assert not ctl.try_spare(1)

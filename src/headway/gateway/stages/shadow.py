@@ -1,17 +1,17 @@
 """Shadow traffic: a copy of the request to a candidate version, never awaited.
 
-``Shadows.start`` runs beside the primary's dispatch when resolve chose a shadow
-version for the request. The copy is planned like the request, at ``SHADOW``
-priority (below the batch tier: a worker runs it only when its queue is nearly
-empty, and refuses it otherwise), and only if the candidate's pool has spare room
-(``AdmissionController.try_spare``: none when the pool is at capacity). It is sent
-once per chunk (no retry, no hedge, nothing fed to the pool's latency or ejection
-records), it is never charged to the tenant's quota and never metered, and the
-client's answer never waits for it. When both answers are in, the copy's is compared
-with the primary's (embeddings: cosine per text; rerank: rank correlation and top-1
-agreement) and the result goes to the ``ShadowObserver`` (metrics, and the counts a
-rollout is judged on). A primary that fails leaves nothing to compare with: the copy
-is counted as sent, not compared.
+``Shadows.start`` is called beside the primary's dispatch when resolve chose a shadow
+version for the request; the copy leaves once the primary has answered (so it never
+competes with its own primary for a worker) and only if the candidate's pool has spare
+room then (``AdmissionController.try_spare``: none when the pool is at capacity). It
+is planned like the request, at ``SHADOW`` priority (below the batch tier; a worker
+takes it only while its queues are empty and refuses it otherwise, counted as skipped
+too), sent once per chunk (no retry, no hedge, nothing fed to the pool's latency or
+ejection records), never charged to the tenant's quota and never metered; the
+client's answer never waits for it. Its answer is compared with the primary's
+(embeddings: cosine per text; rerank: rank correlation and top-1 agreement) and the
+result goes to the ``ShadowObserver`` (metrics, and the counts a rollout is judged
+on). A primary that fails leaves nothing to compare with: no copy is made.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from headway import wire
+from headway.errors import Overloaded
 from headway.gateway.context import RequestContext
 from headway.gateway.stages.dispatch import gather_or_cancel, send_once
 from headway.gateway.stages.merge import Merged, merge
-from headway.gateway.stages.plan import Chunk, Splittable, plan
+from headway.gateway.stages.plan import Splittable, plan
 from headway.gateway.stages.resolve import ShadowTarget, Target
 from headway.rollouts.compare import Agreement, embedding_agreement, rerank_agreement
 
@@ -34,14 +35,13 @@ log = logging.getLogger(__name__)
 
 class ShadowObserver(Protocol):
     def shadow_skipped(self, primary: str, candidate: str) -> None:
-        """No spare room: the copy was not sent."""
+        """No spare room (in the pool, or at the worker): the copy did not run."""
 
     def shadow_failed(self, primary: str, candidate: str, latency_s: float) -> None: ...
 
     def shadow_compared(
-        self, primary: str, candidate: str, latency_s: float, agreement: Agreement | None
-    ) -> None:
-        """The copy answered; ``agreement`` None when the primary failed."""
+        self, primary: str, candidate: str, latency_s: float, agreement: Agreement
+    ) -> None: ...
 
 
 class Shadows:
@@ -59,50 +59,49 @@ class Shadows:
     def start(
         self, work: Splittable, ctx: RequestContext, target: Target
     ) -> asyncio.Future[Merged] | None:
-        """Send the copy if ``target`` has one and there is room; the future returned is
-        for the primary's merged answer (set it, or cancel it when the primary fails)."""
+        """If ``target`` has a shadow version: the future the primary's merged answer goes
+        to (set it, or cancel it when the primary fails); the copy leaves once it is set."""
         shadow = target.shadow
         if shadow is None:
             return None
-        primary_version, candidate = target.record.version, shadow.record.version
-        if not shadow.pool.admission.try_spare(work.texts):
-            self._observer.shadow_skipped(primary_version, candidate)
-            return None
-        primary: asyncio.Future[Merged] = asyncio.get_running_loop().create_future()
-        chunks = plan(work, ctx, candidate, self._chunk_texts, at=wire.Priority.SHADOW)
-        task = asyncio.get_running_loop().create_task(
-            self._copy(chunks, shadow, ctx, work.texts, primary_version, primary)
-        )
+        loop = asyncio.get_running_loop()
+        primary: asyncio.Future[Merged] = loop.create_future()
+        task = loop.create_task(self._copy(work, ctx, target.record.version, shadow, primary))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return primary
 
     async def _copy(
         self,
-        chunks: list[Chunk],
-        shadow: ShadowTarget,
+        work: Splittable,
         ctx: RequestContext,
-        texts: int,
         primary_version: str,
+        shadow: ShadowTarget,
         primary: asyncio.Future[Merged],
     ) -> None:
+        try:
+            answer = await primary
+        except asyncio.CancelledError:
+            return  # the primary failed: nothing to compare with, and no copy is made
         candidate = shadow.record.version
+        if not shadow.pool.admission.try_spare(work.texts):
+            self._observer.shadow_skipped(primary_version, candidate)
+            return
+        chunks = plan(work, ctx, candidate, self._chunk_texts, at=wire.Priority.SHADOW)
         started = self._clock()
         try:
             results = await gather_or_cancel(
                 [send_once(chunk, shadow.pool, ctx.deadline) for chunk in chunks]
             )
+        except Overloaded:  # a worker with work queued: no spare capacity there either
+            self._observer.shadow_skipped(primary_version, candidate)
+            return
         except Exception:
             self._observer.shadow_failed(primary_version, candidate, self._clock() - started)
             return
         finally:
-            shadow.pool.admission.release_spare(texts)
+            shadow.pool.admission.release_spare(work.texts)
         latency_s = self._clock() - started
-        try:
-            answer = await primary
-        except asyncio.CancelledError:
-            self._observer.shadow_compared(primary_version, candidate, latency_s, None)
-            return
         copy = merge(results)
         if copy.values.ndim == 2:
             agreement = embedding_agreement(answer.values, copy.values)

@@ -56,7 +56,9 @@ class SyntheticBackend:
         self._rng = random.Random(0)  # the same hiccups every run
         self._seed = seed
         self._fail_share = fail_share
-        self._failures = random.Random(seed)  # the same failures every run
+        # The same failures every run; not Random(0), whose first 25 draws are all >= 0.25
+        # (a 20% failure share would fail nothing for its first 25 calls).
+        self._failures = random.Random(f"failures:{seed}")
         self._dimensions = dimensions
         self._sleep = sleep
 
