@@ -47,13 +47,14 @@ async def flip_and_load(
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
 
         async def flip() -> int:
-            flips = 0
+            flips, next_at = 0, time.monotonic()
             while time.monotonic() < stop_at:
                 body = {"weights": {versions[flips % 2]: 1}}
                 reply = await client.put("/admin/splits/synthetic", json=body, headers=ADMIN)
                 assert reply.status_code == 200, reply.text
                 flips += 1
-                await asyncio.sleep(FLIP_S)
+                next_at += FLIP_S  # a flip every 100 ms, however long the write took
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             return flips
 
         async def load() -> None:

@@ -78,6 +78,8 @@ from headway.metering.relay import Relay
 from headway.metering.sink import Metering, UsageSink
 from headway.metering.stream import StreamConfig
 from headway.quantile import quantile
+from headway.registry.model import SYSTEM
+from headway.registry.open import open_registry
 from headway.registry.sqlite import Registry
 from headway.settings import GatewaySettings, SyntheticSettings
 from headway.testing.nats_server import NatsServer
@@ -629,11 +631,15 @@ def _end_to_end(
     settings = settings.model_copy(
         update={"nats_url": nats.url, "postgres_url": postgres.url_of(database)}
     )
-    registry = Registry(settings.registry_path)
-    registry.seed_demo()
-    registry.add_model(synthetic_record(settings.worker.synthetic), (SYNTHETIC_ALIAS,))
-    for name, key in ((TENANT, TENANT_KEY), (WARMUP_TENANT, WARMUP_KEY)):
-        registry.add_tenant(name, "interactive", rate_texts_per_s=1e6, burst_texts=1e6, key=key)
+    with contextlib.closing(open_registry(settings)) as shared:  # on the Postgres too
+        shared.seed_demo()
+        shared.add_model(
+            synthetic_record(settings.worker.synthetic), (SYNTHETIC_ALIAS,), actor=SYSTEM
+        )
+        for name, key in ((TENANT, TENANT_KEY), (WARMUP_TENANT, WARMUP_KEY)):
+            shared.add_tenant(
+                name, "interactive", actor=SYSTEM, rate_texts_per_s=1e6, burst_texts=1e6, key=key
+            )
     client_timeout_s = E2E_TIMEOUT_MS / 1000 + 1.0
     with supervised(settings) as supervisor:
         gateway = supervisor.gateways[0]

@@ -78,7 +78,10 @@ from headway.metering.outbox import OutboxFile
 from headway.metering.outbox import connect as connect_outbox
 from headway.metering.stream import StreamConfig
 from headway.metering.stream import connect as connect_nats
+from headway.registry.model import SYSTEM
+from headway.registry.postgres import PostgresRegistry
 from headway.registry.sqlite import Registry
+from headway.registry.store import RegistryStore
 from headway.serve import listening_socket
 from headway.settings import BillingSettings, SyntheticSettings
 from headway.testing.nats_server import NatsServer
@@ -469,13 +472,25 @@ class _Run:
             await asyncio.to_thread(self.postgres.psql, f"CREATE DATABASE {DATABASE}")
             self.nats_server = NatsServer()
             await asyncio.to_thread(self.nats_server.start)
-        registry = Registry(self.data_dir / "registry.sqlite3")
-        registry.add_tenant(TENANT, "interactive", rate_texts_per_s=1e9, burst_texts=1e9, key=KEY)
-        registry.add_model(
-            synthetic_record(SyntheticSettings(dimensions=DIMENSIONS)), (SYNTHETIC_ALIAS,)
+        # Shared mode: the registry is on the Postgres too, for every process.
+        registry: RegistryStore = (
+            Registry(self.data_dir / "registry.sqlite3")
+            if self.postgres_url is None
+            else PostgresRegistry(self.postgres_url)
         )
+        with contextlib.closing(registry):
+            registry.add_tenant(
+                TENANT, "interactive", actor=SYSTEM, rate_texts_per_s=1e9, burst_texts=1e9, key=KEY
+            )
+            registry.add_model(
+                synthetic_record(SyntheticSettings(dimensions=DIMENSIONS)),
+                (SYNTHETIC_ALIAS,),
+                actor=SYSTEM,
+            )
         env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
         env.update(CHILD_ENV)
+        if self.postgres_url is not None:
+            env["HEADWAY_POSTGRES_URL"] = self.postgres_url
         shared_args: list[str] = []
         if self.nats_server is not None and self.postgres_url is not None:
             shared_args = ["--nats-url", self.nats_server.url, "--postgres-url", self.postgres_url]

@@ -25,6 +25,7 @@ from headway.registry.rules import DEFAULT_RATE as DEFAULT_RATE
 from headway.registry.sql import DEMO_ADMIN_KEY as DEMO_ADMIN_KEY
 from headway.registry.sql import DEMO_TENANTS as DEMO_TENANTS
 from headway.registry.sql import SqlRegistry
+from headway.sqlite_wal import enable_wal
 
 _UNAVAILABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN})
 """Primary result codes of a database that is there but cannot be had now."""
@@ -67,7 +68,7 @@ class SqliteDialect:
         self.path = path
         self.timeout_s = timeout_s
         with self._connection() as db:
-            _enable_wal(db, timeout_s)
+            enable_wal(db, timeout_s)
 
     def close(self) -> None:
         """Nothing held: each call opens its own connection (a file open, cheap)."""
@@ -111,24 +112,3 @@ class SqliteDialect:
             raise RegistryUnavailable(f"the registry at {self.path}: {exc}") from exc
         finally:
             db.close()
-
-
-def _enable_wal(db: sqlite3.Connection, timeout_s: float) -> None:
-    """Switch the file to WAL (once: the mode is stored in it).
-
-    The switch needs the write lock, and when another connection is opening the same
-    new file SQLite answers "database is locked" at once instead of waiting (its rule
-    against two readers deadlocking as both upgrade), so ask again until the deadline.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)  # poll interval of the lock wait above
-            continue
-        if mode != "wal":
-            raise RegistryUnavailable(f"the registry's journal mode stays {mode!r}, not 'wal'")
-        return

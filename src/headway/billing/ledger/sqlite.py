@@ -48,6 +48,7 @@ from headway.billing.ledger.memory import (
 )
 from headway.billing.ledger.migrations import migrate_sqlite
 from headway.metering.event import UsageEvent
+from headway.sqlite_wal import enable_wal
 
 T = TypeVar("T")
 
@@ -262,34 +263,13 @@ def _connect(path: Path, clock: Callable[[], float]) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, timeout=10, isolation_level=None)
     try:
-        _enable_wal(db)
+        enable_wal(db)
         db.execute("PRAGMA synchronous=FULL")
         migrate_sqlite(db, clock=clock)
     except BaseException:
         db.close()
         raise
     return db
-
-
-def _enable_wal(db: sqlite3.Connection, timeout_s: float = 10.0) -> None:
-    """Switch the file to WAL (once: the mode is stored in it).
-
-    The switch needs the write lock, and when another connection is opening the same
-    new file SQLite answers "database is locked" at once instead of waiting (its rule
-    against two readers deadlocking as both upgrade), so ask again until the deadline.
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)  # poll interval of the lock wait above
-            continue
-        if mode != "wal":
-            raise sqlite3.OperationalError(f"the journal mode stays {mode!r}, not 'wal'")
-        return
 
 
 @contextmanager
