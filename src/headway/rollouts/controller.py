@@ -26,10 +26,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from headway.registry.errors import InvalidRollout
 from headway.registry.model import Actor, ObservedRole, Rollout, RolloutState, Split
 from headway.registry.store import RegistryStore
 from headway.rollouts.analysis import judge, next_move
-from headway.rollouts.move import Move
+from headway.rollouts.move import Move, apply_move
 from headway.rollouts.recorder import VersionRecorder
 from headway.rollouts.stats import VersionCounts, merged
 from headway.rollouts.steps import step_label
@@ -156,20 +157,9 @@ class RolloutController:
         return await self._write(rollout, move)
 
     async def _write(self, rollout: Rollout, move: Move) -> bool:
-        moved = await asyncio.to_thread(
-            self._store.transition,
-            rollout.id,
-            expect=(rollout.state, rollout.step),
-            state=move.state,
-            step=move.step,
-            step_started_at=move.step_started_at,
-            reason=move.reason,
-            split=move.split,
-            alias_version=move.alias_version,
-            action=move.action,
-            actor=self._actor,
-        )
-        if moved is None:
+        try:
+            await asyncio.to_thread(apply_move, self._store, rollout, move, actor=self._actor)
+        except InvalidRollout:
             return False  # another gateway (or an operator) moved it first
         log.info("rollout %d of %s: %s (%s)", rollout.id, rollout.alias, move.state, move.reason)
         return True
