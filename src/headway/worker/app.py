@@ -186,19 +186,28 @@ class WorkerService:
     def outstanding_texts(self) -> int:
         return sum(h.batcher.outstanding_texts for h in [*self.held.values(), *self.retiring])
 
-    def _serving(self, requested: str) -> Held:
+    def _accept(self, chunk: wire.Chunk) -> Held:
+        """The version that serves ``chunk``, once it may run here; every refusal comes
+        before the chunk is tokenized (no work spent on what is refused)."""
         if not self.ready or not self.held:
             raise NoReplicas("worker is not ready")
-        if not requested:
-            return next(iter(self.held.values()))
-        held = self.held.get(requested)
+        if chunk.timeout_ms <= 0:
+            raise DeadlineExceeded("deadline passed before the chunk arrived")
+        requested = chunk.model_version
+        held = self.held.get(requested) if requested else next(iter(self.held.values()))
         if held is None:
             served = ", ".join(version[:12] for version in self.held)
             raise ModelMismatch(f"this worker serves {served}, not {requested}")
+        busy = self.outstanding_texts
+        if chunk.priority == wire.Priority.SHADOW and busy:
+            raise Overloaded(
+                f"shadow work runs only on an idle worker ({busy} texts queued or running)",
+                retry_after_s=held.batcher.service_time.seconds,
+            )
         return held
 
     async def embed(self, chunk: wire.EmbedChunk) -> wire.ChunkResult:
-        held = self._serving(chunk.model_version)
+        held = self._accept(chunk)
         backend = held.model.backend
         if backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
@@ -208,7 +217,7 @@ class WorkerService:
         return self._result(held.model, values, encoded, timing)
 
     async def score(self, chunk: wire.ScoreChunk) -> wire.ChunkResult:
-        held = self._serving(chunk.model_version)
+        held = self._accept(chunk)
         backend = held.model.backend
         timing = RunTiming()
         if backend.kind == "cross-encoder":
@@ -223,14 +232,6 @@ class WorkerService:
     async def _run(
         self, batcher: Batcher, encoded: list[Encoded], chunk: wire.Chunk, timing: RunTiming
     ) -> Values:
-        if chunk.timeout_ms <= 0:
-            raise DeadlineExceeded("deadline passed before the chunk arrived")
-        busy = self.outstanding_texts
-        if chunk.priority == wire.Priority.SHADOW and busy:
-            raise Overloaded(
-                f"shadow work runs only on an idle worker ({busy} texts queued or running)",
-                retry_after_s=batcher.service_time.seconds,
-            )
         deadline = self._clock() + chunk.timeout_ms / 1000
         outcome = batcher.submit(encoded, deadline, chunk.priority, timing)
         if isinstance(outcome, QueueFull):
