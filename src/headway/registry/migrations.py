@@ -20,17 +20,7 @@ from dataclasses import dataclass
 
 from headway.registry.dialect import DialectName, Tx
 from headway.registry.errors import SchemaTooNew
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    description: str
-    sqlite: tuple[str, ...]
-    postgres: tuple[str, ...]
-
-    def statements(self, dialect: DialectName) -> tuple[str, ...]:
-        return self.sqlite if dialect == "sqlite" else self.postgres
+from headway.schema import Migration, pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,13 +213,7 @@ _CREATE_RECORD = (
 
 def missing(applied: set[int], migrations: tuple[Migration, ...] = MIGRATIONS) -> list[Migration]:
     """The migrations ``applied`` lacks, in order; ``SchemaTooNew`` if it has unknown ones."""
-    unknown = applied - {migration.version for migration in migrations}
-    if unknown:
-        raise SchemaTooNew(
-            f"the registry's database has schema versions {sorted(unknown)} this code does"
-            " not know; run the code that migrated it"
-        )
-    return [migration for migration in migrations if migration.version not in applied]
+    return pending(applied, migrations, too_new=SchemaTooNew, what="registry")
 
 
 def migrate(

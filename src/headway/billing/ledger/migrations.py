@@ -15,21 +15,13 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headway.billing.ledger.errors import SchemaTooNew
+from headway.schema import Migration, pending
 
 if TYPE_CHECKING:
     import asyncpg
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    description: str
-    sqlite: tuple[str, ...]
-    postgres: tuple[str, ...]
 
 
 def _tables(blob: str, real: str, identity: str) -> tuple[str, ...]:
@@ -111,13 +103,7 @@ POSTGRES_LOCK_KEY = 0x6865_6164_7761_79  # "headway": whoever migrates a databas
 
 def missing(applied: set[int], migrations: tuple[Migration, ...] = MIGRATIONS) -> list[Migration]:
     """The migrations ``applied`` lacks, in order; ``SchemaTooNew`` if it has unknown ones."""
-    unknown = applied - {migration.version for migration in migrations}
-    if unknown:
-        raise SchemaTooNew(
-            f"the ledger's database has schema versions {sorted(unknown)} this code does not"
-            " know; run the code that migrated it"
-        )
-    return [migration for migration in migrations if migration.version not in applied]
+    return pending(applied, migrations, too_new=SchemaTooNew, what="ledger")
 
 
 def migrate_sqlite(
