@@ -42,9 +42,13 @@ class RecordingBackend:
     can hold the inference thread busy while it queues more work.
     """
 
-    def __init__(self, *, fail: bool = False, gated: bool = False) -> None:
+    def __init__(
+        self, *, fail: bool = False, gated: bool = False, fail_on: frozenset[int] = frozenset()
+    ) -> None:
+        """``fail_on``: a call holding a text whose first token id is one of these fails."""
         self.calls: list[list[int]] = []
         self.fail = fail
+        self.fail_on = fail_on
         self.gate = threading.Event()
         if not gated:
             self.gate.set()
@@ -72,7 +76,7 @@ class RecordingBackend:
         self.entered.set()
         assert self.gate.wait(10), "test never released the gate"
         self.calls.append([item.ids[0] for item in batch])
-        if self.fail:
+        if self.fail or any(item.ids[0] in self.fail_on for item in batch):
             raise RuntimeError("model exploded")
         return np.array([[item.ids[0], item.n_tokens] for item in batch], dtype=np.float32)
 

@@ -163,6 +163,73 @@ async def test_waiting_work_is_batched_up_to_the_size_limit():
     await batcher.close()
 
 
+SMALL_BACKGROUND = BatchLimits(max_batch_size=4, max_background_batch_size=2, max_wait_s=0)
+
+
+async def test_with_no_interactive_work_about_background_work_fills_whole_batches():
+    backend = RecordingBackend(gated=True)
+    batcher = await started(backend, SMALL_BACKGROUND, FakeClock())
+    first = batcher.submit(texts(0), deadline=2000, priority=1)
+    await wait_entered(backend)
+    rest = [batcher.submit(texts(i), deadline=2000 + i, priority=1) for i in range(1, 6)]
+    backend.gate.set()
+    await asyncio.gather(first, *rest)  # type: ignore[arg-type]
+    assert backend.calls == [[0], [1, 2, 3, 4], [5]]
+    await batcher.close()
+
+
+async def test_while_interactive_work_is_about_background_runs_in_small_pieces():
+    backend = RecordingBackend(gated=True)
+    clock = FakeClock()
+    batcher = await started(backend, SMALL_BACKGROUND, clock)
+    first = batcher.submit(texts(0), deadline=2000)  # interactive: about for the next second
+    await wait_entered(backend)
+    big = batcher.submit(texts(1, 2, 3, 4, 5), deadline=2000, priority=1)
+    backend.gate.set()
+    await first  # type: ignore[misc]
+    rows = await big  # type: ignore[misc]
+    assert backend.calls == [[0], [1, 2], [3, 4], [5]]
+    np.testing.assert_array_equal(rows[:, 0], [1, 2, 3, 4, 5])  # put back together, in order
+
+    clock.advance(1.5)  # a quiet second later: whole batches again
+    backend.gate.clear()
+    held = batcher.submit(texts(6), deadline=3000, priority=1)
+    await wait_entered(backend)
+    again = batcher.submit(texts(7, 8, 9, 10), deadline=3000, priority=1)
+    backend.gate.set()
+    await asyncio.gather(held, again)  # type: ignore[arg-type]
+    assert backend.calls[4:] == [[6], [7, 8, 9, 10]]
+    await batcher.close()
+
+
+async def test_a_batch_led_by_interactive_work_takes_background_only_within_its_cap():
+    backend = RecordingBackend(gated=True)
+    batcher = await started(backend, SMALL_BACKGROUND, FakeClock())
+    first = batcher.submit(texts(0), deadline=2000)
+    await wait_entered(backend)
+    background = batcher.submit(texts(1, 2), deadline=2000, priority=1)
+    interactive = batcher.submit(texts(3), deadline=3000)
+    backend.gate.set()
+    await asyncio.gather(first, background, interactive)  # type: ignore[arg-type]
+    assert backend.calls == [[0], [3, 1], [2]]
+    await batcher.close()
+
+
+async def test_a_failed_piece_fails_its_chunk_once_and_its_other_pieces_never_run():
+    backend = RecordingBackend(gated=True, fail_on=frozenset({3}))
+    batcher = await started(backend, SMALL_BACKGROUND, FakeClock())
+    first = batcher.submit(texts(0), deadline=2000)
+    await wait_entered(backend)
+    big = batcher.submit(texts(1, 2, 3, 4, 5, 6), deadline=2000, priority=1)
+    backend.gate.set()
+    await first  # type: ignore[misc]
+    with pytest.raises(RuntimeError):
+        await big  # type: ignore[misc]
+    await until(lambda: batcher.queued_texts == 0)
+    assert backend.calls == [[0], [1, 2], [3, 4]]
+    await batcher.close()
+
+
 async def test_close_fails_what_is_still_queued():
     backend = RecordingBackend(gated=True)
     batcher = await started(backend, BatchLimits(max_batch_size=1, max_wait_s=0), FakeClock())

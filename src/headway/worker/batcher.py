@@ -1,7 +1,9 @@
 """The worker's queue and dynamic batcher.
 
 One owner task takes chunks from a heap ordered by priority (the lower number
-first: interactive before batch), then by deadline (earliest first),
+first: interactive before batch), then by deadline (earliest first); a batch of
+only background work (batch tier, shadow) is kept small, so interactive work that
+arrives meanwhile waits little (``max_background_batch_size``),
 waits at most ``max_wait_s`` for a batch to fill, drops chunks whose deadline
 has passed or cannot be met by the current service-time estimate, skips chunks
 whose caller has left, and runs each batch on the single inference thread.
@@ -17,7 +19,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -87,11 +89,30 @@ class _Job:
     encoded: list[Encoded] = field(compare=False)
     future: asyncio.Future[Values] = field(compare=False)
     timing: RunTiming | None = field(default=None, compare=False)
+    taken: int = field(default=0, compare=False)
+    """Rows handed to batches so far (a background job may run in pieces)."""
+    done: list[Values] = field(default_factory=list, compare=False)
+    """The rows of its pieces that ran, in order."""
+
+
+@dataclass(slots=True)
+class _Piece:
+    """Rows ``start:stop`` of a job, in one batch."""
+
+    job: _Job
+    start: int
+    stop: int
 
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
     max_batch_size: int = 32
+    max_background_batch_size: int = 32
+    """While interactive work is about (some arrived in the last ``interactive_quiet_s``),
+    the most background texts (batch tier, shadow) one model call holds: an interactive
+    chunk that arrives waits behind this many at most. Background chunks larger than
+    this run in pieces."""
+    interactive_quiet_s: float = 1.0
     max_batch_tokens: int = 8192
     max_wait_s: float = 0.002
     max_queue_texts: int = 1024
@@ -128,6 +149,7 @@ class Batcher:
         self._seq = itertools.count()
         self._queued_texts = 0
         self._running_texts = 0
+        self._interactive_at = float("-inf")
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -190,6 +212,8 @@ class Batcher:
         if timing is not None:
             timing.queued_at = self._clock()
         job = _Job(priority, deadline, next(self._seq), encoded, future, timing)
+        if priority == 0:
+            self._interactive_at = self._clock()
         heapq.heappush(self._heap, job)
         self._queued_texts += texts
         self._idle.clear()
@@ -205,32 +229,37 @@ class Batcher:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 await self._fill()
-            jobs = self._take()
-            if not jobs:
+            pieces = self._take()
+            if not pieces:
                 continue
-            encoded = [item for job in jobs for item in job.encoded]
+            encoded = [item for p in pieces for item in p.job.encoded[p.start : p.stop]]
             self._running_texts = len(encoded)
             started = self._clock()
             try:
                 values = await loop.run_in_executor(self._executor, self._compute, encoded)
             except asyncio.CancelledError:
-                _fail(jobs, DeadlineMissed("worker is shutting down"))
+                _fail((p.job for p in pieces), DeadlineMissed("worker is shutting down"))
                 raise
             except Exception as exc:  # the backend failed: every waiter hears of it
-                _fail(jobs, exc)
+                _fail((p.job for p in pieces), exc)
                 continue
             finally:
                 self._running_texts = 0
             finished = self._clock()
             self.service_time.observe(finished - started)
             offset = 0
-            for job in jobs:
-                rows = values[offset : offset + len(job.encoded)]
-                offset += len(job.encoded)
+            for piece in pieces:
+                job, size = piece.job, piece.stop - piece.start
+                rows = values[offset : offset + size]
+                offset += size
                 if job.timing is not None:
-                    job.timing.started_at, job.timing.finished_at = started, finished
-                if not job.future.done():
-                    job.future.set_result(rows)
+                    if piece.start == 0:
+                        job.timing.started_at = started
+                    job.timing.finished_at = finished
+                if piece.stop < len(job.encoded):
+                    job.done.append(rows)  # more pieces to come
+                elif not job.future.done():
+                    job.future.set_result(np.concatenate([*job.done, rows]) if job.done else rows)
 
     async def _fill(self) -> None:
         """Give a batch that is not yet full up to ``max_wait_s`` to fill."""
@@ -245,30 +274,62 @@ class Batcher:
             except TimeoutError:
                 return
 
-    def _take(self) -> list[_Job]:
-        """Pop the next batch in queue order, dropping what cannot be served in time."""
+    def _take(self) -> list[_Piece]:
+        """The next batch in queue order, dropping what cannot be served in time.
+
+        Interactive chunks go whole, up to ``max_batch_size``. While interactive work is
+        about, background texts fill a batch only up to ``max_background_batch_size``
+        (a background chunk larger than that runs in pieces, its rows put together
+        before it is answered); with none about, they fill it as interactive ones do."""
         now = self._clock()
         expected_done = now + self.service_time.seconds
-        batch: list[_Job] = []
+        limits = self._limits
+        background_cap = limits.max_batch_size
+        if now - self._interactive_at < limits.interactive_quiet_s:
+            background_cap = min(background_cap, limits.max_background_batch_size)
+        pieces: list[_Piece] = []
         texts = 0
         while self._heap:
             job = self._heap[0]
-            size = len(job.encoded)
-            if batch and texts + size > self._limits.max_batch_size:
-                break
-            heapq.heappop(self._heap)
-            self._queued_texts -= size
-            if job.future.done():
-                self._observer.dropped("caller_left", size)
-            elif job.deadline <= expected_done:
-                reason = "expired" if job.deadline <= now else "cannot_finish"
-                self._observer.dropped(reason, size)
-                job.future.set_exception(DeadlineMissed(reason))
+            left = len(job.encoded) - job.taken
+            if job.priority == 0:
+                if pieces and texts + left > limits.max_batch_size:
+                    break
+                size = left
             else:
-                batch.append(job)
-                texts += size
+                room = background_cap - texts
+                if room <= 0:
+                    break
+                size = min(left, room)
+            if job.taken and job.future.done():  # an earlier piece failed
+                heapq.heappop(self._heap)
+                self._queued_texts -= left
+                continue
+            if job.taken == 0 and not self._runnable(job, now, expected_done):
+                heapq.heappop(self._heap)
+                self._queued_texts -= left
+                continue
+            pieces.append(_Piece(job, job.taken, job.taken + size))
+            job.taken += size
+            texts += size
+            self._queued_texts -= size
+            if job.taken == len(job.encoded):
+                heapq.heappop(self._heap)
         self._observer.queue_depth(self._queued_texts)
-        return batch
+        return pieces
+
+    def _runnable(self, job: _Job, now: float, expected_done: float) -> bool:
+        """False (and the job answered) if its caller left or its deadline cannot be met."""
+        size = len(job.encoded)
+        if job.future.done():
+            self._observer.dropped("caller_left", size)
+            return False
+        if job.deadline <= expected_done:
+            reason = "expired" if job.deadline <= now else "cannot_finish"
+            self._observer.dropped(reason, size)
+            job.future.set_exception(DeadlineMissed(reason))
+            return False
+        return True
 
     def _compute(self, encoded: list[Encoded]) -> Values:
         """On the inference thread: split by length into model calls, reassemble in order."""
@@ -287,7 +348,7 @@ class Batcher:
         return out
 
 
-def _fail(jobs: list[_Job], exc: BaseException) -> None:
+def _fail(jobs: Iterable[_Job], exc: BaseException) -> None:
     for job in jobs:
         if not job.future.done():
             job.future.set_exception(exc)

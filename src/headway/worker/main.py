@@ -66,6 +66,7 @@ def build_worker(settings: Settings) -> tuple[App, WorkerService]:
     worker = settings.worker
     limits = BatchLimits(
         max_batch_size=worker.max_batch_size,
+        max_background_batch_size=worker.max_background_batch_size,
         max_batch_tokens=worker.max_batch_tokens,
         max_wait_s=worker.max_wait_ms / 1000,
         max_queue_texts=worker.max_queue_texts,
