@@ -71,6 +71,9 @@ class ChunkResult(msgspec.Struct):
     """How long the chunk waited in the worker's queue."""
     inference_s: float = 0.0
     """How long the batch that served it ran (shared with the batch's other chunks)."""
+    row_tokens: bytes = b""
+    """Little-endian uint32, the tokens of each row (embeddings; empty for scores): what
+    the results cache keeps beside a row, so a text served from it bills the same."""
 
     def array(self) -> npt.NDArray[np.float32]:
         flat = np.frombuffer(self.values, dtype="<f4")

@@ -214,7 +214,7 @@ class WorkerService:
         encoded = backend.encode_texts(chunk.texts)
         timing = RunTiming()
         values = await self._run(held.batcher, encoded, chunk, timing)
-        return self._result(held.model, values, encoded, timing)
+        return self._result(held.model, values, encoded, timing, per_row=True)
 
     async def score(self, chunk: wire.ScoreChunk) -> wire.ChunkResult:
         held = self._accept(chunk)
@@ -249,17 +249,25 @@ class WorkerService:
 
     @staticmethod
     def _result(
-        model: LoadedModel, values: Values, encoded: list[Encoded], timing: RunTiming
+        model: LoadedModel,
+        values: Values,
+        encoded: list[Encoded],
+        timing: RunTiming,
+        *,
+        per_row: bool = False,
     ) -> wire.ChunkResult:
+        """``per_row``: each encoded item is one row (embeddings), so its tokens are sent."""
         values = np.ascontiguousarray(values, dtype="<f4")
+        lengths = [item.n_tokens for item in encoded]
         return wire.ChunkResult(
             model_version=model.version,
             values=values.tobytes(),
             rows=values.shape[0],
             dimensions=values.shape[1] if values.ndim == 2 else 1,
-            tokens=sum(item.n_tokens for item in encoded),
+            tokens=sum(lengths),
             queue_s=timing.queue_s,
             inference_s=timing.inference_s,
+            row_tokens=np.array(lengths, dtype="<u4").tobytes() if per_row else b"",
         )
 
 

@@ -34,6 +34,13 @@ class ModelRequest(Protocol):
     def texts(self) -> int:
         """The units it is charged, admitted and split by: inputs, or documents."""
 
+    @property
+    def cache_texts(self) -> Sequence[str] | None:
+        """The texts its rows are cached by (``stages/cache.py``); None: not cached."""
+
+    def only(self, indices: Sequence[int]) -> ModelRequest:
+        """The same request for just these texts, in this order (the cache's misses)."""
+
     def check(self, record: ModelRecord) -> None:
         """``ValidationFailed`` if the resolved model cannot serve this request."""
 

@@ -46,6 +46,14 @@ class EmbeddingsRequest:
     def texts(self) -> int:
         return len(self.inputs)
 
+    @property
+    def cache_texts(self) -> Sequence[str]:
+        return self.inputs
+
+    def only(self, indices: Sequence[int]) -> EmbeddingsRequest:
+        inputs = self.inputs
+        return EmbeddingsRequest(self.body, [inputs[i] for i in indices], self.dimensions)
+
     def check(self, record: ModelRecord) -> None:
         model = self.body.model
         if record.kind != "embedding":

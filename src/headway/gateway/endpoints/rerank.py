@@ -61,6 +61,15 @@ class RerankRequest:
     def texts(self) -> int:
         return len(self.documents)
 
+    @property
+    def cache_texts(self) -> None:
+        """Not cached: a score belongs to a (query, document) pair, which rarely repeats."""
+        return None
+
+    def only(self, indices: Sequence[int]) -> RerankRequest:
+        documents = self.documents
+        return RerankRequest(self.body, [documents[i] for i in indices], self.models, self.top_n)
+
     def check(self, record: ModelRecord) -> None:
         """Any model serves: a cross-encoder scores pairs, an embedding model by cosine."""
 

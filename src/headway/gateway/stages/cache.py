@@ -1,0 +1,154 @@
+"""The results cache on the request path: texts already computed by this version skip
+the workers.
+
+Between the quota charge and admission, ``look_up`` keys each text of an embeddings
+request by (model version, its processing settings, dimensions, SHA-256 of the text;
+and the tenant, when ``cache.scope`` is ``tenant``) and asks the cache for them. What
+is found is kept aside; only the misses (``Lookup.todo``, a request of just those
+texts, or None when every text hit) are admitted, planned and dispatched, so a hit
+takes no permit and no worker time. ``complete`` puts the computed rows back among
+the found ones in the request's order and stores the new rows (the memory tier at
+once, the shared tier without holding the answer). A version is part of every key,
+so an answer never mixes versions: a request resolved to a new version finds nothing
+of the old one.
+
+The processing settings in the key are the version's kind, quantization and width;
+everything else that shapes a vector (tokenizer, pooling, normalisation, maximum
+tokens) is in the version's manifest, and so in its hash. Rerank is not cached: a
+score belongs to a (query, document) pair, which rarely repeats.
+
+Cached texts are charged, admitted to the quota and billed like computed ones, with
+the tokens the model read when it computed them (each entry keeps its row's token
+count): the tenant pays for the answer, not for where it came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from headway.cache.entry import Entry
+from headway.cache.key import namespace, text_key
+from headway.cache.results import ResultsCache
+from headway.gateway.stages.merge import Merged
+from headway.registry.model import ModelRecord
+
+log = logging.getLogger(__name__)
+
+
+class Cacheable(Protocol):
+    """A parsed request the cache can serve in part: its texts, and a request of a few."""
+
+    @property
+    def texts(self) -> int: ...
+
+    @property
+    def cache_texts(self) -> Sequence[str] | None:
+        """The texts its rows are keyed by, in order; None: this request is not cached."""
+
+    def only(self: W, indices: Sequence[int]) -> W:
+        """The same request for just these texts (in this order)."""
+
+
+W = TypeVar("W", bound=Cacheable)
+
+
+@dataclass(slots=True)
+class Lookup(Generic[W]):
+    todo: W | None
+    """What still needs the workers: the whole request, only its misses, or None."""
+    scope: str = ""
+    keys: Sequence[bytes] = ()
+    found: Sequence[Entry | None] = ()
+    misses: Sequence[int] = ()
+    """Indices of the texts ``todo`` computes, in order."""
+
+    @property
+    def hits(self) -> int:
+        return len(self.keys) - len(self.misses)
+
+
+class RequestCache:
+    """The gateway's side of the cache: ``look_up`` before admission, ``complete`` after."""
+
+    def __init__(self, cache: ResultsCache | None) -> None:
+        """``cache`` None: the cache is off (every request goes to the workers)."""
+        self._cache = cache
+        self._filling: set[asyncio.Task[None]] = set()
+
+    async def forget_tenant(self, tenant: str) -> None:
+        """Drop a deleted tenant's entries, if it has entries of its own (tenant scope)."""
+        cache = self._cache
+        if cache is not None and cache.scope_of(tenant) == tenant:
+            await cache.drop_scope(tenant)
+
+    def serves(self, tenant: str) -> bool:
+        return self._cache is not None and self._cache.enabled_for(tenant)
+
+    async def look_up(self, work: W, tenant: str, record: ModelRecord) -> Lookup[W]:
+        cache = self._cache
+        texts = work.cache_texts
+        if cache is None or texts is None or not cache.enabled_for(tenant):
+            return Lookup(work)
+        scope = cache.scope_of(tenant)
+        processing = f"kind={record.kind};quantization={record.quantization}"
+        ns = namespace(record.version, processing, record.dimensions, "embed", scope)
+        keys = [text_key(ns, text) for text in texts]
+        found = await cache.get_many(scope, keys)
+        misses = [index for index, entry in enumerate(found) if entry is None]
+        if not misses:
+            return Lookup(None, scope, keys, found, misses)
+        todo = work if len(misses) == len(keys) else work.only(misses)
+        return Lookup(todo, scope, keys, found, misses)
+
+    def complete(self, lookup: Lookup[W], computed: Merged | None) -> Merged:
+        """The whole request's rows: the found ones and ``computed`` (the misses', in order)."""
+        if not lookup.keys:
+            assert computed is not None
+            return computed
+        if computed is not None:
+            self._fill(lookup, computed)
+        if not lookup.misses:
+            return from_entries(lookup.found)
+        assert computed is not None
+        if len(lookup.misses) == len(lookup.keys):
+            return computed
+        values = np.empty((len(lookup.keys), computed.values.shape[1]), dtype=np.float32)
+        values[list(lookup.misses)] = computed.values
+        tokens = computed.tokens
+        for index, entry in enumerate(lookup.found):
+            if entry is not None:
+                values[index] = np.frombuffer(entry.values, dtype="<f4")
+                tokens += entry.tokens
+        return Merged(values, tokens, computed.queue_s, computed.inference_s)
+
+    def _fill(self, lookup: Lookup[W], computed: Merged) -> None:
+        cache = self._cache
+        if cache is None or len(computed.row_tokens) != len(lookup.misses):
+            return  # a worker that does not report tokens per row: nothing exact to keep
+        rows = np.ascontiguousarray(computed.values, dtype="<f4")
+        items = [
+            (lookup.keys[index], Entry(rows[row].tobytes(), int(computed.row_tokens[row])))
+            for row, index in enumerate(lookup.misses)
+        ]
+        task = asyncio.ensure_future(self._put(cache, lookup.scope, items))
+        self._filling.add(task)
+        task.add_done_callback(self._filling.discard)
+
+    @staticmethod
+    async def _put(cache: ResultsCache, scope: str, items: list[tuple[bytes, Entry]]) -> None:
+        try:
+            await cache.put_many(scope, items)
+        except Exception:  # a cache that cannot be filled only costs a later miss
+            log.exception("could not store %d results in the cache", len(items))
+
+
+def from_entries(entries: Sequence[Entry | None]) -> Merged:
+    rows = [np.frombuffer(entry.values, dtype="<f4") for entry in entries if entry is not None]
+    tokens = sum(entry.tokens for entry in entries if entry is not None)
+    return Merged(np.stack(rows), tokens, 0.0, 0.0)
