@@ -32,6 +32,9 @@ TIERS = {
     "metering": "service",  # the outbox, the relay, JetStream against a real nats-server
     "billing": "service",  # ledgers (SQLite, a throw-away Postgres), consumer, invoices
     "registry": "service",  # the registry on SQLite and a throw-away Postgres
+    "batches": "service",  # the batch store on SQLite and a throw-away Postgres
+    "batches_queue": "service",  # the work queue on SQLite and a real nats-server
+    "cache": "service",  # the results cache's Redis tier against a real redis-server
     "models": "e2e",  # ONNX graphs built and compared with torch
     "e2e": "e2e",  # real processes, the real model
 }

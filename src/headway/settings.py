@@ -103,6 +103,29 @@ class RoutingSettings(_Section):
     )
 
 
+class CacheSettings(_Section):
+    enabled: bool = Field(
+        True, description="Serve repeated texts from the results cache (per model version)."
+    )
+    memory_bytes: int = Field(
+        256 << 20, ge=0, description="The in-process tier's bound in bytes (LRU beyond it)."
+    )
+    redis: bool = Field(
+        True, description="With redis_url set, also share entries in Redis (the second tier)."
+    )
+    redis_ttl_s: int = Field(
+        7 * 86400, gt=0, description="How long an entry lives in the Redis tier."
+    )
+    scope: Literal["global", "tenant"] = Field(
+        "global",
+        description="global: one entry per text for every tenant (computed once); tenant: "
+        "each tenant's own entries (no tenant can tell what another sent by its speed).",
+    )
+    disabled_tenants: tuple[str, ...] = Field(
+        (), description="Tenants whose requests never read or fill the cache."
+    )
+
+
 class GatewaySettings(_Section):
     id: str = Field(
         "",
@@ -151,6 +174,7 @@ class GatewaySettings(_Section):
     admission: AdmissionSettings = AdmissionSettings()
     quota: QuotaSettings = QuotaSettings()
     limits: LimitsSettings = LimitsSettings()
+    cache: CacheSettings = CacheSettings()
 
 
 class BillingSettings(_Section):
@@ -231,6 +255,13 @@ class WorkerSettings(_Section):
         1.0, gt=0, description="How often the registry's change counter is read."
     )
     max_batch_size: int = Field(32, gt=0, description="Most texts in one model call.")
+    max_background_batch_size: int = Field(
+        2,
+        gt=0,
+        description="While interactive work is about (some came in the last second), the most "
+        "batch-tier or shadow texts in one model call: how many an interactive chunk that "
+        "arrives waits behind. Larger background chunks run in pieces.",
+    )
     max_batch_tokens: int = Field(
         8192, gt=0, description="Most padded tokens (texts x longest) in one model call."
     )
@@ -257,6 +288,49 @@ class UpSettings(_Section):
         1, ge=0, description="Rerank workers (0: rerank on the embed pool)."
     )
     ready_timeout_s: float = Field(120.0, gt=0, description="How long `up` waits for workers.")
+
+
+class ExecutorSettings(_Section):
+    gateway_urls: tuple[str, ...] = Field(
+        ("http://127.0.0.1:8080",),
+        description="Gateways the executor submits lines to (as batch-tier work), in turn.",
+    )
+    lines_in_flight: int = Field(32, gt=0, description="Lines one executor runs at once.")
+    poll_s: float = Field(0.5, gt=0, description="How often batches are checked for a move.")
+    lease_s: float = Field(
+        60.0, gt=0, description="A pulled line not finished in this long goes to another."
+    )
+    max_attempts: int = Field(
+        5, gt=0, description="Tries of a line that fails on our side before it is an error."
+    )
+    line_timeout_ms: int = Field(
+        120_000, gt=0, description="Deadline of one line's request (X-Timeout-Ms)."
+    )
+
+
+class BatchSettings(_Section):
+    files_dir: Path | None = Field(
+        None, description="The content-addressed file store (default: <data_dir>/files)."
+    )
+    max_file_bytes: int = Field(200 << 20, gt=0, description="Largest file upload (bytes).")
+    max_lines: int = Field(50_000, gt=0, description="Most lines in a batch's input file.")
+    max_inputs: int = Field(
+        50_000, gt=0, description="Most inputs over every line of one embeddings batch."
+    )
+    file_retention_s: int = Field(
+        30 * 86400,
+        gt=0,
+        description="Files (inputs and outputs) are deleted this long after upload.",
+    )
+    executor_token: str = Field(
+        "",
+        description="Shared secret the executor presents to the gateways' internal batch "
+        "routes; empty: those routes refuse everything (`headway up` makes one).",
+    )
+    stream: str = Field("BATCH_WORK", description="JetStream work-queue stream (shared mode).")
+    subject: str = Field("batches.work", description="Subject prefix of the work items.")
+    consumer: str = Field("executors", description="Durable consumer the executors share.")
+    executor: ExecutorSettings = ExecutorSettings()
 
 
 class Settings(BaseSettings):
@@ -289,6 +363,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     up: UpSettings = UpSettings()
     billing: BillingSettings = BillingSettings()
+    batches: BatchSettings = BatchSettings()
 
     @property
     def registry_path(self) -> Path:
@@ -302,6 +377,15 @@ class Settings(BaseSettings):
     def outbox_dir(self) -> Path:
         """One usage outbox per gateway id: ``<id>.sqlite3``."""
         return self.data_dir / "outbox"
+
+    @property
+    def files_dir(self) -> Path:
+        return self.batches.files_dir or self.data_dir / "files"
+
+    @property
+    def batches_path(self) -> Path:
+        """The embedded batch store and work queue (when no postgres_url / nats_url)."""
+        return self.data_dir / "batches.sqlite3"
 
     @property
     def ledger_path(self) -> Path:

@@ -2,7 +2,9 @@
 
 The supervisor opens every listening socket itself and hands each child its
 socket (no race for free ports), starts the workers, the billing consumer (its
-socket serves its /metrics) and the gateways, and waits.
+socket serves its /metrics), the gateways and a batch executor (its /metrics
+likewise), and waits. The executor and the gateways share a token made for this
+run, in the run's settings file (readable by this user only).
 On SIGINT or SIGTERM it stops the gateway first (it finishes in-flight
 requests), then the workers (they finish their queues), and exits. Children
 live in their own process group, so a terminal's Ctrl-C reaches only the
@@ -19,6 +21,7 @@ import ctypes
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -73,6 +76,7 @@ class Supervisor:
         self._worker_env = worker_env or {}
         self.children: list[Child] = []
         self.gateways: list[Child] = []
+        self.executors: list[Child] = []
         self._stopping = False
 
     def _spawn(
@@ -158,6 +162,12 @@ class Supervisor:
             name = "gateway" if index == 0 else f"gateway-{index}"
             # Its id names its outbox: a gateway restarted here relays what it left.
             self.gateways.append(self._spawn(name, [*gateway_args, "--id", name], sock))
+        sock = listening_socket(self.settings.worker.host, 0)
+        sockets.append(sock)
+        urls_of_gateways = ",".join(g.url for g in self.gateways)
+        self.executors.append(
+            self._spawn("batches", ["batches", "run", "--gateway-urls", urls_of_gateways], sock)
+        )
         for sock in sockets:  # the children hold them now
             sock.close()
         return self.gateways[0]
@@ -210,10 +220,11 @@ class Supervisor:
         self._stopping = True
 
     def stop(self) -> None:
-        """Gateway first, then workers; SIGKILL whatever outlives the timeout."""
+        """The batch executor first (it sends to the gateways), then the gateways, then the
+        workers; SIGKILL whatever outlives the timeout."""
         self._stopping = True
-        workers = [c for c in self.children if c not in self.gateways]
-        for group in (self.gateways, workers):
+        rest = [c for c in self.children if c not in self.gateways and c not in self.executors]
+        for group in (self.executors, self.gateways, rest):
             for child in group:
                 if child.process.poll() is None:
                     child.process.send_signal(signal.SIGTERM)
@@ -235,10 +246,21 @@ def _ready(url: str) -> bool:
         return False
 
 
+def with_executor_token(settings: Settings) -> Settings:
+    """``settings`` with a batch executor token: the one set, or one made for this run."""
+    if settings.batches.executor_token:
+        return settings
+    batches = settings.batches.model_copy(update={"executor_token": secrets.token_hex(16)})
+    return settings.model_copy(update={"batches": batches})
+
+
 def write_run_config(settings: Settings) -> Path:
     """The resolved settings, for the children to read as their config file."""
     run_dir = settings.data_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"settings-{os.getpid()}.json"
-    path.write_text(json.dumps(settings.model_dump(mode="json"), indent=2), encoding="utf-8")
+    # Only this user may read it: it holds the batch executor's token.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(json.dumps(settings.model_dump(mode="json"), indent=2))
     return path

@@ -17,6 +17,8 @@ Told to schemathesis beyond its defaults, and why:
   refused by design. Every other check holds for them. ``/admin/audit``'s ``since`` and
   ``until`` are read the same way, with the same edges (a valid offset that puts a time
   before year 1).
+- A schema-valid upload to ``/v1/files`` may be a 400: a schema can say a file is bytes,
+  not that they are JSONL (a random file is refused by design, saying which line).
 - The admin API's reads are fuzzed with the admin key; its writes with the tenant key, so
   they are all refused (403): a fuzzer with the admin key would delete the tenants and
   revoke the keys the run depends on.
@@ -83,6 +85,11 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 [[operations]]
 include-path = "/v1/usage"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "422", "5xx"]
+
+[[operations]]
+include-path = "/v1/files"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "5xx"]
 """
 
 

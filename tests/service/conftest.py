@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,9 +11,14 @@ import httpx
 import pytest
 from prometheus_client import generate_latest
 
+from headway.batches.filestore import DirectoryFileStore
+from headway.batches.open import sqlite_batch_store
+from headway.batches.store import BatchStore
 from headway.billing.ledger.base import Ledger
+from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.gateway.app import build_gateway_app
+from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService, Heartbeat
@@ -21,7 +27,7 @@ from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metering.sink import Metering
 from headway.registry.sqlite import Registry
-from headway.settings import GatewaySettings, LimitsSettings, SyntheticSettings
+from headway.settings import BatchSettings, GatewaySettings, LimitsSettings, SyntheticSettings
 from headway.transport.asgi import AsgiTransport
 from headway.worker.app import WorkerService, build_worker_app
 from headway.worker.backends.synthetic import SyntheticBackend
@@ -42,6 +48,7 @@ class Stack:
     worker_apps: dict[str, App]
     transport: AsgiTransport
     registry: Registry
+    batches: BatchParts | None = None
 
     def metrics(self) -> str:
         """The gateway's Prometheus exposition, read directly (no request counted)."""
@@ -76,10 +83,15 @@ async def make_stack(
     metering: Metering | None = None,
     ledger: Ledger | None = None,
     seeds: tuple[int, int] = (0, 0),
+    cache: ResultsCache | None = None,
+    batches: BatchSettings | None = None,
+    batch_store: BatchStore | None = None,
     **gateway: Any,
 ) -> Stack:
     """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
-    (registered without an alias)."""
+    (registered without an alias). ``cache``: the results cache (default: none);
+    ``batches``: serve the Batch API with these settings, stores in ``tmp_path`` (or
+    ``batch_store``)."""
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
@@ -103,13 +115,25 @@ async def make_stack(
         metering=metering,
         open_ledger=None if ledger is None else _opener(ledger),
         gateway_id="gw-test",
+        cache=cache,
     )
-    gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS))
+    batch_parts = None
+    if batches is not None:
+        batch_parts = BatchParts(
+            batch_store or sqlite_batch_store(tmp_path / "batches.sqlite3"),
+            DirectoryFileStore(tmp_path / "files"),
+            batches,
+            service.snapshots,
+            time.time,
+        )
+    gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS), batch_parts)
     await gateway_app.startup()
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway"
     )
-    return Stack(client, service, gateway_app, workers, worker_apps, transport, registry)
+    return Stack(
+        client, service, gateway_app, workers, worker_apps, transport, registry, batch_parts
+    )
 
 
 def _opener(ledger: Ledger) -> Callable[[], Awaitable[Ledger]]:

@@ -29,7 +29,7 @@ from headway.bench.stats import cpu_us_per_request, per_second
 from headway.loadgen import Body, ClosedLoopResult, RequestFailed, post, run_closed_loop
 from headway.loadgen.recorder import error_reason
 from headway.settings import Settings, load_settings
-from headway.supervisor import Supervisor, write_run_config
+from headway.supervisor import Supervisor, with_executor_token, write_run_config
 
 API_KEY = "demo-key-search-app"  # a demo tenant's key: run `registry.seed_demo()` first
 WORKER, GATEWAY, CLIENT = "worker", "gateway", "client"
@@ -80,6 +80,7 @@ def supervised(
     settings: Settings, worker_env: Mapping[str, Mapping[str, str]] | None = None
 ) -> Iterator[Supervisor]:
     """Workers and gateways as ``headway up`` starts them, ready; stopped on the way out."""
+    settings = with_executor_token(settings)
     config = write_run_config(settings)
     supervisor = Supervisor(settings, config, worker_env)
     try:

@@ -14,6 +14,7 @@ from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
 if TYPE_CHECKING:
     from headway.registry.model import Actor, ApiKey, Tenant
     from headway.registry.store import RegistryStore
+    from headway.settings import Settings
 
 models_app = typer.Typer(no_args_is_help=True, help="Import and list model versions.")
 tenants_app = typer.Typer(no_args_is_help=True, help="Manage tenants and their API keys.")
@@ -229,12 +230,46 @@ def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
 
 @tenants_app.command("delete")
 def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Delete a tenant: its keys are refused at once; its usage ledger rows are kept
-    (they are what it is billed for)."""
+    """Delete a tenant: its keys are refused at once; its files, batches and (in tenant
+    scope) Redis cache entries go with it; its usage ledger rows are kept (they are what
+    it is billed for)."""
     registry, actor = _registry(config, data_dir)
     with _refusals_exit():
         tenant = registry.delete_tenant(name, actor=actor)
-    typer.echo(f"tenant {tenant.name} deleted; its keys are revoked, its usage is kept")
+    blobs = _forget_tenant(settings_from(config, data_dir=data_dir), tenant.name)
+    typer.echo(
+        f"tenant {tenant.name} deleted; its keys are revoked, its files and batches deleted "
+        f"({blobs} stored files), its usage is kept"
+    )
+
+
+def _forget_tenant(settings: Settings, tenant: str) -> int:
+    """What the tenant left outside the registry (``gateway/batches/tenants.py`` does the
+    same for ``DELETE /admin/tenants/{name}``); how many stored files went."""
+    import asyncio
+
+    from headway.batches.filestore import DirectoryFileStore
+    from headway.batches.open import open_batch_store
+    from headway.cache.redis_tier import RedisCache
+
+    store = open_batch_store(settings)
+    try:
+        digests = store.delete_tenant(tenant)
+    finally:
+        store.close()
+    files = DirectoryFileStore(settings.files_dir)
+    for digest in digests:
+        files.delete(digest)
+    cache = settings.gateway.cache
+    if cache.scope == "tenant" and settings.redis_url and cache.redis:
+        shared = RedisCache(settings.redis_url, ttl_s=cache.redis_ttl_s)
+
+        async def drop() -> None:
+            await shared.drop_scope(tenant)
+            await shared.close()
+
+        asyncio.run(drop())
+    return len(digests)
 
 
 @tenants_app.command("keys")

@@ -73,7 +73,9 @@ def up(
     )
     from headway.catalog import ensure_default_model
     from headway.registry.open import open_registry
-    from headway.supervisor import Supervisor, write_run_config
+    from headway.supervisor import Supervisor, with_executor_token, write_run_config
+
+    settings = with_executor_token(settings)
 
     registry = open_registry(settings)
     if registry.seed_demo():

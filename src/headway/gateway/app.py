@@ -33,13 +33,20 @@ from headway.errors import (
 from headway.gateway import routes, schemas, usage
 from headway.gateway.admin import aliases, audit, models, rollouts, splits, tenants
 from headway.gateway.admin.access import AdminParts
+from headway.gateway.batches import batches as batches_api
+from headway.gateway.batches import files
+from headway.gateway.batches.lines import PATHS as LINE_PATHS
+from headway.gateway.batches.lines import executor_identify
+from headway.gateway.batches.parts import BatchParts
+from headway.gateway.batches.tenants import TenantData
 from headway.gateway.endpoints.base import Endpoint
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.gateway.endpoints.rerank import Rerank
 from headway.gateway.openapi import JSON, DocumentedRoute, Operation, openapi_document
 from headway.gateway.path import PathParts, serve
 from headway.gateway.service import GatewayService
-from headway.http.asgi import App, Handler, Request, Response, json_response
+from headway.gateway.stages.authenticate import Identify, by_key
+from headway.http.asgi import App, Handler, Hook, Request, Response, json_response
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
@@ -61,26 +68,39 @@ MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
 )
 
 
-def build_gateway_app(service: GatewayService, rerank_models: Sequence[str]) -> App:
-    """``rerank_models``: what serves a rerank request that names no model, in order."""
-    documented = gateway_routes(service, rerank_models)
+def build_gateway_app(
+    service: GatewayService, rerank_models: Sequence[str], batches: BatchParts | None = None
+) -> App:
+    """``rerank_models``: what serves a rerank request that names no model, in order;
+    ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``)."""
+    documented = gateway_routes(service, rerank_models, batches)
     edge = Edge(
         Router(d.route for d in documented),
         max_body_bytes=service.settings.limits.max_body_bytes,
         observer=service.metrics,
     )
-    return App(edge, on_startup=[service.start], on_shutdown=[service.stop])
+    closing: list[Hook] = [service.stop]
+    if batches is not None:
+
+        async def close_batch_store() -> None:
+            batches.store.close()
+
+        closing.append(close_batch_store)
+    return App(edge, on_startup=[service.start], on_shutdown=closing)
 
 
-def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> list[DocumentedRoute]:
+def gateway_routes(
+    service: GatewayService, rerank_models: Sequence[str], batches: BatchParts | None = None
+) -> list[DocumentedRoute]:
     parts = service.parts()
     snapshots, pools = service.snapshots, service.pools
     ledger, wall_clock = service.usage_ledger, service.meter.wall_clock
     admin_usage = usage.admin_usage(snapshots, ledger, wall_clock)
-    admin = AdminParts(snapshots, service.registry)
+    admin = AdminParts(snapshots, service.registry, TenantData(batches, service.cache).delete)
+    embeddings, rerank = Embeddings(), Rerank(rerank_models)
     documented = [
         DocumentedRoute(
-            Route("POST", "/v1/embeddings", "embeddings", _model_route(Embeddings(), parts)),
+            Route("POST", "/v1/embeddings", "embeddings", _model_route(embeddings, parts)),
             _model_operation(
                 "Create embeddings (OpenAI-compatible)",
                 schemas.EmbeddingsRequest,
@@ -88,7 +108,7 @@ def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> lis
             ),
         ),
         DocumentedRoute(
-            Route("POST", "/v1/rerank", "rerank", _model_route(Rerank(rerank_models), parts)),
+            Route("POST", "/v1/rerank", "rerank", _model_route(rerank, parts)),
             _model_operation(
                 "Rerank documents (Cohere v1-compatible)",
                 schemas.RerankRequest,
@@ -133,6 +153,7 @@ def gateway_routes(service: GatewayService, rerank_models: Sequence[str]) -> lis
                 query=usage.query_parameters(admin=True),
             ),
         ),
+        *(batch_routes(batches, (embeddings, rerank), parts) if batches is not None else []),
         # The admin API: each resource's routes are described beside their handlers.
         *tenants.routes(admin),
         *models.routes(admin, pools),
@@ -172,11 +193,39 @@ def _model_operation(
     return Operation(summary, response, request, MODEL_ERRORS, authenticated=True, deadline=True)
 
 
-def _model_route(endpoint: Endpoint, parts: PathParts) -> Handler:
+def _model_route(endpoint: Endpoint, parts: PathParts, identify: Identify = by_key) -> Handler:
     async def handle(request: Request) -> Response:
-        return await serve(request, endpoint, parts)
+        return await serve(request, endpoint, parts, identify)
 
     return handle
+
+
+def batch_routes(
+    batches: BatchParts, endpoints: Sequence[Endpoint], parts: PathParts
+) -> list[DocumentedRoute]:
+    """The Batch API's, and the executor's: each model endpoint again, for a line run as
+    batch work."""
+    identify = executor_identify(batches.settings.executor_token)
+    lines = [
+        DocumentedRoute(
+            Route(
+                "POST",
+                LINE_PATHS[endpoint.route],
+                f"batch_{endpoint.route}",
+                _model_route(endpoint, parts, identify),
+            ),
+            Operation(
+                f"One batch line of /v1/{endpoint.route}, run as batch-tier work (the batch "
+                "executor's token)",
+                "application/json",
+                errors=MODEL_ERRORS,
+                authenticated=True,
+                deadline=True,
+            ),
+        )
+        for endpoint in endpoints
+    ]
+    return [*files.routes(batches), *batches_api.routes(batches), *lines]
 
 
 def _openapi(documented: list[DocumentedRoute], service: GatewayService) -> Handler:

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
+from headway.batches.filestore import DirectoryFileStore
+from headway.batches.open import open_batch_store
 from headway.billing.ledger.base import Ledger
 from headway.billing.ledger.open import open_ledger
+from headway.cache.metrics import CacheMetrics
+from headway.cache.results import ResultsCache
 from headway.gateway.app import build_gateway_app
+from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.dns_name import DnsDiscovery
 from headway.gateway.discovery.static import StaticDiscovery
@@ -62,6 +68,12 @@ def quota_store(
     return store, heartbeat
 
 
+def results_cache(settings: Settings, metrics: GatewayMetrics) -> ResultsCache | None:
+    if not settings.gateway.cache.enabled:
+        return None
+    return ResultsCache.from_settings(settings, CacheMetrics(metrics.registry))
+
+
 def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     registry = open_registry(settings)
     metrics = GatewayMetrics()
@@ -84,6 +96,14 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         open_ledger=usage_ledger,
         gateway_id=name,
         metrics=metrics,
+        cache=results_cache(settings, metrics),
     )
-    app = build_gateway_app(service, (settings.rerank_model, settings.embed_model))
+    batches = BatchParts(
+        open_batch_store(settings),
+        DirectoryFileStore(settings.files_dir),
+        settings.batches,
+        service.snapshots,
+        time.time,
+    )
+    app = build_gateway_app(service, (settings.rerank_model, settings.embed_model), batches)
     return app, service

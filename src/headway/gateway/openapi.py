@@ -50,6 +50,8 @@ class Operation:
     """The status of a success (201: created)."""
     path: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """The schema of a path parameter other than a plain string (a numeric id)."""
+    form: Mapping[str, Any] | None = None
+    """The schema of a ``multipart/form-data`` body (a file upload's), instead of JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,9 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
         described["parameters"] = parameters
     if op.request is not None:
         described["requestBody"] = {"required": True, "content": _ref(op.request)}
+    elif op.form is not None:
+        form = {"multipart/form-data": {"schema": dict(op.form)}}
+        described["requestBody"] = {"required": True, "content": form}
     return described
 
 

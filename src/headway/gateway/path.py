@@ -5,20 +5,25 @@ found its route and read its body; it turns whatever this raises into the answer
 and counts it. Then, top to bottom, one line each in ``serve``:
 
     media type   the body is declared as JSON                          stages/parse.py
-    authenticate the bearer key → the tenant                           stages/authenticate.py
+    identify     the bearer key → the tenant (or, on the batch          stages/authenticate.py
+                 executor's routes, the tenant it runs a line for)     gateway/batches/lines.py
     deadline     X-Timeout-Ms, within the tier's default and maximum   stages/deadline.py
     precheck     a full pool refuses here, before the body is parsed   stages/admit.py
-                 and so does a full usage outbox                       stages/meter.py
+                 (unless the cache may answer), and so does a full     stages/meter.py
+                 usage outbox
     parse        strict decoding and limits → the endpoint's request   endpoints/*.py
     resolve      model name → the version that serves it (split, pin,    stages/resolve.py
                  stickiness), its pool, and maybe a shadow version
     meter        a usage event for the work from here on               stages/meter.py
     quota        the tenant's bucket is charged for the texts          stages/quota.py
-    admit        a permit for the texts on that pool                   stages/admit.py
+    cache        texts this version computed before are found; only    stages/cache.py
+                 the misses go on (none: straight to the answer)
+    admit        a permit for the missed texts on that pool            stages/admit.py
     shadow       a copy to the shadow version, if any, never awaited   stages/shadow.py
     plan         balanced chunks, each a wire message                  stages/plan.py
     dispatch     route, retry, hedge every chunk within the deadline   stages/dispatch.py
-    merge        the chunks' results in request order                  stages/merge.py
+    merge        the chunks' results in request order, and the cache's stages/merge.py
+                 rows among them (new rows are stored)                 stages/cache.py
     served       counted per tenant                                    gateway/metrics.py
     usage event  durable (outbox fsynced) before the answer            stages/meter.py
     respond      the endpoint's JSON answer                            endpoints/*.py
@@ -28,9 +33,13 @@ or a full pool costs microseconds, not a JSON decode. Quota, then admission: a
 request the tenant may not send never takes a permit; one it may send but the
 pool cannot take is refused (and its texts refunded). The version is chosen once,
 in resolve, and every chunk goes to it; the shadow copy leaves beside dispatch and
-is handed the primary's answer to compare with, never awaited. The stages the next
-features add have their places: a cache look-up goes between admit and plan (only
-misses are planned); a tracing span wraps each line.
+is handed the primary's answer to compare with, never awaited. The cache answers
+after the quota (a cached text is charged and billed like a computed one) and
+before admission (a hit takes no permit); while the cache may answer a tenant, the
+precheck is skipped, since a full pool can still serve every text it has seen. A
+request the cache answered whole is not counted for the version's rollout analysis
+(it says nothing about the model). The stage the next features add has its place:
+a tracing span wraps each line.
 
 Each stage is a function of its own module with small typed inputs, and gets only
 the parts of the gateway it uses (``PathParts``), never the whole service.
@@ -42,21 +51,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from headway.gateway.context import RequestContext
-from headway.gateway.endpoints.base import Endpoint
+from headway.gateway.endpoints.base import Endpoint, ModelRequest
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.pools import Pools
 from headway.gateway.quota.store import QuotaStore
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.admit import AdmissionPermit, precheck
-from headway.gateway.stages.authenticate import authenticate, require_tenant
+from headway.gateway.stages.authenticate import Identify, by_key
+from headway.gateway.stages.cache import RequestCache
 from headway.gateway.stages.deadline import deadline_from_headers
 from headway.gateway.stages.dispatch import dispatch
-from headway.gateway.stages.merge import merge
+from headway.gateway.stages.merge import Merged, merge
 from headway.gateway.stages.meter import MeterParts, UsageMeter, check_meter
 from headway.gateway.stages.parse import check_media_type
 from headway.gateway.stages.plan import plan
 from headway.gateway.stages.quota import QuotaCharge
-from headway.gateway.stages.resolve import resolve
+from headway.gateway.stages.resolve import Target, resolve
 from headway.gateway.stages.shadow import Shadows
 from headway.http.asgi import Request, Response
 from headway.settings import GatewaySettings
@@ -75,37 +85,53 @@ class PathParts:
     clock: Callable[[], float]
     meter: MeterParts
     shadows: Shadows
+    cache: RequestCache
 
 
-async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Response:
+async def serve(
+    request: Request, endpoint: Endpoint, parts: PathParts, identify: Identify = by_key
+) -> Response:
     settings = parts.settings
     started = parts.clock()
     check_media_type(request.headers)
     snapshot = parts.snapshots.current
-    principal = authenticate(request.headers, snapshot)
-    tenant = require_tenant(principal)
+    caller = identify(request, snapshot)
+    tenant = caller.tenant
     request.tenant = tenant.name
     timeouts = settings.interactive if tenant.tier == "interactive" else settings.batch
     deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
     ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
-    precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
+    if not parts.cache.serves(tenant.name):
+        precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
     check_meter(parts.meter.sink)
     work = endpoint.parse(request.body, settings.limits)
     target = resolve(work.models, snapshot, parts.pools, tenant.name, work.user)
     work.check(target.record)
-    async with UsageMeter(parts.meter, ctx, principal.key_id, target, work.texts, started) as meter:
+    async with UsageMeter(parts.meter, ctx, caller, target, work.texts, started) as meter:
         async with QuotaCharge(parts.quota, ctx, work.texts):
-            with AdmissionPermit(target.pool, ctx, work.texts, parts.metrics.refused):
-                primary = parts.shadows.start(work, ctx, target)
-                try:
-                    chunks = plan(work, ctx, target.record.version, settings.chunk_texts)
-                    merged = merge(await dispatch(chunks, target.pool, deadline))
-                except BaseException:
-                    if primary is not None:
-                        primary.cancel()  # the copy has nothing to be compared with
-                    raise
-                if primary is not None:
-                    primary.set_result(merged)
+            cached = await parts.cache.look_up(work, tenant.name, target.record)
+            todo = cached.todo
+            computed = None if todo is None else await compute(todo, ctx, target, parts)
+            merged = parts.cache.complete(cached, computed)
         parts.metrics.served(endpoint.route, tenant.name, work.texts)
-        await meter.served(merged)
+        await meter.served(merged, model_ran=computed is not None)
     return work.respond(merged, ctx, target.record)
+
+
+async def compute(
+    todo: ModelRequest, ctx: RequestContext, target: Target, parts: PathParts
+) -> Merged:
+    """``todo`` (the texts the cache did not have) on the target's pool: admitted, copied
+    to the shadow version, planned, dispatched and merged."""
+    with AdmissionPermit(target.pool, ctx, todo.texts, parts.metrics.refused):
+        primary = parts.shadows.start(todo, ctx, target)
+        try:
+            chunks = plan(todo, ctx, target.record.version, parts.settings.chunk_texts)
+            merged = merge(await dispatch(chunks, target.pool, ctx.deadline))
+        except BaseException:
+            if primary is not None:
+                primary.cancel()  # the copy has nothing to be compared with
+            raise
+    if primary is not None:
+        primary.set_result(merged)
+    return merged

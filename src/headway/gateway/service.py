@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from headway.background import Background
 from headway.billing.ledger.base import Ledger
+from headway.cache.results import ResultsCache
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
 from headway.gateway.discovery.base import Discovery, DiscoveryFailed
@@ -34,6 +35,7 @@ from headway.gateway.pool import ReplicaPool, RoutingPolicy
 from headway.gateway.pools import Pools
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.snapshots import Snapshots
+from headway.gateway.stages.cache import RequestCache
 from headway.gateway.stages.meter import MeterParts
 from headway.gateway.stages.shadow import Shadows
 from headway.metering.sink import MemorySink, Metering
@@ -65,11 +67,13 @@ class GatewayService:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         metrics: GatewayMetrics | None = None,
+        cache: ResultsCache | None = None,
     ) -> None:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
         ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
         ``metering``: where usage events go (the outbox; tests: a ``MemorySink``).
-        ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503)."""
+        ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503).
+        ``cache``: the results cache (None: off)."""
         self.settings = settings
         self.metrics = metrics or GatewayMetrics()
         self.registry = registry
@@ -82,6 +86,7 @@ class GatewayService:
         self.recorder = VersionRecorder(self.metrics)
         self.meter = MeterParts(self.metering, gateway_id, wall_clock, clock, self.recorder.outcome)
         self.shadows = Shadows(self.recorder, settings.chunk_texts, clock)
+        self.cache = RequestCache(cache)
         self._open_ledger = open_ledger
         self._ledger: Ledger | None = None
         self.draining = False
@@ -123,6 +128,7 @@ class GatewayService:
             self.clock,
             self.meter,
             self.shadows,
+            self.cache,
         )
 
     async def start(self) -> None:

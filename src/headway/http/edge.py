@@ -74,7 +74,7 @@ class Edge:
         try:
             matched, request.path_params = self.router.match(request.method, request.path)
             route = matched.name
-            request.body = await read_body(request, self._max_body_bytes)
+            request.body = await read_body(request, matched.max_body_bytes or self._max_body_bytes)
             response = await unless_disconnected(matched.handler(request), request.receive)
         except ClientDisconnected:
             self._observer.answered(

@@ -31,6 +31,8 @@ class Route:
     """Exact, or a template with ``{parameter}`` segments."""
     name: str
     handler: Handler
+    max_body_bytes: int | None = None
+    """The largest body this route reads (a file upload's); None: the edge's default."""
 
 
 def parameters_of(path: str) -> list[str]:

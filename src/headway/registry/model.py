@@ -232,13 +232,15 @@ class Snapshot:
     ``principals`` is keyed by SHA-256 digest of the key; ``models`` maps each alias
     (to its primary version's record) and each version (to itself); ``splits`` holds
     the aliases that split traffic; ``changes`` is the registry's change counter when
-    it was read.
+    it was read; ``tenants`` names every tenant.
     """
 
     principals: dict[bytes, Principal] = field(default_factory=dict)
     models: dict[str, ModelRecord] = field(default_factory=dict)
     splits: dict[str, Split] = field(default_factory=dict)
     changes: int = 0
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    """Every tenant by name, with keys or not (a batch runs on after its key is revoked)."""
 
     def resolve_model(self, name: str) -> ModelRecord | None:
         return self.models.get(name)

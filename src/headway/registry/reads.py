@@ -83,7 +83,8 @@ class RegistryReads:
         }
         for alias, version in aliases:
             models[alias] = models[version]
-        return Snapshot(principals, models, splits, changes)
+        by_name = {tenant.name: tenant for tenant in tenants.values()}
+        return Snapshot(principals, models, splits, changes, by_name)
 
     def changes(self) -> int:
         with self._dialect.read() as tx:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from headway.registry.dialect import DialectName, Row
 from headway.registry.errors import RegistryError as RegistryError  # callers catch it here
@@ -64,9 +64,14 @@ class _SqliteTx:
 class SqliteDialect:
     name: DialectName = "sqlite"
 
-    def __init__(self, path: Path, timeout_s: float) -> None:
+    def __init__(
+        self, path: Path, timeout_s: float, *, synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    ) -> None:
+        """``synchronous``: SQLite's; NORMAL (in WAL) fsyncs at checkpoints only, so a power
+        loss may take the last commits, though always a suffix of them, never a middle one."""
         self.path = path
         self.timeout_s = timeout_s
+        self._pragmas = f"PRAGMA foreign_keys=ON; PRAGMA synchronous={synchronous}"
         with self._connection() as db:
             enable_wal(db, timeout_s)
 
@@ -102,7 +107,7 @@ class SqliteDialect:
         except sqlite3.OperationalError as exc:
             raise RegistryUnavailable(f"cannot open the registry at {self.path}: {exc}") from exc
         try:
-            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(self._pragmas)
             yield db
         except sqlite3.IntegrityError as exc:  # a schema check no rule here foresaw
             raise RegistryError(f"the registry refused the write: {exc}") from exc

@@ -10,7 +10,7 @@ on the next request here; other gateways see the change counter move and reload.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -47,10 +47,16 @@ WITH_BODY: tuple[type[HeadwayError], ...] = (
 )
 
 
+async def _nothing_else(tenant: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class AdminParts:
     snapshots: Snapshots
     store: RegistryStore
+    forget_tenant: Callable[[str], Awaitable[None]] = _nothing_else
+    """Deletes what a deleted tenant left outside the registry (files, batches, cache)."""
 
 
 def admin_actor(request: Request, snapshots: Snapshots) -> Actor:

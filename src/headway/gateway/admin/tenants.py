@@ -196,6 +196,7 @@ def delete_tenant(parts: AdminParts) -> Handler:
         actor = admin_actor(request, parts.snapshots)
         name = request.path_params["name"]
         tenant = await write(parts, lambda store: store.delete_tenant(name, actor=actor))
+        await parts.forget_tenant(name)
         return json_response(TenantDeleted(tenant_answer(tenant)))
 
     return handle

@@ -11,11 +11,35 @@ is refused from then on, whenever the snapshot was loaded.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from headway.errors import Forbidden, Unauthorized
+from headway.http.asgi import Request
 from headway.registry.keys import digests_match, key_digest
 from headway.registry.model import Principal, Snapshot, Tenant
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a model request is served for: the tenant, and the key its usage names."""
+
+    tenant: Tenant
+    key_id: str
+    retried: bool = False
+    """The request id is the caller's own and comes again on a retry (a batch line's): an
+    event of work we gave back must not take it, or the retry that serves would find
+    its id billed already (``stages/meter.py``)."""
+
+
+Identify = Callable[[Request, Snapshot], Caller]
+"""How a route finds its caller: a tenant's bearer key (``by_key``), or the batch
+executor acting for a tenant (``gateway/batches/lines.py``)."""
+
+
+def by_key(request: Request, snapshot: Snapshot) -> Caller:
+    principal = authenticate(request.headers, snapshot)
+    return Caller(require_tenant(principal), principal.key_id)
 
 
 def authenticate(headers: Mapping[str, str], snapshot: Snapshot) -> Principal:

@@ -13,6 +13,11 @@ event. A client that disconnects after the model ran is billed: the event is
 written before the answer is sent, so the work done is recorded whether or not
 the client reads it (documented in README, "Billing").
 
+A batch line comes again under the same request id on every attempt (its own, so
+the ledger bills it once: ``gateway/batches/lines.py``); the not-billable event of
+an attempt that failed gets an id of its own, so the attempt that serves still
+finds the line's id free in the ledger.
+
 ``check_meter`` runs before any work: a gateway whose outbox is full (NATS has been
 away long enough to fill it) answers 503 rather than serve what it cannot bill.
 """
@@ -20,12 +25,14 @@ away long enough to fill it) answers 503 rather than serve what it cannot bill.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
 from headway.errors import HeadwayError, MeteringUnavailable
 from headway.gateway.context import RequestContext
+from headway.gateway.stages.authenticate import Caller
 from headway.gateway.stages.merge import Merged
 from headway.gateway.stages.resolve import Target
 from headway.metering.event import Endpoint, UsageEvent
@@ -58,22 +65,22 @@ def check_meter(sink: UsageSink) -> None:
 
 
 class UsageMeter:
-    """``async with UsageMeter(parts, ctx, key_id, target, texts, started) as meter``:
+    """``async with UsageMeter(parts, ctx, caller, target, texts, started) as meter``:
     ``await meter.served(merged)`` on success; a not-billable event if the block fails on
     our side. A class, not an ``asynccontextmanager``: it runs on every request."""
 
-    __slots__ = ("_ctx", "_done", "_key_id", "_parts", "_started", "_target", "_texts")
+    __slots__ = ("_caller", "_ctx", "_done", "_parts", "_started", "_target", "_texts")
 
     def __init__(
         self,
         parts: MeterParts,
         ctx: RequestContext,
-        key_id: str,
+        caller: Caller,
         target: Target,
         texts: int,
         started: float,
     ) -> None:
-        self._parts, self._ctx, self._key_id = parts, ctx, key_id
+        self._parts, self._ctx, self._caller = parts, ctx, caller
         self._target, self._texts, self._started = target, texts, started
         self._done = False
 
@@ -94,9 +101,11 @@ class UsageMeter:
         except Exception:  # the request fails anyway; its own error is the one to answer
             log.exception("request %s: could not record its refunded usage", self._ctx.request_id)
 
-    async def served(self, merged: Merged) -> None:
+    async def served(self, merged: Merged, *, model_ran: bool = True) -> None:
+        """``model_ran`` False: the cache answered every text (no outcome for a rollout)."""
         self._done = True
-        self._tell(True)
+        if model_ran:
+            self._tell(True)
         try:
             await self._parts.sink.record(self._event("served", True, merged))
         except Exception as exc:
@@ -110,10 +119,13 @@ class UsageMeter:
     def _event(self, outcome: str, billable: bool, merged: Merged | None) -> UsageEvent:
         ctx, parts, target = self._ctx, self._parts, self._target
         endpoint: Endpoint = "rerank" if ctx.route == "rerank" else "embeddings"
+        request_id = ctx.request_id
+        if not billable and self._caller.retried:  # its own id stays free for the retry
+            request_id = request_id[:24] + os.urandom(4).hex()
         return UsageEvent(
-            request_id=ctx.request_id,
+            request_id=request_id,
             tenant=ctx.tenant.name,
-            key_id=self._key_id,
+            key_id=self._caller.key_id,
             endpoint=endpoint,
             alias=target.alias,
             version=target.record.version,

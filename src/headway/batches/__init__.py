@@ -1,0 +1,1 @@
+"""OpenAI-compatible batches: the stores, the durable work queue and the executor."""

@@ -1,0 +1,312 @@
+"""A batch's input file: checked whole at upload, read line by line at validation.
+
+The format is OpenAI's batch input, one JSON object per physical line::
+
+    {"custom_id": "req-1", "method": "POST", "url": "/v1/embeddings", "body": {...}}
+
+Two passes at two moments. ``check_upload`` answers the upload itself: is this a file a
+batch could use at all (UTF-8, every non-blank line a JSON object, not too many lines)?
+It refuses the first problem with a 4xx. ``read_lines`` runs when a batch validates its
+input against one endpoint: every non-blank line becomes a ``Line`` or a ``LineError``,
+never both, and it never raises for a bad line, so one typo costs one line, not the batch.
+
+Both walk the file once, and take a memoryview (the file part of an upload) as well as
+bytes: lines are memoryview slices that msgspec decodes in place; only a good line's
+``body`` is copied out, as the very bytes the client sent (``msgspec.Raw``), for the
+endpoint's own strict parser and the executor. A good line costs one typed decode; only
+a bad one is read again, loosely, to say what is wrong with it.
+
+A raw newline always ends a line (JSON strings cannot hold one). Blank lines (JSON
+whitespace only) are skipped but counted, so line numbers are the editor's; a final
+newline is optional; a UTF-8 byte order mark at the very start (Windows editors write
+one) is skipped.
+
+No message quotes a line's content (it may hold private text); only the request's own
+fields (custom_id, method, url, unknown key names), clipped to 100 characters, appear.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import msgspec
+
+from headway.batches.model import LineError
+from headway.errors import HeadwayError, InvalidRequest, PayloadTooLarge
+
+MAX_CUSTOM_ID_CHARS = 512
+KEYS = ("custom_id", "method", "url", "body")
+"""The fields of a request line, in the order they are checked."""
+
+_NEWLINE = re.compile(b"\n")
+_BLANK = b" \t\r"
+_BOM = b"\xef\xbb\xbf"
+_CLIP = 100
+_NOT_OBJECT = "is not a JSON object: upload JSONL, one request object per line"
+
+
+class _AnyObject(msgspec.Struct):
+    """Decodes any JSON object and keeps none of it: the cheapest "is this an object"."""
+
+
+class _Request(msgspec.Struct, forbid_unknown_fields=True):
+    """A well-formed line: decoding into it is the fast path of every good line."""
+
+    custom_id: str
+    method: str
+    url: str
+    body: msgspec.Raw
+
+
+@dataclass(frozen=True, slots=True)
+class _Not:
+    """A field that is missing or not a JSON string: what it is instead."""
+
+    what: str
+
+
+_Field = str | _Not
+
+_any_object = msgspec.json.Decoder(_AnyObject)
+_request = msgspec.json.Decoder(_Request)
+_loose_request = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_string = msgspec.json.Decoder(str)
+_MISSING = _Not("missing")
+_JSON_TYPES = {
+    ord('"'): "a string",
+    ord("{"): "an object",
+    ord("["): "an array",
+    ord("t"): "a boolean",
+    ord("f"): "a boolean",
+    ord("n"): "null",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A request line that passed validation and will run."""
+
+    number: int
+    """1-based physical line number."""
+    custom_id: str
+    body: bytes
+    """The request body, JSON, exactly as the line had it."""
+    texts: int
+    """Inputs (embeddings) or documents (rerank) it asks for."""
+
+
+def check_upload(data: bytes | memoryview, *, max_bytes: int, max_lines: int) -> int:
+    """The number of non-blank lines, or the first reason the file is unusable as a
+    batch's input (``PayloadTooLarge``, ``InvalidRequest``), in file order."""
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(f"the file has {len(data)} bytes; the limit is {max_bytes}")
+    view = memoryview(data)
+    ascii_only = _is_ascii(view)
+    count = 0
+    for number, start, end in _lines(view):
+        line = view[start:end]
+        if _is_blank(line):
+            continue
+        if not ascii_only and not _is_utf8(line):
+            raise InvalidRequest(f"line {number} is not UTF-8; save the file as UTF-8")
+        try:
+            _any_object.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise InvalidRequest(f"line {number} {_NOT_OBJECT}") from None
+        count += 1
+        if count > max_lines:
+            raise InvalidRequest(
+                f"the file has more than {max_lines} request lines; the limit is {max_lines}:"
+                " split it into several batches"
+            )
+    if not count:
+        raise InvalidRequest("the file has no request lines; upload JSONL, one request per line")
+    return count
+
+
+def read_lines(
+    data: bytes | memoryview,
+    endpoint: str,
+    parse_body: Callable[[bytes], int],
+    *,
+    max_inputs: int | None,
+) -> tuple[list[Line], list[LineError]]:
+    """Every non-blank line as a ``Line`` or a ``LineError``, in file order.
+
+    ``parse_body`` is the endpoint's strict parser: it returns the body's text count or
+    raises a ``HeadwayError``, whose message becomes the line's. With ``max_inputs``, a
+    line whose texts would take the running total of accepted lines over it fails
+    (``too_many_inputs``); earlier lines, and later ones that still fit, run.
+    """
+    view = memoryview(data)
+    ascii_only = _is_ascii(view)
+    lines: list[Line] = []
+    errors: list[LineError] = []
+    first_use: dict[str, int] = {}
+    inputs = 0
+    for number, start, end in _lines(view):
+        raw = view[start:end]
+        if _is_blank(raw):
+            continue
+        if not ascii_only and not _is_utf8(raw):
+            errors.append(LineError(number, "invalid_json_line", "the line is not UTF-8"))
+            continue
+        outcome = _read_line(number, raw, endpoint, parse_body, first_use)
+        if isinstance(outcome, LineError):
+            errors.append(outcome)
+        elif max_inputs is not None and inputs + outcome.texts > max_inputs:
+            errors.append(
+                LineError(
+                    number,
+                    "too_many_inputs",
+                    f"this line's {outcome.texts} inputs would take the batch over its limit"
+                    f" of {max_inputs} inputs in all; split the file into several batches",
+                    "body",
+                )
+            )
+        else:
+            inputs += outcome.texts
+            lines.append(outcome)
+    return lines, errors
+
+
+def _read_line(
+    number: int,
+    raw: memoryview,
+    endpoint: str,
+    parse_body: Callable[[bytes], int],
+    first_use: dict[str, int],
+) -> Line | LineError:
+    """One line's checks in order; ``first_use`` learns its custom_id if it has one."""
+    try:
+        request = _request.decode(raw)
+        fields: tuple[_Field, _Field, _Field, msgspec.Raw | None] = (
+            request.custom_id,
+            request.method,
+            request.url,
+            request.body,
+        )
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        loose = _loose_fields(number, raw)  # a bad line: find out what is wrong, in order
+        if isinstance(loose, LineError):
+            return loose
+        fields = loose
+    custom_id, method, url, body = fields
+
+    if isinstance(custom_id, _Not) or not 0 < len(custom_id) <= MAX_CUSTOM_ID_CHARS:
+        return LineError(number, "invalid_custom_id", _custom_id_problem(custom_id), "custom_id")
+    earlier = first_use.setdefault(custom_id, number)
+    if earlier != number:
+        return LineError(
+            number,
+            "duplicate_custom_id",
+            f"custom_id '{_clip(custom_id)}' is already used by line {earlier}; give each"
+            " line its own",
+            "custom_id",
+        )
+    if method != "POST":
+        message = f'method must be "POST" (got {_described(method)})'
+        return LineError(number, "invalid_method", message, "method")
+    if url != endpoint:
+        if isinstance(url, str):
+            message = f"url '{_clip(url)}' is not this batch's endpoint '{_clip(endpoint)}'"
+        else:
+            message = f"url must be this batch's endpoint '{_clip(endpoint)}' (got {url.what})"
+        return LineError(number, "invalid_url", message, "url")
+    body_bytes = b"" if body is None else bytes(body)
+    if not body_bytes.startswith(b"{"):
+        got = "missing" if body is None else _json_type(body_bytes)
+        return LineError(number, "invalid_body", f"body must be a JSON object (got {got})", "body")
+    try:
+        texts = parse_body(body_bytes)
+    except HeadwayError as exc:
+        return LineError(number, "invalid_body", exc.message, "body")
+    return Line(number, custom_id, body_bytes, texts)
+
+
+def _loose_fields(
+    number: int, raw: memoryview
+) -> tuple[_Field, _Field, _Field, msgspec.Raw | None] | LineError:
+    """A line that is not a well-formed request, read loosely: the first two problems
+    (not an object, an unknown key) as an error, else its fields, each a string or not."""
+    try:
+        request = _loose_request.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return LineError(number, "invalid_json_line", f"the line {_NOT_OBJECT}")
+    for key in request:
+        if key not in KEYS:
+            return LineError(
+                number,
+                "invalid_request",
+                f"unknown key '{_clip(key)}': a request line has only custom_id, method, url"
+                " and body",
+                _clip(key),
+            )
+    custom_id, method, url = (_field(request.get(key)) for key in KEYS[:3])
+    return custom_id, method, url, request.get("body")
+
+
+def _field(raw: msgspec.Raw | None) -> _Field:
+    if raw is None:
+        return _MISSING
+    try:
+        return _string.decode(raw)
+    except msgspec.ValidationError:
+        return _Not(_json_type(bytes(raw)))
+
+
+def _custom_id_problem(custom_id: _Field) -> str:
+    rule = f"a unique string of 1 to {MAX_CUSTOM_ID_CHARS} characters"
+    if custom_id is _MISSING:
+        return f"custom_id is missing; give each line {rule}"
+    if isinstance(custom_id, _Not):
+        return f"custom_id must be {rule} (got {custom_id.what})"
+    if not custom_id:
+        return f"custom_id is empty; give each line {rule}"
+    return f"custom_id has {len(custom_id)} characters; the limit is {MAX_CUSTOM_ID_CHARS}"
+
+
+def _lines(view: memoryview) -> Iterator[tuple[int, int, int]]:
+    """(1-based number, start, end) of every physical line, the newline excluded."""
+    start = len(_BOM) if view[: len(_BOM)] == _BOM else 0
+    number = 1
+    for newline in _NEWLINE.finditer(view, start):
+        yield number, start, newline.start()
+        number, start = number + 1, newline.end()
+    if start < len(view):
+        yield number, start, len(view)
+
+
+def _is_blank(line: memoryview) -> bool:
+    # Almost every line starts with "{": only a leading blank costs a copy.
+    return not line or (line[0] in _BLANK and not bytes(line).strip(_BLANK))
+
+
+def _is_ascii(view: memoryview) -> bool:
+    """True when the whole buffer is ASCII, found in microseconds where it can be (so no
+    line needs a UTF-8 check); False means "check each line", not "not ASCII"."""
+    whole = view.obj
+    return isinstance(whole, bytes) and whole.isascii()
+
+
+def _is_utf8(line: memoryview) -> bool:
+    try:
+        str(line, "utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _json_type(value: bytes) -> str:
+    """What JSON value ``value`` is, from its first byte (msgspec has checked the rest)."""
+    return _JSON_TYPES.get(value[0], "a number") if value else "nothing"
+
+
+def _described(value: _Field) -> str:
+    return f"'{_clip(value)}'" if isinstance(value, str) else value.what
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _CLIP else text[: _CLIP - 1] + "…"

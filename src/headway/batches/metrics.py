@@ -1,0 +1,53 @@
+"""The batch executor's metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+OUTCOMES = ("completed", "failed", "skipped")
+WAITS = ("quota", "overloaded", "unauthorized")
+
+
+class ExecutorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        lines = Counter(
+            "headway_batch_lines_total",
+            "Batch lines this executor ran, by outcome: completed (output file), failed "
+            "(error file); skipped: not run (answered already, or its batch ended or is gone).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._lines = {outcome: lines.labels(outcome=outcome) for outcome in OUTCOMES}
+        waits = Counter(
+            "headway_batch_waits_total",
+            "Times a line waited instead of failing: the tenant's quota (429), no capacity "
+            "for batch work (503), or the executor's token refused (401/403).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._waits = {reason: waits.labels(reason=reason) for reason in WAITS}
+        self._retries = Counter(
+            "headway_batch_retries_total",
+            "Attempts of a line that failed on our side (unreachable, 5xx) and were retried.",
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "headway_batch_queue_depth",
+            "Lines queued and not yet finished, across every executor.",
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "headway_batch_lines_in_flight",
+            "Lines this executor is running now.",
+            registry=self.registry,
+        )
+
+    def line(self, outcome: str, count: int = 1) -> None:
+        self._lines[outcome].inc(count)
+
+    def waited(self, reason: str) -> None:
+        self._waits[reason].inc()
+
+    def retried(self) -> None:
+        self._retries.inc()

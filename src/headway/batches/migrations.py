@@ -1,0 +1,137 @@
+"""The batch store's schema as an ordered list of migrations, for SQLite and Postgres.
+
+A database records the versions it has in ``batch_migrations(version, applied_at)``,
+a table of its own: in shared mode the registry, the ledger and the batch store live
+in one Postgres database, each with its own migrations. Opening a store applies the
+missing ones in order in one write transaction, serialized between processes (SQLite:
+``BEGIN IMMEDIATE``; Postgres: an advisory lock of the batch store's own, so opening a
+store never waits for registry writes), so two processes opening one database at once
+apply each migration once. A database holding a version this code does not know
+raises ``BatchSchemaTooNew``. Migrations are never edited once released: a change is
+a new version at the end.
+
+Tables are prefixed ``batch``: the embedded work queue shares the SQLite file.
+No foreign key joins results to batches: ``record`` checks its batch in the same
+transaction (its counts update), and ``delete_tenant`` deletes a batch before its
+results, which together keep a result from outliving its batch under concurrency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import get_args
+
+from headway.batches.model import TIMESTAMP_OF, BatchStatus
+from headway.batches.store import BatchSchemaTooNew
+from headway.registry.dialect import DialectName, Tx
+from headway.schema import Migration, pending
+
+MIGRATE_LOCK_KEY = 0x6865_6164_7761_7942  # "headwayB": held while batch migrations run
+
+_STATUSES = ", ".join(f"'{status}'" for status in get_args(BatchStatus))
+
+
+@dataclass(frozen=True, slots=True)
+class _Types:
+    """What the two dialects spell differently."""
+
+    blob: str
+    big: str
+    json: str
+
+
+SQLITE = _Types("BLOB", "INTEGER", "TEXT")
+POSTGRES = _Types("BYTEA", "BIGINT", "JSONB")
+
+
+def _files_batches_results(t: _Types) -> tuple[str, ...]:
+    stamps = ",\n            ".join(f"{column} {t.big}" for column in TIMESTAMP_OF.values())
+    return (
+        f"""CREATE TABLE batch_files (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            purpose TEXT NOT NULL CHECK (purpose IN ('batch', 'batch_output')),
+            filename TEXT NOT NULL,
+            bytes {t.big} NOT NULL CHECK (bytes >= 0),
+            sha256 TEXT NOT NULL,
+            created_at {t.big} NOT NULL,
+            expires_at {t.big},
+            lines {t.big} NOT NULL CHECK (lines >= 0)
+        )""",
+        "CREATE INDEX batch_files_tenant ON batch_files (tenant, created_at, id)",
+        "CREATE INDEX batch_files_expiry ON batch_files (expires_at) WHERE expires_at IS NOT NULL",
+        "CREATE INDEX batch_files_sha256 ON batch_files (sha256)",
+        f"""CREATE TABLE batches (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            key_id TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            input_file_id TEXT NOT NULL,
+            completion_window TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ({_STATUSES})),
+            created_at {t.big} NOT NULL,
+            expires_at {t.big} NOT NULL,
+            metadata {t.json} NOT NULL,
+            errors {t.json} NOT NULL,
+            total {t.big} NOT NULL,
+            completed {t.big} NOT NULL,
+            failed {t.big} NOT NULL,
+            output_file_id TEXT,
+            error_file_id TEXT,
+            {stamps}
+        )""",
+        "CREATE INDEX batches_tenant ON batches (tenant, created_at, id)",
+        "CREATE INDEX batches_status ON batches (status, created_at, id)",
+        f"""CREATE TABLE batch_results (
+            batch_id TEXT NOT NULL,
+            line {t.big} NOT NULL,
+            ok BOOLEAN NOT NULL,
+            data {t.blob} NOT NULL,
+            PRIMARY KEY (batch_id, line)
+        )""",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "file records, batches, line results",
+        sqlite=_files_batches_results(SQLITE),
+        postgres=_files_batches_results(POSTGRES),
+    ),
+)
+
+_CREATE_RECORD = (
+    "CREATE TABLE IF NOT EXISTS batch_migrations"
+    " (version INTEGER PRIMARY KEY, applied_at {big} NOT NULL)"
+)
+
+
+def missing(applied: set[int], migrations: tuple[Migration, ...] = MIGRATIONS) -> list[Migration]:
+    """The migrations ``applied`` lacks, in order; ``BatchSchemaTooNew`` if it has unknown
+    ones."""
+    return pending(applied, migrations, too_new=BatchSchemaTooNew, what="batch store")
+
+
+def migrate(
+    tx: Tx,
+    dialect: DialectName,
+    clock: Callable[[], float],
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+) -> list[int]:
+    """Apply what is missing in ``tx`` (a write transaction); the versions applied."""
+    if dialect == "postgres":
+        tx.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATE_LOCK_KEY,))
+    types = SQLITE if dialect == "sqlite" else POSTGRES
+    tx.execute(_CREATE_RECORD.format(big=types.big))
+    applied = {version for (version,) in tx.all("SELECT version FROM batch_migrations")}
+    todo = missing(applied, migrations)
+    for migration in todo:
+        for statement in migration.statements(dialect):
+            tx.execute(statement)
+        tx.execute(
+            "INSERT INTO batch_migrations (version, applied_at) VALUES (?, ?)",
+            (migration.version, int(clock())),
+        )
+    return [migration.version for migration in todo]

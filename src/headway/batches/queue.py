@@ -1,0 +1,109 @@
+"""The durable work queue of batch lines: what executors pull, run and acknowledge.
+
+A batch, once validated, puts one ``WorkItem`` per input line; executors pull items,
+serve each line, record its result, and only then ``ack`` it. An item pulled and then
+neither acked, nak'd nor touched for ``lease_s`` (its executor died, or hangs) becomes
+visible again, and another executor gets it: delivery is at least once, so a line may
+be served twice, and the batch store keeps the first result of a line (a line's
+request id is the same on every attempt, so the ledger bills it once).
+
+Two implementations behind one protocol, chosen by ``queue_open.open_work_queue``:
+
+- ``sqlite_queue.SqliteWorkQueue`` (embedded mode): a table in the batch store's
+  SQLite file, claimed row by row under a lease token;
+- ``jetstream_queue.JetStreamWorkQueue`` (shared mode): a NATS JetStream work-queue
+  stream with one durable pull consumer shared by every executor.
+
+Errors::
+
+    WorkQueueError              the queue could not do what was asked (closed, file broken)
+    ├── WorkQueueUnavailable    NATS away or not answering in time: try again later
+    └── WorkQueueConfigError    the stream exists with another configuration
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class WorkQueueError(RuntimeError):
+    """The work queue could not do what was asked: it is closed, or its store failed."""
+
+
+class WorkQueueUnavailable(WorkQueueError):
+    """The queue's server is away or did not confirm in time; nothing is lost, try again."""
+
+
+class WorkQueueConfigError(WorkQueueError):
+    """The queue's stream exists with a configuration other than the one it needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One line of one batch, to be served once (msgspec encodes it as a JSON object)."""
+
+    batch_id: str
+    line: int
+    """1-based line number in the batch's input file."""
+    tenant: str
+
+
+class Delivery(Protocol):
+    """One pulled item, leased to its puller until acked, nak'd or the lease runs out."""
+
+    @property
+    def item(self) -> WorkItem: ...
+
+    @property
+    def attempts(self) -> int:
+        """Deliveries of this item so far, this one included (1 on the first)."""
+        ...
+
+    async def ack(self) -> None:
+        """Done: the item is never delivered again."""
+        ...
+
+    async def nak(self, delay_s: float) -> None:
+        """Not now: the item is visible again after ``delay_s`` (a 429/503's wait)."""
+        ...
+
+    async def touch(self) -> None:
+        """Still working: the lease starts again from now."""
+        ...
+
+
+class WorkQueue(Protocol):
+    """Batch lines, durable, delivered at least once (see the module docstring)."""
+
+    @property
+    def lease_s(self) -> float:
+        """A delivery neither acked, nak'd nor touched for this long is delivered again."""
+        ...
+
+    async def put(self, items: Sequence[WorkItem]) -> None:
+        """Durable when it returns. An item whose ``(batch_id, line)`` is queued already
+        (not yet acked) is not queued twice."""
+        ...
+
+    async def pull(self, max_items: int, wait_s: float) -> list[Delivery]:
+        """Up to ``max_items`` visible items, waiting at most ``wait_s`` for the first;
+        ``[]`` when none came in time."""
+        ...
+
+    async def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        """``ack`` each of ``deliveries`` (this queue's), at once where the queue can (one
+        transaction)."""
+        ...
+
+    async def drop(self, batch_id: str) -> int:
+        """Remove every queued item of a batch (cancelled, expired, tenant deleted);
+        returns how many went, best effort."""
+        ...
+
+    async def depth(self) -> int:
+        """Items not yet acked (queued, delayed or leased)."""
+        ...
+
+    async def close(self) -> None: ...

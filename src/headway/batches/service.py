@@ -1,0 +1,115 @@
+"""``headway batches run``: one executor process, its loops and its HTTP face.
+
+    mover   every ``executor.poll_s``: batches from status to status (``mover.py``)
+    lines   pull lines from the work queue and run them (``executor.py``); essential
+    files   every minute: delete the files past their retention
+    depth   every few seconds: the queue's depth, for ``/metrics``
+
+The stores are the gateways' (Postgres with ``postgres_url``, else SQLite in the data
+dir; the file store at ``batches.files_dir``); the queue is JetStream with
+``nats_url``, else the SQLite queue in the data dir. Any number of executors may run
+on one set of stores: each line runs once at a time (its lease), and every move is
+safe to repeat (``mover.py``). It serves ``/healthz``, ``/readyz`` and ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from headway.background import Background
+from headway.batches.executor import Executor
+from headway.batches.filestore import DirectoryFileStore
+from headway.batches.inputs import Inputs
+from headway.batches.metrics import ExecutorMetrics
+from headway.batches.mover import Mover
+from headway.batches.open import open_batch_store
+from headway.batches.queue import WorkQueue
+from headway.batches.queue_open import open_work_queue
+from headway.batches.store import BatchStore
+from headway.batches.submit import HttpSubmitter
+from headway.http.asgi import App, Request, Response, json_response
+from headway.http.edge import Edge
+from headway.http.router import Route, Router
+from headway.metrics import metrics_handler
+from headway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REAP_INTERVAL_S = 60.0
+DEPTH_INTERVAL_S = 5.0
+
+
+class ExecutorService:
+    def __init__(self, settings: Settings, metrics: ExecutorMetrics | None = None) -> None:
+        if not settings.batches.executor_token:
+            raise ValueError(
+                "batches.executor_token is empty: set HEADWAY_BATCHES__EXECUTOR_TOKEN to the "
+                "gateways' token (`headway up` makes one for its own processes)"
+            )
+        self.settings = settings
+        self.metrics = metrics or ExecutorMetrics()
+        self._background = Background()
+        self.store: BatchStore | None = None
+        self.queue: WorkQueue | None = None
+        self._submitter: HttpSubmitter | None = None
+
+    async def start(self) -> None:
+        settings, batches = self.settings, self.settings.batches
+        executor = batches.executor
+        self.store = store = open_batch_store(settings)
+        self.queue = queue = open_work_queue(settings)
+        files = DirectoryFileStore(settings.files_dir)
+        inputs = Inputs(store, files, settings.gateway.limits, batches.max_inputs)
+        self._submitter = HttpSubmitter(
+            executor.gateway_urls, batches.executor_token, executor.line_timeout_ms
+        )
+        mover = Mover(store, queue, files, inputs, batches.file_retention_s, time.time)
+        lines = Executor(store, queue, inputs, self._submitter, executor, self.metrics)
+        self._background.every("mover", executor.poll_s, mover.tick)
+        self._background.every("files", REAP_INTERVAL_S, mover.reap_files)
+        self._background.every("depth", DEPTH_INTERVAL_S, self._depth)
+        self._background.essential("lines", lines.run)
+        log.info(
+            "batch executor: queue on %s, stores on %s, %d lines at once through %s",
+            "NATS JetStream" if settings.nats_url else settings.batches_path,
+            "Postgres" if settings.postgres_url else settings.batches_path,
+            executor.lines_in_flight,
+            ", ".join(executor.gateway_urls),
+        )
+
+    async def _depth(self) -> None:
+        if self.queue is not None:
+            self.metrics.queue_depth.set(await self.queue.depth())
+
+    async def stop(self) -> None:
+        await self._background.stop()
+        if self._submitter is not None:
+            await self._submitter.close()
+        if self.queue is not None:
+            await self.queue.close()
+        if self.store is not None:
+            self.store.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.store is not None and self.queue is not None
+
+
+def build_executor_app(service: ExecutorService) -> App:
+    async def healthz(request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        return json_response({"ready": service.ready}, 200 if service.ready else 503)
+
+    router = Router(
+        [
+            Route("GET", "/healthz", "healthz", healthz),
+            Route("GET", "/readyz", "readyz", readyz),
+            Route("GET", "/metrics", "metrics", metrics_handler(service.metrics.registry)),
+        ]
+    )
+    return App(
+        Edge(router, max_body_bytes=1024), on_startup=[service.start], on_shutdown=[service.stop]
+    )

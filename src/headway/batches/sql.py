@@ -1,0 +1,451 @@
+"""The batch store's one implementation of ``BatchStore``, on the registry's ``Dialect``.
+
+Each call is one transaction. Writes use the dialect's write transaction without the
+registry's lock (``write(lock=False)``): on SQLite every write still takes the file's
+one write lock (``BEGIN IMMEDIATE``); on Postgres (READ COMMITTED) races are settled
+by single statements and row locks, never by a read followed by a write:
+
+- ``move`` is one ``UPDATE … WHERE id = ? AND status IN (…) RETURNING …``. Of two
+  movers, the second waits for the first's row lock, then Postgres checks the WHERE
+  again on the row as the first left it: the status moved on, so it updates nothing.
+- ``record`` inserts with ``ON CONFLICT (batch_id, line) DO NOTHING RETURNING``: a
+  second insert of a line waits for the first's uncommitted row, then finds the
+  conflict and returns no row. Only the lines returned are added to the counts, by
+  ``completed = completed + ?`` on the batch's row in the same transaction; an update
+  that finds no batch (never added, or its tenant deleted under it) rolls the inserts
+  back (``UnknownBatch``). Lines go in sorted, the batch's row is locked last.
+- ``delete_tenant`` deletes the batches before their results: a ``record`` that
+  locked a batch first commits before the delete sees its results; one that comes
+  after finds no batch.
+
+The dialect's errors are translated here: ``RegistryUnavailable`` (a database down,
+or locked past the timeout) becomes ``BatchStoreUnavailable``, any other refusal
+``BatchStoreError``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+
+from headway.batches.migrations import migrate
+from headway.batches.model import (
+    TIMESTAMP_OF,
+    Batch,
+    BatchStatus,
+    FileObject,
+    LineError,
+    LineResult,
+    RequestCounts,
+)
+from headway.batches.store import BatchStoreError, BatchStoreUnavailable, UnknownBatch
+from headway.registry.dialect import Dialect, DialectName, Row, Tx
+from headway.registry.errors import RegistryError, RegistryUnavailable
+
+FILE_COLUMNS = "id, tenant, purpose, filename, bytes, sha256, created_at, expires_at, lines"
+_STAMPS = tuple(TIMESTAMP_OF.values())
+BATCH_COLUMNS = ", ".join(
+    (
+        "id, tenant, key_id, endpoint, input_file_id, completion_window, status",
+        "created_at, expires_at, metadata, errors, total, completed, failed",
+        "output_file_id, error_file_id",
+        *_STAMPS,
+    )
+)
+_IN_CHUNK = 500
+"""Most values in one ``IN (…)`` list (SQLite's parameter limit is far above)."""
+_INSERT_CHUNK = 200
+"""Most result rows in one multi-row ``INSERT`` (four parameters each)."""
+_BEFORE_ALL_LINES = -(2**63)
+
+T = TypeVar("T")
+
+
+@contextmanager
+def batch_store_errors() -> Iterator[None]:
+    """Translate the dialect's errors into the batch store's."""
+    try:
+        yield
+    except RegistryUnavailable as exc:
+        raise BatchStoreUnavailable(
+            f"the batch store's database cannot be used now (retry later): {exc}"
+        ) from exc
+    except RegistryError as exc:
+        raise BatchStoreError(f"the batch store's database refused the call: {exc}") from exc
+
+
+class SqlBatchStore:
+    def __init__(
+        self,
+        dialect: Dialect,
+        *,
+        clock: Callable[[], float] = time.time,
+        page_lines: int = 1000,
+    ) -> None:
+        """Apply the missing migrations (``BatchSchemaTooNew`` on a newer database).
+        ``results`` reads ``page_lines`` results a transaction."""
+        self._dialect = dialect
+        self._page_lines = page_lines
+        try:
+            with self._write() as tx:
+                migrate(tx, dialect.name, clock)
+        except BaseException:
+            dialect.close()  # nobody else will: the store was never returned
+            raise
+
+    @property
+    def database(self) -> DialectName:
+        """Which database it is on: ``sqlite`` or ``postgres``."""
+        return self._dialect.name
+
+    # files -------------------------------------------------------------------------
+
+    def add_file(self, file: FileObject) -> None:
+        with self._write() as tx:
+            tx.execute(
+                f"INSERT INTO batch_files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (id) DO NOTHING",
+                _file_row(file),
+            )
+
+    def file(self, tenant: str, file_id: str) -> FileObject | None:
+        with self._read() as tx:
+            row = tx.one(
+                f"SELECT {FILE_COLUMNS} FROM batch_files WHERE tenant = ? AND id = ?",
+                (tenant, file_id),
+            )
+        return None if row is None else _file_of(row)
+
+    def files(
+        self,
+        tenant: str,
+        *,
+        purpose: str | None = None,
+        limit: int = 10000,
+        after: str | None = None,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> list[FileObject]:
+        sql = f"SELECT {FILE_COLUMNS} FROM batch_files WHERE tenant = ?"
+        params: list[Any] = [tenant]
+        if purpose is not None:
+            sql += " AND purpose = ?"
+            params.append(purpose)
+        if after is not None:
+            past = "<" if order == "desc" else ">"
+            sql += (
+                f" AND (created_at, id) {past}"
+                " (SELECT created_at, id FROM batch_files WHERE tenant = ? AND id = ?)"
+            )
+            params += [tenant, after]
+        direction = "DESC" if order == "desc" else "ASC"
+        sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
+        with self._read() as tx:
+            rows = tx.all(sql, (*params, limit))
+        return [_file_of(row) for row in rows]
+
+    def delete_file(self, tenant: str, file_id: str) -> FileObject | None:
+        with self._write() as tx:
+            row = tx.one(
+                f"DELETE FROM batch_files WHERE tenant = ? AND id = ? RETURNING {FILE_COLUMNS}",
+                (tenant, file_id),
+            )
+        return None if row is None else _file_of(row)
+
+    def expired_files(self, now: int, limit: int = 1000) -> list[FileObject]:
+        with self._read() as tx:
+            rows = tx.all(
+                f"SELECT {FILE_COLUMNS} FROM batch_files"
+                " WHERE expires_at IS NOT NULL AND expires_at <= ?"
+                " ORDER BY expires_at, id LIMIT ?",
+                (now, limit),
+            )
+        return [_file_of(row) for row in rows]
+
+    def delete_file_by_id(self, file_id: str) -> FileObject | None:
+        with self._write() as tx:
+            row = tx.one(
+                f"DELETE FROM batch_files WHERE id = ? RETURNING {FILE_COLUMNS}", (file_id,)
+            )
+        return None if row is None else _file_of(row)
+
+    def digest_in_use(self, sha256: str) -> bool:
+        with self._read() as tx:
+            return (
+                tx.one("SELECT 1 FROM batch_files WHERE sha256 = ? LIMIT 1", (sha256,)) is not None
+            )
+
+    # batches -----------------------------------------------------------------------
+
+    def add_batch(self, batch: Batch) -> None:
+        marks = _marks(len(BATCH_COLUMNS.split(",")))
+        with self._write() as tx:
+            added = tx.one(
+                f"INSERT INTO batches ({BATCH_COLUMNS}) VALUES ({marks})"
+                " ON CONFLICT (id) DO NOTHING RETURNING id",
+                _batch_row(tx, batch),
+            )
+            if added is None:
+                raise BatchStoreError(f"a batch with the id {batch.id} exists already")
+
+    def batch(self, tenant: str, batch_id: str) -> Batch | None:
+        with self._read() as tx:
+            row = tx.one(
+                f"SELECT {BATCH_COLUMNS} FROM batches WHERE tenant = ? AND id = ?",
+                (tenant, batch_id),
+            )
+            return None if row is None else _batch_of(tx, row)
+
+    def batch_by_id(self, batch_id: str) -> Batch | None:
+        with self._read() as tx:
+            row = tx.one(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?", (batch_id,))
+            return None if row is None else _batch_of(tx, row)
+
+    def batches(self, tenant: str, *, limit: int = 20, after: str | None = None) -> list[Batch]:
+        sql = f"SELECT {BATCH_COLUMNS} FROM batches WHERE tenant = ?"
+        params: list[Any] = [tenant]
+        if after is not None:
+            sql += (
+                " AND (created_at, id) <"
+                " (SELECT created_at, id FROM batches WHERE tenant = ? AND id = ?)"
+            )
+            params += [tenant, after]
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        with self._read() as tx:
+            return [_batch_of(tx, row) for row in tx.all(sql, (*params, limit))]
+
+    def batches_in(self, statuses: Collection[BatchStatus], limit: int = 100) -> list[Batch]:
+        wanted = sorted(set(statuses))
+        if not wanted:
+            return []
+        with self._read() as tx:
+            rows = tx.all(
+                f"SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ({_marks(len(wanted))})"
+                " ORDER BY created_at, id LIMIT ?",
+                (*wanted, limit),
+            )
+            return [_batch_of(tx, row) for row in rows]
+
+    def move(
+        self,
+        batch_id: str,
+        from_: Collection[BatchStatus],
+        to: BatchStatus,
+        at: int,
+        *,
+        total: int | None = None,
+        errors: Sequence[LineError] | None = None,
+        output_file_id: str | None = None,
+        error_file_id: str | None = None,
+    ) -> Batch | None:
+        allowed = sorted(set(from_))
+        if not allowed:
+            return None
+        with self._write() as tx:
+            changes: dict[str, Any] = {"status": to}
+            stamp = TIMESTAMP_OF.get(to)  # "validating" has none
+            if stamp is not None:
+                changes[stamp] = at
+            if total is not None:
+                changes["total"] = total
+            if errors is not None:
+                changes["errors"] = tx.json([_error_json(error) for error in errors])
+            if output_file_id is not None:
+                changes["output_file_id"] = output_file_id
+            if error_file_id is not None:
+                changes["error_file_id"] = error_file_id
+            row = tx.one(
+                f"UPDATE batches SET {', '.join(f'{column} = ?' for column in changes)}"
+                f" WHERE id = ? AND status IN ({_marks(len(allowed))}) RETURNING {BATCH_COLUMNS}",
+                (*changes.values(), batch_id, *allowed),
+            )
+            return None if row is None else _batch_of(tx, row)
+
+    # line results ------------------------------------------------------------------
+
+    def record(self, batch_id: str, result: LineResult) -> bool:
+        return self.record_many(batch_id, (result,)) == 1
+
+    def record_many(self, batch_id: str, results: Sequence[LineResult]) -> int:
+        first: dict[int, LineResult] = {}
+        for result in results:
+            first.setdefault(result.line, result)
+        ordered = [first[line] for line in sorted(first)]
+        new_ok = new_failed = 0
+        with self._write() as tx:
+            for chunk in _chunks(ordered, _INSERT_CHUNK):
+                inserted = tx.all(
+                    "INSERT INTO batch_results (batch_id, line, ok, data) VALUES "
+                    + ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+                    + " ON CONFLICT (batch_id, line) DO NOTHING RETURNING ok",
+                    [value for r in chunk for value in (batch_id, r.line, r.ok, r.data)],
+                )
+                ok = sum(1 for (was_ok,) in inserted if was_ok)
+                new_ok += ok
+                new_failed += len(inserted) - ok
+            counted = tx.one(
+                "UPDATE batches SET completed = completed + ?, failed = failed + ?"
+                " WHERE id = ? RETURNING id",
+                (new_ok, new_failed, batch_id),
+            )
+            if counted is None:
+                raise UnknownBatch(f"no batch has the id {batch_id}: its results were not kept")
+        return new_ok + new_failed
+
+    def results(self, batch_id: str) -> Iterator[LineResult]:
+        last = _BEFORE_ALL_LINES
+        while True:
+            with self._read() as tx:
+                rows = tx.all(
+                    "SELECT line, ok, data FROM batch_results WHERE batch_id = ? AND line > ?"
+                    " ORDER BY line LIMIT ?",
+                    (batch_id, last, self._page_lines),
+                )
+            for line, ok, data in rows:
+                yield LineResult(line, bool(ok), bytes(data))
+            if len(rows) < self._page_lines:
+                return
+            last = rows[-1][0]
+
+    def recorded(self, batch_id: str, lines: Collection[int]) -> set[int]:
+        found: set[int] = set()
+        with self._read() as tx:
+            for chunk in _chunks(sorted(set(lines)), _IN_CHUNK):
+                found.update(
+                    line
+                    for (line,) in tx.all(
+                        "SELECT line FROM batch_results"
+                        f" WHERE batch_id = ? AND line IN ({_marks(len(chunk))})",
+                        (batch_id, *chunk),
+                    )
+                )
+        return found
+
+    # tenants -----------------------------------------------------------------------
+
+    def delete_tenant(self, tenant: str) -> list[str]:
+        with self._write() as tx:
+            batch_ids = [
+                batch_id
+                for (batch_id,) in tx.all(
+                    "DELETE FROM batches WHERE tenant = ? RETURNING id", (tenant,)
+                )
+            ]
+            for chunk in _chunks(batch_ids, _IN_CHUNK):
+                tx.execute(
+                    f"DELETE FROM batch_results WHERE batch_id IN ({_marks(len(chunk))})", chunk
+                )
+            digests = sorted(
+                {
+                    digest
+                    for (digest,) in tx.all(
+                        "DELETE FROM batch_files WHERE tenant = ? RETURNING sha256", (tenant,)
+                    )
+                }
+            )
+            still_named: set[str] = set()
+            for chunk in _chunks(digests, _IN_CHUNK):
+                still_named.update(
+                    digest
+                    for (digest,) in tx.all(
+                        "SELECT DISTINCT sha256 FROM batch_files"
+                        f" WHERE sha256 IN ({_marks(len(chunk))})",
+                        chunk,
+                    )
+                )
+        return [digest for digest in digests if digest not in still_named]
+
+    def close(self) -> None:
+        self._dialect.close()
+
+    # transactions ------------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[Tx]:
+        with batch_store_errors(), self._dialect.read() as tx:
+            yield tx
+
+    @contextmanager
+    def _write(self) -> Iterator[Tx]:
+        with batch_store_errors(), self._dialect.write(lock=False) as tx:
+            yield tx
+
+
+# rows <-> values ---------------------------------------------------------------------
+
+
+def _file_row(file: FileObject) -> tuple[Any, ...]:
+    return (
+        file.id,
+        file.tenant,
+        file.purpose,
+        file.filename,
+        file.bytes,
+        file.sha256,
+        file.created_at,
+        file.expires_at,
+        file.lines,
+    )
+
+
+def _file_of(row: Row) -> FileObject:
+    id_, tenant, purpose, filename, size, sha256, created_at, expires_at, lines = row
+    return FileObject(id_, tenant, purpose, filename, size, sha256, created_at, expires_at, lines)
+
+
+def _error_json(error: LineError) -> dict[str, Any]:
+    return {"line": error.line, "code": error.code, "message": error.message, "param": error.param}
+
+
+def _batch_row(tx: Tx, batch: Batch) -> tuple[Any, ...]:
+    return (
+        batch.id,
+        batch.tenant,
+        batch.key_id,
+        batch.endpoint,
+        batch.input_file_id,
+        batch.completion_window,
+        batch.status,
+        batch.created_at,
+        batch.expires_at,
+        tx.json(dict(batch.metadata)),
+        tx.json([_error_json(error) for error in batch.errors]),
+        batch.counts.total,
+        batch.counts.completed,
+        batch.counts.failed,
+        batch.output_file_id,
+        batch.error_file_id,
+        *(getattr(batch, stamp) for stamp in _STAMPS),
+    )
+
+
+def _batch_of(tx: Tx, row: Row) -> Batch:
+    (id_, tenant, key_id, endpoint, input_file_id, window, status, created_at, expires_at) = row[:9]
+    metadata, errors, total, completed, failed, output_file_id, error_file_id = row[9:16]
+    return Batch(
+        id_,
+        tenant,
+        key_id,
+        endpoint,
+        input_file_id,
+        window,
+        status,
+        created_at,
+        expires_at,
+        metadata=tx.parsed(metadata),
+        counts=RequestCounts(total, completed, failed),
+        errors=tuple(LineError(**error) for error in tx.parsed(errors)),
+        output_file_id=output_file_id,
+        error_file_id=error_file_id,
+        **dict(zip(_STAMPS, row[16:], strict=True)),
+    )
+
+
+def _marks(count: int) -> str:
+    return ", ".join(["?"] * count)
+
+
+def _chunks(values: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]

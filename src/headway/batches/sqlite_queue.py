@@ -1,0 +1,270 @@
+"""The work queue in embedded mode: a table of the batch store's SQLite file.
+
+One row per queued line, ``PRIMARY KEY (batch_id, line)``, so putting a line that is
+queued already is ignored (``INSERT OR IGNORE``, one transaction per ``put``). A row is
+visible when ``visible_at <= now``. ``pull`` claims up to n visible rows, oldest first
+(rowid order), in one ``UPDATE … WHERE rowid IN (SELECT … LIMIT n) RETURNING …`` inside
+``BEGIN IMMEDIATE``: it sets ``visible_at = now + lease_s``, counts the attempt, and
+stamps a fresh random ``lease_id``. Two pullers, in this process or another, never
+claim the same row while its lease holds, because the claim is one write transaction.
+
+**Leases.** ``ack`` deletes, ``nak`` delays and ``touch`` extends a row only where its
+``lease_id`` is still the delivery's own. When a lease runs out and another executor
+claims the row, the row carries that executor's token, so a late ack from the executor
+that lost it changes nothing (it is counted in ``stale_leases``): the row stays with the
+executor that now holds it. An ack after the lease ran out but before anyone claimed the
+row again still deletes it: the line is done and nobody else holds it.
+
+``visible_at`` is unix time (``clock``, ``time.time`` by default), since several
+processes share the file. WAL with ``synchronous=FULL``: a ``put`` or an ``ack`` has
+reached the disk when it returns. Every SQLite call runs in a thread, one at a time on
+this object's connection (opened on first use); ``pull`` polls, every ``poll_s`` at
+first and backing off to ``max_poll_s``, until ``wait_s`` has passed.
+
+**The write lock.** A call that finds another connection holding it tries again every
+half millisecond (up to ``busy_timeout_s``), not in SQLite's busy handler: its sleeps
+grow to 100 ms, so an executor acking in a tight loop would starve every other
+executor of the lock (measured: one of two pullers got all 200 items).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from headway.batches.queue import Delivery, WorkItem, WorkQueueError
+from headway.sqlite_wal import enable_wal
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS work_items (
+    batch_id TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    visible_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_id TEXT,
+    PRIMARY KEY (batch_id, line)
+)
+"""
+_PUT = (
+    "INSERT OR IGNORE INTO work_items (batch_id, line, tenant, visible_at, attempts, lease_id)"
+    " VALUES (?, ?, ?, ?, 0, NULL)"
+)
+_CLAIM = """
+UPDATE work_items SET visible_at = :until, attempts = attempts + 1, lease_id = :lease
+WHERE rowid IN (
+    SELECT rowid FROM work_items WHERE visible_at <= :now ORDER BY rowid LIMIT :limit
+)
+RETURNING rowid, batch_id, line, tenant, attempts
+"""
+_ACK = "DELETE FROM work_items WHERE batch_id = ? AND line = ? AND lease_id = ?"
+_NAK = (
+    "UPDATE work_items SET visible_at = ?, lease_id = NULL"
+    " WHERE batch_id = ? AND line = ? AND lease_id = ?"
+)
+_TOUCH = "UPDATE work_items SET visible_at = ? WHERE batch_id = ? AND line = ? AND lease_id = ?"
+_DROP = "DELETE FROM work_items WHERE batch_id = ?"
+_DEPTH = "SELECT count(*) FROM work_items"
+_LOCK_RETRY_S = 0.0005  # between tries of the write lock another connection holds
+
+
+class SqliteWorkQueue:
+    """A ``WorkQueue`` in an SQLite file shared by processes (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        lease_s: float,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_s: float = 10.0,
+        poll_s: float = 0.05,
+        max_poll_s: float = 0.25,
+    ) -> None:
+        if lease_s <= 0:
+            raise WorkQueueError(f"the work queue's lease must be positive, not {lease_s} s")
+        self.path = path
+        self._lease_s = lease_s
+        self._clock = clock
+        self._busy_timeout_s = busy_timeout_s
+        self._poll_s = poll_s
+        self._max_poll_s = max_poll_s
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self.stale_leases = 0
+        """Acks, naks and touches that found the row gone or held under another lease."""
+
+    @property
+    def lease_s(self) -> float:
+        return self._lease_s
+
+    async def put(self, items: Sequence[WorkItem]) -> None:
+        if not items:
+            return
+        now = self._clock()
+        rows = [(item.batch_id, item.line, item.tenant, now) for item in items]
+        await asyncio.to_thread(self._call, lambda conn: _write(conn, _PUT, rows))
+
+    async def pull(self, max_items: int, wait_s: float) -> list[Delivery]:
+        if max_items < 1:
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        interval = self._poll_s
+        while True:
+            claimed = await asyncio.to_thread(self._call, lambda conn: self._claim(conn, max_items))
+            remaining = deadline - loop.time()
+            if claimed or remaining <= 0:
+                return claimed
+            await asyncio.sleep(min(interval, remaining))  # the poll interval (docstring)
+            interval = min(interval * 2, self._max_poll_s)
+
+    async def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        """One transaction for them all (a group commit of the executor's finished lines)."""
+        rows = [(d.item.batch_id, d.item.line, d._lease_id) for d in _own(deliveries)]
+        if rows:
+            changed = await asyncio.to_thread(self._call, lambda conn: _write(conn, _ACK, rows))
+            self.stale_leases += len(rows) - changed
+
+    async def drop(self, batch_id: str) -> int:
+        return await asyncio.to_thread(self._call, lambda conn: _write(conn, _DROP, [(batch_id,)]))
+
+    async def depth(self) -> int:
+        return await asyncio.to_thread(
+            self._call, lambda conn: int(conn.execute(_DEPTH).fetchone()[0])
+        )
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close)
+
+    async def _settle(self, sql: str, first: float | None, item: WorkItem, lease_id: str) -> None:
+        """Run an ack (``first`` None), a nak or a touch (``first``: the new visible_at)
+        on the row, if it is still held under ``lease_id``."""
+        key = (item.batch_id, item.line, lease_id)
+        params = key if first is None else (first, *key)
+        changed = await asyncio.to_thread(self._call, lambda conn: _write(conn, sql, [params]))
+        if not changed:
+            self.stale_leases += 1
+
+    def _claim(self, conn: sqlite3.Connection, limit: int) -> list[Delivery]:
+        now = self._clock()
+        lease_id = os.urandom(12).hex()
+        params = {"until": now + self._lease_s, "lease": lease_id, "now": now, "limit": limit}
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = conn.execute(_CLAIM, params).fetchall()
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        rows.sort(key=lambda row: int(row[0]))  # RETURNING's order is not promised
+        return [
+            SqliteDelivery(self, WorkItem(batch_id, int(line), tenant), int(attempts), lease_id)
+            for _, batch_id, line, tenant, attempts in rows
+        ]
+
+    def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            if self._closed:
+                raise WorkQueueError(f"the work queue {self.path} is closed")
+            try:
+                if self._conn is None:
+                    self._conn = self._open()
+                return _retrying_while_locked(
+                    self._conn, work, time.monotonic() + self._busy_timeout_s
+                )
+            except sqlite3.Error as exc:
+                raise WorkQueueError(f"work queue {self.path}: {exc}") from exc
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path,
+            timeout=0.0,  # lock waits are retried by _retrying_while_locked, not SQLite
+            isolation_level=None,  # autocommit: transactions are explicit
+            check_same_thread=False,  # used from worker threads, one at a time (the lock)
+        )
+        try:
+            enable_wal(conn, self._busy_timeout_s)
+            # As the batch store in this file (``batches/open.py``): the WAL's order keeps
+            # an ack after the result it follows, even across a power loss.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            deadline = time.monotonic() + self._busy_timeout_s
+            _retrying_while_locked(conn, lambda conn: conn.execute(SCHEMA), deadline)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class SqliteDelivery:
+    """A row claimed by one ``pull``, under that pull's lease token."""
+
+    __slots__ = ("_lease_id", "_queue", "attempts", "item")
+
+    def __init__(self, queue: SqliteWorkQueue, item: WorkItem, attempts: int, lease_id: str):
+        self._queue = queue
+        self._lease_id = lease_id
+        self.item = item
+        self.attempts = attempts
+
+    async def ack(self) -> None:
+        await self._queue._settle(_ACK, None, self.item, self._lease_id)
+
+    async def nak(self, delay_s: float) -> None:
+        visible_at = self._queue._clock() + max(delay_s, 0.0)
+        await self._queue._settle(_NAK, visible_at, self.item, self._lease_id)
+
+    async def touch(self) -> None:
+        visible_at = self._queue._clock() + self._queue.lease_s
+        await self._queue._settle(_TOUCH, visible_at, self.item, self._lease_id)
+
+
+def _own(deliveries: Sequence[Delivery]) -> list[SqliteDelivery]:
+    own = [d for d in deliveries if isinstance(d, SqliteDelivery)]
+    if len(own) != len(deliveries):
+        raise WorkQueueError("ack_all takes only this queue's deliveries")
+    return own
+
+
+def _retrying_while_locked(
+    conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T], deadline: float
+) -> T:
+    """``work``, tried again while another connection holds the lock (a transaction
+    that failed for it has been rolled back, so trying it again is safe)."""
+    while True:
+        try:
+            return work(conn)
+        except sqlite3.OperationalError as exc:
+            busy = exc.sqlite_errorname in ("SQLITE_BUSY", "SQLITE_LOCKED")
+            if not busy or time.monotonic() > deadline:
+                raise
+        time.sleep(_LOCK_RETRY_S)
+
+
+def _write(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[object]]) -> int:
+    """``sql`` for every row in one write transaction; the rows it changed."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        changed = conn.executemany(sql, rows).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return int(changed)

@@ -1,0 +1,163 @@
+"""The batch store's one interface: file records, batches and their lines' results.
+
+Gateways (the ``/v1/files`` and ``/v1/batches`` routes) and executor processes share
+one database: the embedded SQLite file, or Postgres in shared mode. Calls are
+synchronous (callers use ``asyncio.to_thread``, as for the registry) and each runs in
+one transaction. Two calls decide races between processes, and do so in the
+database, never by reading first and writing after:
+
+- ``move`` is a compare-and-set on a batch's status: of two executors moving the same
+  batch out of one status, exactly one gets the new ``Batch``, the other None.
+- ``record`` keeps a line's first result only: a retried line, or one recorded by two
+  executors, is counted once in ``counts``.
+
+Reads by tenant treat another tenant's ids as absent (None), so a route can answer
+404 without saying whether the id exists. Times are unix seconds (ints).
+
+    BatchStoreError
+    ├── BatchStoreUnavailable  the database cannot be reached, or stayed locked past the timeout
+    ├── BatchSchemaTooNew      the database was migrated by newer code than this
+    └── UnknownBatch           a result recorded for a batch the store does not hold
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from typing import Literal, Protocol
+
+from headway.batches.model import Batch, BatchStatus, FileObject, LineError, LineResult
+
+
+class BatchStoreError(Exception):
+    """The batch store refused a call, or could not make it; the message says which."""
+
+
+class BatchStoreUnavailable(BatchStoreError):
+    """The batch store's database cannot be reached, or stayed locked past the timeout."""
+
+
+class BatchSchemaTooNew(BatchStoreError):
+    """The database holds batch migrations this code does not know: run the newer code."""
+
+
+class UnknownBatch(BatchStoreError):
+    """No batch has that id (it was never added, or its tenant was deleted)."""
+
+
+class BatchStore(Protocol):
+    # files -------------------------------------------------------------------------
+
+    def add_file(self, file: FileObject) -> None:
+        """Add a record; one whose id exists already is left as it is (a batch's output
+        and error files have derived ids, and finalizing twice adds them twice)."""
+        ...
+
+    def file(self, tenant: str, file_id: str) -> FileObject | None:
+        """None: absent, or another tenant's."""
+        ...
+
+    def files(
+        self,
+        tenant: str,
+        *,
+        purpose: str | None = None,
+        limit: int = 10000,
+        after: str | None = None,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> list[FileObject]:
+        """The tenant's files by (created_at, id) in ``order``, from just past the file
+        ``after`` (a cursor: an id that is not one of the tenant's files lists nothing)."""
+        ...
+
+    def delete_file(self, tenant: str, file_id: str) -> FileObject | None:
+        """The deleted record; None if the tenant has no file of that id."""
+        ...
+
+    def expired_files(self, now: int, limit: int = 1000) -> list[FileObject]:
+        """Files whose ``expires_at <= now``, the longest expired first (the reaper's)."""
+        ...
+
+    def delete_file_by_id(self, file_id: str) -> FileObject | None:
+        """The reaper's delete, of any tenant's file: the deleted record, or None."""
+        ...
+
+    def digest_in_use(self, sha256: str) -> bool:
+        """Whether any file record still names this content."""
+        ...
+
+    # batches -----------------------------------------------------------------------
+
+    def add_batch(self, batch: Batch) -> None:
+        """``BatchStoreError`` if a batch has that id already."""
+        ...
+
+    def batch(self, tenant: str, batch_id: str) -> Batch | None:
+        """None: absent, or another tenant's."""
+        ...
+
+    def batch_by_id(self, batch_id: str) -> Batch | None:
+        """The executor's read, of any tenant's batch."""
+        ...
+
+    def batches(self, tenant: str, *, limit: int = 20, after: str | None = None) -> list[Batch]:
+        """Newest first (created_at, then id, descending), from just past the batch
+        ``after`` (an id that is not one of the tenant's batches lists nothing)."""
+        ...
+
+    def batches_in(self, statuses: Collection[BatchStatus], limit: int = 100) -> list[Batch]:
+        """Any tenant's batches in one of ``statuses``, oldest first."""
+        ...
+
+    def move(
+        self,
+        batch_id: str,
+        from_: Collection[BatchStatus],
+        to: BatchStatus,
+        at: int,
+        *,
+        total: int | None = None,
+        errors: Sequence[LineError] | None = None,
+        output_file_id: str | None = None,
+        error_file_id: str | None = None,
+    ) -> Batch | None:
+        """Compare-and-set: if the status is one of ``from_``, set it to ``to``, stamp
+        ``TIMESTAMP_OF[to]`` with ``at`` and set the fields given (not None), in one
+        statement; the new ``Batch``. None when the status was not in ``from_`` (another
+        process moved it first) or there is no such batch."""
+        ...
+
+    # line results ------------------------------------------------------------------
+
+    def record(self, batch_id: str, result: LineResult) -> bool:
+        """Keep the line's result if it has none yet, and count it in the batch's
+        ``counts.completed`` (ok) or ``counts.failed`` in the same transaction; True if
+        this call kept it, False if the line had a result already (nothing changes).
+        ``UnknownBatch`` if there is no such batch."""
+        ...
+
+    def record_many(self, batch_id: str, results: Sequence[LineResult]) -> int:
+        """``record`` for many lines in one transaction (a file's validation errors);
+        how many were new. Of two results for one line in ``results``, the first counts."""
+        ...
+
+    def results(self, batch_id: str) -> Iterator[LineResult]:
+        """Every recorded result in line order, read a page at a time (a page's
+        transaction ends before the next is read), so a large batch is never in memory
+        whole."""
+        ...
+
+    def recorded(self, batch_id: str, lines: Collection[int]) -> set[int]:
+        """Which of ``lines`` have a result."""
+        ...
+
+    # tenants -----------------------------------------------------------------------
+
+    def delete_tenant(self, tenant: str) -> list[str]:
+        """Remove the tenant's files, batches and their results in one transaction; the
+        digests of its files that no file record names any more, sorted (the caller
+        deletes those from the file store)."""
+        ...
+
+    def close(self) -> None:
+        """Release any connection held between calls (the next call opens another)."""
+        ...

@@ -1,0 +1,1 @@
+"""The Batch API's HTTP side: files, batches, and the executor's line routes."""

@@ -1,0 +1,166 @@
+"""``/v1/batches``: create, read, list and cancel a tenant's batches.
+
+Creating a batch checks what can be checked at once (the endpoint is one this
+gateway serves, the window is ``24h``, the metadata fits OpenAI's limits — all in the
+request's schema — and the input is one of the tenant's own ``batch`` files) and
+records it as ``validating``; an executor then reads every line
+(``batches/executor.py``). Cancelling moves a validating or
+running batch to ``cancelling``; the executor stops its lines and ends it
+``cancelled``, with the lines already answered in its output file. Another tenant's
+batch is a 404, as an unknown one.
+"""
+
+from __future__ import annotations
+
+from headway.batches.model import Batch, new_batch_id
+from headway.batches.offload import off_loop
+from headway.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    Unauthorized,
+    ValidationFailed,
+)
+from headway.gateway.batches import schemas
+from headway.gateway.batches.files import _limit, _one_each
+from headway.gateway.batches.parts import BatchParts
+from headway.gateway.openapi import DocumentedRoute, Operation
+from headway.gateway.stages.authenticate import by_key
+from headway.gateway.stages.parse import decode
+from headway.http.asgi import Handler, Request, Response, json_response
+from headway.http.router import Route
+
+COMPLETION_WINDOW_S = {"24h": 86400}
+MAX_LISTED = 100
+_ERRORS = (Unauthorized, Forbidden, NotFound)
+
+
+def routes(parts: BatchParts) -> list[DocumentedRoute]:
+    return [
+        DocumentedRoute(
+            Route("POST", "/v1/batches", "batches", create(parts)),
+            Operation(
+                "Create a batch of one input file's lines against one endpoint",
+                schemas.BatchObject,
+                schemas.BatchCreate,
+                errors=(*_ERRORS, InvalidRequest, ValidationFailed),
+                authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/v1/batches", "batches", list_batches(parts)),
+            Operation(
+                "The tenant's batches, newest first (limit, after)",
+                schemas.BatchList,
+                errors=(*_ERRORS, ValidationFailed),
+                authenticated=True,
+                query=[
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LISTED},
+                    },
+                    {"name": "after", "in": "query", "schema": {"type": "string"}},
+                ],
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/v1/batches/{batch_id}", "batch", get_batch(parts)),
+            Operation(
+                "One of the tenant's batches",
+                schemas.BatchObject,
+                errors=_ERRORS,
+                authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route("POST", "/v1/batches/{batch_id}/cancel", "batch_cancel", cancel(parts)),
+            Operation(
+                "Cancel a batch: its lines stop; those answered stay in its output",
+                schemas.BatchObject,
+                errors=(*_ERRORS, Conflict),
+                authenticated=True,
+            ),
+        ),
+    ]
+
+
+def create(parts: BatchParts) -> Handler:
+    async def handle(request: Request) -> Response:
+        caller = by_key(request, parts.snapshots.current)
+        tenant = request.tenant = caller.tenant.name
+        body = decode(schemas.batch_create_decoder, request.body)
+        record = await off_loop(parts.store.file, tenant, body.input_file_id)
+        if record is None:
+            raise NotFound(f"no file {body.input_file_id[:64]!r}")
+        if record.purpose != "batch":
+            raise ValidationFailed(f"file {record.id} is a batch's output, not a batch input")
+        now = parts.now()
+        batch = Batch(
+            id=new_batch_id(),
+            tenant=tenant,
+            key_id=caller.key_id,
+            endpoint=body.endpoint,
+            input_file_id=record.id,
+            completion_window=body.completion_window,
+            status="validating",
+            created_at=now,
+            expires_at=now + COMPLETION_WINDOW_S[body.completion_window],
+            metadata=dict(body.metadata or {}),
+        )
+        await off_loop(parts.store.add_batch, batch)
+        return json_response(schemas.batch_of(batch))
+
+    return handle
+
+
+def get_batch(parts: BatchParts) -> Handler:
+    async def handle(request: Request) -> Response:
+        return json_response(schemas.batch_of(await _own_batch(parts, request)))
+
+    return handle
+
+
+def list_batches(parts: BatchParts) -> Handler:
+    async def handle(request: Request) -> Response:
+        tenant = by_key(request, parts.snapshots.current).tenant.name
+        query = _one_each(request.query(), {"limit", "after"})
+        limit = _limit(query.get("limit"), default=20, most=MAX_LISTED)
+        found = await off_loop(
+            parts.store.batches, tenant, limit=limit + 1, after=query.get("after")
+        )
+        data = [schemas.batch_of(batch) for batch in found[:limit]]
+        first, last = (data[0].id, data[-1].id) if data else (None, None)
+        return json_response(schemas.BatchList(data, len(found) > limit, first, last))
+
+    return handle
+
+
+def cancel(parts: BatchParts) -> Handler:
+    async def handle(request: Request) -> Response:
+        batch = await _own_batch(parts, request)
+        if batch.status in ("cancelling", "cancelled"):
+            return json_response(schemas.batch_of(batch))  # asked twice: the same answer
+        moved = await off_loop(
+            parts.store.move, batch.id, ("validating", "in_progress"), "cancelling", parts.now()
+        )
+        if moved is None:
+            now = await off_loop(parts.store.batch_by_id, batch.id)
+            status = now.status if now is not None else "deleted"
+            raise Conflict(
+                f"batch {batch.id} is {status}; only a validating or in-progress batch can be "
+                "cancelled"
+            )
+        return json_response(schemas.batch_of(moved))
+
+    return handle
+
+
+async def _own_batch(parts: BatchParts, request: Request) -> Batch:
+    tenant = by_key(request, parts.snapshots.current).tenant.name
+    batch_id = request.path_params["batch_id"]
+    batch = await off_loop(parts.store.batch, tenant, batch_id)
+    if batch is None:
+        raise NotFound(f"no batch {batch_id[:64]!r}")
+    return batch

@@ -1,0 +1,60 @@
+"""The executor's routes: one line of a batch, served as its tenant's batch-tier work.
+
+``POST /internal/batches/v1/embeddings`` and ``…/v1/rerank`` run the very request path
+of the public routes (``path.serve``); only who the caller is differs. The executor
+presents the shared ``batches.executor_token`` as its bearer key and names, in
+headers, the tenant it runs the line for, the key that created the batch (the usage
+event names it) and the line's request id. The request id is the line's own
+(``batches.model.line_request_id``), the same on every attempt: a line retried after
+an executor died is billed once, because the ledger keeps one event per request id.
+
+The tenant's tier becomes ``batch`` whatever it is: a batch line takes only the
+capacity the batch tier may use (admission sheds it first), waits below interactive
+work in the workers' queues, and is priced as batch work. Its quota is the tenant's
+own bucket: the executor waits out a 429 rather than failing the line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from dataclasses import replace
+
+from headway.errors import Forbidden, NotFound, Unauthorized, ValidationFailed
+from headway.gateway.stages.authenticate import Caller, Identify
+from headway.http.asgi import Request
+from headway.registry.model import Snapshot
+
+TENANT = "x-headway-tenant"
+KEY_ID = "x-headway-key-id"
+REQUEST_ID = "x-headway-request-id"
+PATHS = {"embeddings": "/internal/batches/v1/embeddings", "rerank": "/internal/batches/v1/rerank"}
+
+_HEX = re.compile(r"[0-9a-f]{16,64}")
+
+
+def executor_identify(token: str) -> Identify:
+    """The caller of a line: the tenant the executor names, if it presents ``token``."""
+    expected = token.encode()
+
+    def identify(request: Request, snapshot: Snapshot) -> Caller:
+        if not expected:
+            raise Forbidden("batch line routes are off: this gateway has no executor token")
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), expected):
+            raise Unauthorized("these routes take the batch executor's token")
+        name = request.headers.get(TENANT, "")
+        tenant = snapshot.tenants.get(name)
+        if tenant is None:
+            raise NotFound(f"tenant {name[:64]!r} does not exist (deleted?)")
+        request.id = _hex(request.headers.get(REQUEST_ID, ""), REQUEST_ID)
+        key_id = _hex(request.headers.get(KEY_ID, ""), KEY_ID)
+        return Caller(replace(tenant, tier="batch"), key_id, retried=True)
+
+    return identify
+
+
+def _hex(value: str, header: str) -> str:
+    if _HEX.fullmatch(value) is None:
+        raise ValidationFailed(f"{header} must be 16 to 64 lowercase hex digits")
+    return value

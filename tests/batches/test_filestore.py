@@ -1,0 +1,139 @@
+"""The content-addressed file store on a directory: durable puts, validated digests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headway.batches.filestore import DirectoryFileStore, FileMissing, FileStore, InvalidDigest
+
+pytestmark = pytest.mark.unit
+
+CONTENT = b'{"custom_id": "a", "body": {"input": "hello"}}\n'
+DIGEST = hashlib.sha256(CONTENT).hexdigest()
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Every file under ``root`` that is not a stored content (a temporary one)."""
+    return [p for p in root.rglob("*") if p.is_file() and p.name.startswith(".")]
+
+
+def test_put_stores_the_content_under_its_digest(tmp_path: Path) -> None:
+    files: FileStore = DirectoryFileStore(tmp_path)
+    assert files.put(CONTENT) == DIGEST
+    assert files.read(DIGEST) == CONTENT
+    assert files.exists(DIGEST)
+    assert (tmp_path / DIGEST[:2] / DIGEST[2:4] / DIGEST).read_bytes() == CONTENT
+    assert leftovers(tmp_path) == []
+
+
+def test_an_absent_digest_is_missing(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    assert not files.exists(DIGEST)
+    with pytest.raises(FileMissing, match=DIGEST) as missing:
+        files.read(DIGEST)
+    assert isinstance(missing.value, KeyError)
+
+
+def test_delete_removes_the_content_and_an_absent_one_is_fine(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    files.put(CONTENT)
+    other = files.put(b"other")
+    files.delete(DIGEST)
+    assert not files.exists(DIGEST)
+    with pytest.raises(FileMissing):
+        files.read(DIGEST)
+    files.delete(DIGEST)
+    assert files.read(other) == b"other"
+
+
+def test_putting_stored_content_again_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = DirectoryFileStore(tmp_path)
+    files.put(CONTENT)
+    before = (tmp_path / DIGEST[:2] / DIGEST[2:4] / DIGEST).stat()
+
+    def no_write(*args: object) -> None:
+        raise AssertionError("a second put of stored content wrote it again")
+
+    monkeypatch.setattr(os, "replace", no_write)
+    assert files.put(CONTENT) == DIGEST
+    after = (tmp_path / DIGEST[:2] / DIGEST[2:4] / DIGEST).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert leftovers(tmp_path) == []
+
+
+def test_empty_content_is_stored_too(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    assert files.read(files.put(b"")) == b""
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [
+        "../" * 21 + "x",
+        "../../etc/passwd",
+        DIGEST.upper(),
+        DIGEST[:-1],
+        DIGEST + "0",
+        DIGEST + "\n",
+        "/" + DIGEST[1:],
+        "",
+    ],
+)
+def test_a_digest_that_is_not_sha256_hex_is_refused(tmp_path: Path, digest: str) -> None:
+    files = DirectoryFileStore(tmp_path / "root")
+    for call in (files.read, files.exists, files.delete):
+        with pytest.raises(InvalidDigest, match="not a SHA-256 digest"):
+            call(digest)
+    assert not (tmp_path / "root").exists()
+
+
+def test_a_failed_put_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = DirectoryFileStore(tmp_path)
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        files.put(CONTENT)
+    monkeypatch.undo()
+    assert not files.exists(DIGEST)
+    assert leftovers(tmp_path) == []
+
+
+CRASH_MID_PUT = """
+import os, sys
+from pathlib import Path
+from headway.batches.filestore import DirectoryFileStore
+os.replace = lambda src, dst: os._exit(3)  # killed after the write, before the rename
+DirectoryFileStore(Path(sys.argv[1])).put(sys.stdin.buffer.read())
+"""
+
+
+def test_a_process_killed_mid_put_leaves_no_visible_file(tmp_path: Path) -> None:
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASH_MID_PUT, str(tmp_path)],
+        input=CONTENT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert crashed.returncode == 3, crashed.stderr.decode()
+    (temporary,) = leftovers(tmp_path)  # what the crash left: the whole content, unnamed
+    assert temporary.read_bytes() == CONTENT
+    files = DirectoryFileStore(tmp_path)
+    assert not files.exists(DIGEST)
+    with pytest.raises(FileMissing):
+        files.read(DIGEST)
+    assert files.put(CONTENT) == DIGEST  # a retry stores it
+    assert files.read(DIGEST) == CONTENT

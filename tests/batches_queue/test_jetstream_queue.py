@@ -1,0 +1,145 @@
+"""The JetStream work queue's own guarantees: the stream and consumer it makes, a
+clear error for a stream of that name made otherwise, an outage of NATS as a wait, and
+a message that is not a work item dropped rather than delivered forever."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from nats.js import api
+
+from headway.batches.jetstream_queue import JetStreamWorkQueue
+from headway.batches.queue import (
+    WorkItem,
+    WorkQueueConfigError,
+    WorkQueueError,
+    WorkQueueUnavailable,
+)
+from headway.metering.stream import connect
+from headway.testing.nats_server import NatsServer
+from tests.batches_queue.conftest import work_stream
+
+
+async def test_the_stream_is_a_work_queue_and_the_consumer_never_gives_up(
+    nats_server: NatsServer,
+) -> None:
+    config = work_stream(nats_server, lease_s=7.0)
+    queue = JetStreamWorkQueue(config)
+    nc, js = await connect(config)
+    try:
+        await queue.put([WorkItem("batch_a", 1, "acme")])
+        stream = await js.stream_info("BATCH_WORK")
+        assert stream.config.retention == api.RetentionPolicy.WORK_QUEUE
+        assert stream.config.storage == api.StorageType.FILE
+        assert stream.config.subjects == ["batches.work.>"]
+        assert (stream.config.duplicate_window or 0) > 0
+        consumer = await js.consumer_info("BATCH_WORK", "executors")
+        assert consumer.config.ack_policy == api.AckPolicy.EXPLICIT
+        assert consumer.config.ack_wait == 7.0
+        assert consumer.config.max_deliver == -1
+        assert (consumer.config.max_ack_pending or 0) >= 16
+        assert consumer.num_pending == 1
+        (delivery,) = await queue.pull(1, 5.0)
+        await delivery.ack()
+        assert (await js.stream_info("BATCH_WORK")).state.messages == 0  # acked: gone
+        await queue.put([WorkItem("batch_a", 2, "acme")])
+        message = await js.get_last_msg("BATCH_WORK", "batches.work.batch_a")
+        assert message.headers is not None
+        assert message.headers[api.Header.MSG_ID] == "batch_a:2"
+    finally:
+        await nc.close()
+        await queue.close()
+
+
+async def test_a_stream_of_that_name_made_otherwise_is_a_clear_error(
+    nats_server: NatsServer,
+) -> None:
+    config = work_stream(nats_server)
+    nc, js = await connect(config)
+    try:
+        await js.add_stream(name="BATCH_WORK", subjects=["batches.work.>"])  # limits retention
+        queue = JetStreamWorkQueue(config)
+        try:
+            with pytest.raises(WorkQueueConfigError, match=r"'BATCH_WORK' exists.*limits"):
+                await queue.put([WorkItem("batch_a", 1, "acme")])
+            with pytest.raises(WorkQueueConfigError, match="HEADWAY_BATCHES__STREAM"):
+                await queue.pull(1, 1.0)
+        finally:
+            await queue.close()
+        stream = await js.stream_info("BATCH_WORK")
+        assert stream.config.retention == api.RetentionPolicy.LIMITS  # left as it was
+        assert stream.state.messages == 0
+    finally:
+        await nc.close()
+
+
+async def test_a_batch_id_must_be_one_subject_token(nats_server: NatsServer) -> None:
+    queue = JetStreamWorkQueue(work_stream(nats_server))
+    try:
+        with pytest.raises(WorkQueueError, match="subject token"):
+            await queue.put([WorkItem("batch.a", 1, "acme")])
+        with pytest.raises(WorkQueueError, match="subject token"):
+            await queue.drop("batch_*")
+    finally:
+        await queue.close()
+
+
+async def test_nats_away_is_a_wait_and_what_was_stored_is_kept(nats_server: NatsServer) -> None:
+    queue = JetStreamWorkQueue(work_stream(nats_server))
+    try:
+        await queue.put([WorkItem("batch_a", line, "acme") for line in (1, 2)])
+        nats_server.stop()
+        started = time.monotonic()
+        assert await queue.pull(5, 0.5) == []  # no error: as if the queue were empty
+        assert 0.4 <= time.monotonic() - started < 3.0
+        with pytest.raises(WorkQueueUnavailable):
+            await queue.put([WorkItem("batch_a", 3, "acme")])
+        nats_server.start()
+        deadline = time.monotonic() + 15.0
+        got: list[int] = []
+        while not {1, 2} <= set(got):
+            assert time.monotonic() < deadline, f"{got} after NATS came back"
+            for delivery in await queue.pull(5, 0.5):
+                got.append(delivery.item.line)
+                await delivery.ack()
+        # Line 3 was not confirmed, so its put must be retried; it may have been stored
+        # (nats-py sends what it buffered once reconnected), and then it is delivered once.
+        assert sorted(got) in ([1, 2], [1, 2, 3])
+    finally:
+        await queue.close()
+
+
+async def test_a_message_that_is_not_a_work_item_is_dropped(nats_server: NatsServer) -> None:
+    config = work_stream(nats_server)
+    queue = JetStreamWorkQueue(config)
+    nc, js = await connect(config)
+    try:
+        assert await queue.pull(1, 0.2) == []  # sets up the stream
+        await js.publish("batches.work.batch_a", b"not a work item")
+        await queue.put([WorkItem("batch_a", 1, "acme")])
+        deadline = time.monotonic() + 10.0
+        lines: list[int] = []
+        while not lines:
+            assert time.monotonic() < deadline
+            for delivery in await queue.pull(5, 0.5):
+                lines.append(delivery.item.line)
+                await delivery.ack()
+        assert lines == [1]
+        assert await queue.depth() == 0  # the stray message was terminated: gone for good
+    finally:
+        await nc.close()
+        await queue.close()
+
+
+async def test_a_big_put_is_stored_once_and_put_again_is_not(nats_server: NatsServer) -> None:
+    queue = JetStreamWorkQueue(work_stream(nats_server))
+    items = [WorkItem("batch_a", line, "acme") for line in range(1, 5_001)]
+    try:
+        await queue.put(items)
+        assert await queue.depth() == 5_000
+        await queue.put(items)  # a retried put within the duplicate window
+        assert await queue.depth() == 5_000
+        assert queue.duplicates_total == 5_000
+    finally:
+        await queue.close()

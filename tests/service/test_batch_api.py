@@ -1,0 +1,271 @@
+"""``/v1/files`` and ``/v1/batches`` on the gateway app: shapes, limits, isolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from headway.metering.sink import MemorySink
+from headway.transport.base import Reply
+from tests.service.batch_helpers import BATCHES, create, embed_line, jsonl, upload
+from tests.service.conftest import auth, make_stack
+
+OTHER = auth("demo-key-support-bot")
+
+
+@pytest.fixture
+async def stack(tmp_path):
+    built = await make_stack(
+        tmp_path, batches=BATCHES.model_copy(update={"max_file_bytes": 4000, "max_lines": 5})
+    )
+    yield built
+    await built.close()
+
+
+async def test_an_upload_is_a_file_object_its_owner_reads_back(stack):
+    data = jsonl(embed_line("a", "one"), embed_line("b", "two"))
+    response = await upload(stack.client, data, auth())
+    assert response.status_code == 200, response.text
+    file = response.json()
+    assert file["object"] == "file" and file["purpose"] == "batch"
+    assert file["bytes"] == len(data) and file["filename"] == "input.jsonl"
+    assert file["status"] == "processed" and file["id"].startswith("file-")
+    assert file["expires_at"] - file["created_at"] == BATCHES.file_retention_s
+
+    got = await stack.client.get(f"/v1/files/{file['id']}", headers=auth())
+    assert got.json() == file
+    content = await stack.client.get(f"/v1/files/{file['id']}/content", headers=auth())
+    assert content.content == data
+    listed = (await stack.client.get("/v1/files", headers=auth())).json()
+    assert listed["object"] == "list" and [f["id"] for f in listed["data"]] == [file["id"]]
+
+
+async def test_another_tenants_file_is_not_found_on_every_route(stack):
+    file = (await upload(stack.client, jsonl(embed_line("a", "x")), auth())).json()
+    for method, path in (
+        ("GET", f"/v1/files/{file['id']}"),
+        ("GET", f"/v1/files/{file['id']}/content"),
+        ("DELETE", f"/v1/files/{file['id']}"),
+    ):
+        response = await stack.client.request(method, path, headers=OTHER)
+        assert response.status_code == 404, (method, path)
+        assert response.json()["error"]["type"] == "not_found"
+    assert (await stack.client.get("/v1/files", headers=OTHER)).json()["data"] == []
+    refused = await create(stack.client, file["id"], OTHER)
+    assert refused.status_code == 404
+    batch = (await create(stack.client, file["id"], auth())).json()
+    for method, path in (
+        ("GET", f"/v1/batches/{batch['id']}"),
+        ("POST", f"/v1/batches/{batch['id']}/cancel"),
+    ):
+        assert (await stack.client.request(method, path, headers=OTHER)).status_code == 404
+    assert (await stack.client.get("/v1/batches", headers=OTHER)).json()["data"] == []
+    assert (await stack.client.get(f"/v1/files/{file['id']}", headers=auth())).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "words"),
+    [
+        (b"not json at all\n", 400, "line 1 is not a JSON object"),
+        (b'{"custom_id": "a"}\n[1, 2]\n', 400, "line 2 is not a JSON object"),
+        (b"", 400, "no request lines"),
+        (b"\xff\xfe\n", 400, "UTF-8"),
+        (jsonl(*[embed_line(str(i), "t") for i in range(6)]), 400, "lines"),
+        (b'{"a": "' + b"x" * 5000 + b'"}\n', 413, "bytes"),
+    ],
+)
+async def test_an_unusable_file_is_refused_and_nothing_is_kept(stack, data, status, words):
+    response = await upload(stack.client, data, auth())
+    assert response.status_code == status, response.text
+    assert words in response.json()["error"]["message"]
+    assert (await stack.client.get("/v1/files", headers=auth())).json()["data"] == []
+
+
+async def test_an_upload_says_what_is_wrong_with_its_form(stack):
+    no_purpose = await stack.client.post(
+        "/v1/files", headers=auth(), files={"file": ("a.jsonl", b"{}\n")}
+    )
+    assert no_purpose.status_code == 422 and "purpose" in no_purpose.json()["error"]["message"]
+    wrong = await stack.client.post(
+        "/v1/files",
+        headers=auth(),
+        data={"purpose": "fine-tune"},
+        files={"file": ("a.jsonl", b"{}\n")},
+    )
+    assert wrong.status_code == 422 and "'batch'" in wrong.json()["error"]["message"]
+    json_body = await stack.client.post("/v1/files", headers=auth(), json={"purpose": "batch"})
+    assert json_body.status_code == 415
+    admin = await upload(stack.client, b"{}\n", auth("demo-admin-key"))
+    assert admin.status_code in (401, 403)
+    expiring = await stack.client.post(
+        "/v1/files",
+        headers=auth(),
+        data={
+            "purpose": "batch",
+            "expires_after[anchor]": "created_at",
+            "expires_after[seconds]": "3600",
+        },
+        files={"file": ("a.jsonl", b"{}\n")},
+    )
+    file = expiring.json()
+    assert file["expires_at"] - file["created_at"] == 3600
+    too_short = await stack.client.post(
+        "/v1/files",
+        headers=auth(),
+        data={
+            "purpose": "batch",
+            "expires_after[anchor]": "created_at",
+            "expires_after[seconds]": "60",
+        },
+        files={"file": ("a.jsonl", b"{}\n")},
+    )
+    assert too_short.status_code == 422
+
+
+async def test_a_batch_is_created_validating_with_openais_fields(stack):
+    file = (await upload(stack.client, jsonl(embed_line("a", "x")), auth())).json()
+    response = await create(stack.client, file["id"], auth(), metadata={"job": "nightly"})
+    assert response.status_code == 200, response.text
+    batch = response.json()
+    assert batch["object"] == "batch" and batch["status"] == "validating"
+    assert batch["input_file_id"] == file["id"] and batch["endpoint"] == "/v1/embeddings"
+    assert batch["expires_at"] - batch["created_at"] == 86400
+    assert batch["request_counts"] == {"total": 0, "completed": 0, "failed": 0}
+    assert batch["metadata"] == {"job": "nightly"}
+    for field in (
+        "output_file_id",
+        "error_file_id",
+        "errors",
+        "in_progress_at",
+        "completed_at",
+        "failed_at",
+        "expired_at",
+        "cancelling_at",
+        "cancelled_at",
+        "finalizing_at",
+    ):
+        assert batch[field] is None, field
+    assert (await stack.client.get(f"/v1/batches/{batch['id']}", headers=auth())).json() == batch
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"endpoint": "/v1/chat/completions"}, "$.endpoint"),
+        ({"completion_window": "48h"}, "$.completion_window"),
+        ({"metadata": {str(i): "v" for i in range(17)}}, "length <= 16"),
+        ({"metadata": {"k": "v" * 513}}, "length <= 512"),
+        ({"metadata": {"k" * 65: "v"}}, "length <= 64"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+async def test_a_bad_batch_request_is_refused_with_the_reason(stack, fields, words):
+    file = (await upload(stack.client, jsonl(embed_line("a", "x")), auth())).json()
+    response = await create(stack.client, file["id"], auth(), **fields)
+    assert response.status_code == 422, response.text
+    assert words in response.json()["error"]["message"]
+
+
+async def test_an_unknown_input_file_is_not_found(stack):
+    response = await create(stack.client, "file-nope", auth())
+    assert response.status_code == 404
+
+
+async def test_batches_list_newest_first_in_pages(stack):
+    file = (await upload(stack.client, jsonl(embed_line("a", "x")), auth())).json()
+    ids = [(await create(stack.client, file["id"], auth())).json()["id"] for _ in range(3)]
+    first = (await stack.client.get("/v1/batches?limit=2", headers=auth())).json()
+    assert first["has_more"] is True and len(first["data"]) == 2
+    rest = (
+        await stack.client.get(f"/v1/batches?limit=2&after={first['last_id']}", headers=auth())
+    ).json()
+    assert rest["has_more"] is False
+    seen = [b["id"] for b in first["data"] + rest["data"]]
+    assert sorted(seen) == sorted(ids)  # each once (created in one second: any order)
+    bad = await stack.client.get("/v1/batches?limit=0", headers=auth())
+    assert bad.status_code == 422
+
+
+async def test_cancel_moves_a_running_batch_and_refuses_a_finished_one(stack):
+    file = (await upload(stack.client, jsonl(embed_line("a", "x")), auth())).json()
+    batch = (await create(stack.client, file["id"], auth())).json()
+    cancelled = await stack.client.post(f"/v1/batches/{batch['id']}/cancel", headers=auth())
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == "cancelling" and cancelled.json()["cancelling_at"]
+    again = await stack.client.post(f"/v1/batches/{batch['id']}/cancel", headers=auth())
+    assert again.json()["status"] == "cancelling"
+    store = stack.batches.store
+    store.move(batch["id"], ("cancelling",), "completed", 1)
+    finished = await stack.client.post(f"/v1/batches/{batch['id']}/cancel", headers=auth())
+    assert finished.status_code == 409 and "completed" in finished.json()["error"]["message"]
+
+
+async def test_the_input_of_a_running_batch_cannot_be_deleted(stack):
+    file = (await upload(stack.client, jsonl(embed_line("a", "x")), auth())).json()
+    await create(stack.client, file["id"], auth())
+    refused = await stack.client.delete(f"/v1/files/{file['id']}", headers=auth())
+    assert refused.status_code == 409
+    other = (await upload(stack.client, jsonl(embed_line("b", "y")), auth())).json()
+    deleted = await stack.client.delete(f"/v1/files/{other['id']}", headers=auth())
+    assert deleted.json() == {"id": other["id"], "deleted": True, "object": "file"}
+    assert (await stack.client.get(f"/v1/files/{other['id']}", headers=auth())).status_code == 404
+
+
+async def test_the_line_routes_take_only_the_executors_token(stack):
+    body = b'{"model": "synthetic", "input": ["x"]}'
+    headers = {
+        "content-type": "application/json",
+        "x-headway-tenant": "search-app",
+        "x-headway-key-id": "00" * 8,
+        "x-headway-request-id": "ab" * 16,
+    }
+    for key in ("demo-key-search-app", "demo-admin-key", "wrong"):
+        refused = await stack.client.post(
+            "/internal/batches/v1/embeddings", content=body, headers=headers | auth(key)
+        )
+        assert refused.status_code == 401, key
+    served = await stack.client.post(
+        "/internal/batches/v1/embeddings",
+        content=body,
+        headers=headers | auth(BATCHES.executor_token),
+    )
+    assert served.status_code == 200, served.text
+    assert served.headers["x-request-id"] == "ab" * 16
+    gone = await stack.client.post(
+        "/internal/batches/v1/embeddings",
+        content=body,
+        headers=headers | auth(BATCHES.executor_token) | {"x-headway-tenant": "nobody"},
+    )
+    assert gone.status_code == 404
+
+
+async def test_a_line_that_failed_on_our_side_is_still_billed_once_when_it_serves(tmp_path):
+    sink = MemorySink()
+    stack = await make_stack(tmp_path, batches=BATCHES, metering=sink)
+    try:
+        headers = {
+            "content-type": "application/json",
+            "x-headway-tenant": "nightly-index",
+            "x-headway-key-id": "00" * 8,
+            "x-headway-request-id": "cd" * 16,
+        } | auth(BATCHES.executor_token)
+        body = b'{"model": "synthetic", "input": ["x", "y"]}'
+        send, failures = stack.transport.send, [2]  # the first attempt and its retry
+
+        async def failing(request):
+            if failures[0] > 0:
+                failures[0] -= 1
+                return Reply(500, b'{"error": {"type": "internal_error"}}', {})
+            return await send(request)
+
+        stack.transport.send = failing
+        line = "/internal/batches/v1/embeddings"
+        failed = await stack.client.post(line, content=body, headers=headers)
+        assert failed.status_code == 502, failed.text
+        served = await stack.client.post(line, content=body, headers=headers)
+        assert served.status_code == 200, served.text
+    finally:
+        await stack.close()
+    billable = [e for e in sink.events if e.billable]
+    given_back = [e for e in sink.events if not e.billable]
+    assert [(e.request_id, e.tier, e.texts) for e in billable] == [("cd" * 16, "batch", 2)]
+    assert len(given_back) == 1 and given_back[0].request_id != "cd" * 16
