@@ -3,8 +3,9 @@ each its statements for SQLite and for Postgres, and which of them a database la
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +31,30 @@ def pending(
             " know; run the code that migrated it"
         )
     return [migration for migration in migrations if migration.version not in applied]
+
+
+class Statements(Protocol):
+    """What ``apply`` needs of an open write transaction (``registry.dialect.Tx``)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+
+def apply(
+    tx: Statements,
+    dialect: Literal["sqlite", "postgres"],
+    table: str,
+    todo: list[Migration],
+    applied_at: float,
+) -> list[int]:
+    """Run ``todo`` (from ``pending``) in ``tx``, each recorded in ``table`` (version,
+    applied_at); the versions applied."""
+    for migration in todo:
+        for statement in migration.statements(dialect):
+            tx.execute(statement)
+        tx.execute(
+            f"INSERT INTO {table} (version, applied_at) VALUES (?, ?)",
+            (migration.version, applied_at),
+        )
+    return [migration.version for migration in todo]

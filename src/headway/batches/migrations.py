@@ -25,7 +25,7 @@ from typing import get_args
 from headway.batches.model import TIMESTAMP_OF, BatchStatus
 from headway.batches.store import BatchSchemaTooNew
 from headway.registry.dialect import DialectName, Tx
-from headway.schema import Migration, pending
+from headway.schema import Migration, apply, pending
 
 MIGRATE_LOCK_KEY = 0x6865_6164_7761_7942  # "headwayB": held while batch migrations run
 
@@ -126,12 +126,4 @@ def migrate(
     types = SQLITE if dialect == "sqlite" else POSTGRES
     tx.execute(_CREATE_RECORD.format(big=types.big))
     applied = {version for (version,) in tx.all("SELECT version FROM batch_migrations")}
-    todo = missing(applied, migrations)
-    for migration in todo:
-        for statement in migration.statements(dialect):
-            tx.execute(statement)
-        tx.execute(
-            "INSERT INTO batch_migrations (version, applied_at) VALUES (?, ?)",
-            (migration.version, int(clock())),
-        )
-    return [migration.version for migration in todo]
+    return apply(tx, dialect, "batch_migrations", missing(applied, migrations), int(clock()))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from headway.registry.dialect import DialectName, Tx
 from headway.registry.errors import SchemaTooNew
-from headway.schema import Migration, pending
+from headway.schema import Migration, apply, pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,12 +226,4 @@ def migrate(
     versions applied."""
     tx.execute(_CREATE_RECORD.format(real=SQLITE.real if dialect == "sqlite" else POSTGRES.real))
     applied = {version for (version,) in tx.all("SELECT version FROM registry_migrations")}
-    todo = missing(applied, migrations)
-    for migration in todo:
-        for statement in migration.statements(dialect):
-            tx.execute(statement)
-        tx.execute(
-            "INSERT INTO registry_migrations (version, applied_at) VALUES (?, ?)",
-            (migration.version, clock()),
-        )
-    return [migration.version for migration in todo]
+    return apply(tx, dialect, "registry_migrations", missing(applied, migrations), clock())
