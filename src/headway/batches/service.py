@@ -28,10 +28,8 @@ from headway.batches.queue import WorkQueue
 from headway.batches.queue_open import open_work_queue
 from headway.batches.store import BatchStore
 from headway.batches.submit import HttpSubmitter
-from headway.http.asgi import App, Request, Response, json_response
-from headway.http.edge import Edge
-from headway.http.router import Route, Router
-from headway.metrics import metrics_handler
+from headway.http.asgi import App
+from headway.http.ops import ops_app
 from headway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,19 +95,4 @@ class ExecutorService:
 
 
 def build_executor_app(service: ExecutorService) -> App:
-    async def healthz(request: Request) -> Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(request: Request) -> Response:
-        return json_response({"ready": service.ready}, 200 if service.ready else 503)
-
-    router = Router(
-        [
-            Route("GET", "/healthz", "healthz", healthz),
-            Route("GET", "/readyz", "readyz", readyz),
-            Route("GET", "/metrics", "metrics", metrics_handler(service.metrics.registry)),
-        ]
-    )
-    return App(
-        Edge(router, max_body_bytes=1024), on_startup=[service.start], on_shutdown=[service.stop]
-    )
+    return ops_app(service, service.metrics.registry)

@@ -27,11 +27,9 @@ from headway.billing.metrics import BillingMetrics
 from headway.billing.sources.base import EventSource
 from headway.billing.sources.jetstream import JetStreamSource
 from headway.billing.sources.outbox import OutboxSource
-from headway.http.asgi import App, Request, Response, json_response
-from headway.http.edge import Edge
-from headway.http.router import Route, Router
+from headway.http.asgi import App
+from headway.http.ops import ops_app
 from headway.metering.build import stream_config
-from headway.metrics import metrics_handler
 from headway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -98,19 +96,4 @@ class BillingService:
 
 
 def build_billing_app(service: BillingService) -> App:
-    async def healthz(request: Request) -> Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(request: Request) -> Response:
-        return json_response({"ready": service.ready}, 200 if service.ready else 503)
-
-    router = Router(
-        [
-            Route("GET", "/healthz", "healthz", healthz),
-            Route("GET", "/readyz", "readyz", readyz),
-            Route("GET", "/metrics", "metrics", metrics_handler(service.metrics.registry)),
-        ]
-    )
-    return App(
-        Edge(router, max_body_bytes=1024), on_startup=[service.start], on_shutdown=[service.stop]
-    )
+    return ops_app(service, service.metrics.registry)
