@@ -20,6 +20,7 @@ from typing import Any, cast, get_args
 from headway.billing.ledger.base import GroupBy, Ledger, UsageQuery, UsageRow
 from headway.errors import UsageUnavailable, ValidationFailed
 from headway.gateway import schemas
+from headway.gateway.query import one_each
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import authenticate, require_admin, require_tenant
 from headway.http.asgi import Handler, Request, Response, json_response
@@ -53,16 +54,7 @@ def usage_query(
     params: Mapping[str, Sequence[str]], tenant: str | None, now: float, *, admin: bool
 ) -> UsageQuery:
     """The query of ``params``, checked (``ValidationFailed`` says what is wrong)."""
-    allowed = _PARAMETERS | ({"tenant"} if admin else set())
-    unknown = sorted(set(params) - allowed)
-    if unknown:
-        raise ValidationFailed(
-            f"unknown parameter {unknown[0]!r}; use {', '.join(sorted(allowed))}"
-        )
-    for name, values in params.items():
-        if len(values) != 1:
-            raise ValidationFailed(f"{name} is given {len(values)} times; give it once")
-    one = {name: values[0] for name, values in params.items()}
+    one = one_each(params, _PARAMETERS | ({"tenant"} if admin else set()))
     if "start" not in one:
         raise ValidationFailed("start is required: a date (2026-11-01) or an RFC 3339 time")
     start = parse_time(one["start"], "start")

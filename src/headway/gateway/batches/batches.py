@@ -23,9 +23,9 @@ from headway.errors import (
     ValidationFailed,
 )
 from headway.gateway.batches import schemas
-from headway.gateway.batches.files import _limit, _one_each
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
+from headway.gateway.query import one_each, query_limit
 from headway.gateway.stages.authenticate import by_key
 from headway.gateway.stages.parse import decode
 from headway.http.asgi import Handler, Request, Response, json_response
@@ -125,8 +125,8 @@ def get_batch(parts: BatchParts) -> Handler:
 def list_batches(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
         tenant = by_key(request, parts.snapshots.current).tenant.name
-        query = _one_each(request.query(), {"limit", "after"})
-        limit = _limit(query.get("limit"), default=20, most=MAX_LISTED)
+        query = one_each(request.query(), {"limit", "after"})
+        limit = query_limit(query.get("limit"), default=20, most=MAX_LISTED)
         found = await off_loop(
             parts.store.batches, tenant, limit=limit + 1, after=query.get("after")
         )

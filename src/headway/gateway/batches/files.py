@@ -30,6 +30,7 @@ from headway.errors import (
 from headway.gateway.batches import schemas
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
+from headway.gateway.query import one_each, query_limit
 from headway.gateway.stages.authenticate import by_key
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.multipart import FormPart, parse_form
@@ -142,8 +143,8 @@ def upload(parts: BatchParts) -> Handler:
 def list_files(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
         tenant = by_key(request, parts.snapshots.current).tenant.name
-        query = _one_each(request.query(), {"purpose", "limit", "after", "order"})
-        limit = _limit(query.get("limit"), default=MAX_FILES_LISTED, most=MAX_FILES_LISTED)
+        query = one_each(request.query(), {"purpose", "limit", "after", "order"})
+        limit = query_limit(query.get("limit"), default=MAX_FILES_LISTED, most=MAX_FILES_LISTED)
         order = query.get("order", "desc")
         if order not in ("asc", "desc"):
             raise ValidationFailed("order must be 'asc' or 'desc'")
@@ -228,26 +229,6 @@ def _expiry_s(form: Mapping[str, FormPart], default_s: int) -> int:
             f"expires_after[seconds] must be a whole number from {MIN_EXPIRY_S} to {MAX_EXPIRY_S}"
         )
     return int(seconds)
-
-
-def _one_each(params: Mapping[str, list[str]], allowed: set[str]) -> dict[str, str]:
-    unknown = sorted(set(params) - allowed)
-    if unknown:
-        raise ValidationFailed(
-            f"unknown parameter {unknown[0][:40]!r}; use {', '.join(sorted(allowed))}"
-        )
-    for name, values in params.items():
-        if len(values) != 1:
-            raise ValidationFailed(f"{name} is given {len(values)} times; give it once")
-    return {name: values[0] for name, values in params.items()}
-
-
-def _limit(value: str | None, *, default: int, most: int) -> int:
-    if value is None:
-        return default
-    if not value.isdigit() or not 1 <= int(value) <= most:
-        raise ValidationFailed(f"limit must be a whole number from 1 to {most}")
-    return int(value)
 
 
 def upload_form(max_bytes: int) -> dict[str, object]:
