@@ -2,19 +2,17 @@
 of its own); ``open_another`` opens a second store on the same database, as a second
 process would, and ``sql`` runs a statement beside the store.
 
-The folder is in no tier of ``tests/conftest.py``'s ``TIERS``: each module names its
-own (the contract and migrations ``service``, the file store ``unit``).
+The folder's tier is ``service`` (``tests/conftest.py``); the file store's module, which
+starts nothing, names ``unit``.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from headway.batches.open import postgres_batch_store, sqlite_batch_store
@@ -22,6 +20,7 @@ from headway.batches.sql import SqlBatchStore
 from headway.registry.dialect import Dialect
 from headway.registry.postgres import PostgresDialect
 from headway.registry.sqlite import SqliteDialect
+from tests.registry.conftest import postgres_sql, sqlite_sql
 
 
 @dataclass
@@ -57,20 +56,6 @@ def backend_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Bac
         return dialect
 
     return Backend(kind, open_another, lambda statement: postgres_sql(url, statement), open_dialect)
-
-
-def sqlite_sql(path: Path, statement: str) -> list[tuple[Any, ...]]:
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
-        return db.execute(statement).fetchall()
-    finally:
-        db.close()
-
-
-def postgres_sql(url: str, statement: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cursor:
-        cursor.execute(statement)
-        return cursor.fetchall() if cursor.description else []
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -7,8 +7,7 @@ two executors would; every one is closed afterwards.
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -18,30 +17,12 @@ from headway.batches.queue import WorkQueue
 from headway.batches.sqlite_queue import SqliteWorkQueue
 from headway.metering.stream import StreamConfig
 from headway.testing.nats_server import NatsServer
+from tests.metering.conftest import nats_server
 
 OpenQueue = Callable[[float], WorkQueue]
 """lease_s -> a new queue object on the test's one file or server."""
 
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-@pytest.fixture
-def nats_server() -> Iterator[NatsServer]:
-    """Started; a test may kill, stop and start it again (same ports, same store)."""
-    server = NatsServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        pid = server.pid
-        server.close()
-    assert pid is None or not process_alive(pid), "nats-server outlived its test"
+__all__ = ["nats_server"]  # the metering tests' fixture: one server per test
 
 
 def work_stream(server: NatsServer, lease_s: float = 30.0) -> StreamConfig:
