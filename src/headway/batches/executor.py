@@ -8,7 +8,8 @@ capacity interactive traffic leaves. What comes back decides the line:
     429 (quota)              wait: the tenant's lines wait out Retry-After, then retry
     503 (shed, no replicas)  the line tries again after a short, growing, jittered
                              pause (the pool sheds batch work first, and has room again
-                             within a batch or two); neither ever fails a line
+                             within a batch or two), and the send window halves;
+                             neither ever fails a line
     401 / 403                this executor's token is wrong: wait, log, never fail a line
     unreachable, 500/502/504 ours: retried with backoff, up to ``max_attempts``, then
                              the answer goes to the error file
@@ -19,8 +20,11 @@ acked; an executor killed in between leaves the item to be delivered again, and 
 next executor finds the result and only acks. Every attempt of a line carries the
 line's own request id, so the ledger bills a line once however often it ran.
 
-At most ``lines_in_flight`` lines run at once; a line waiting (for quota, for
-capacity, for a slow answer) keeps its lease alive by touching it.
+At most ``lines_in_flight`` lines run at once, and of those at most the send window
+(``SendWindow``: halved by a 503, grown by one per window of answers) are at the
+gateways at a time, so a pool with room for five lines sees about five, not a stream
+of refusals. A line waiting (for quota, for capacity, for a slow answer) keeps its
+lease alive by touching it.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class Executor:
         self._batches: dict[str, tuple[float, Batch | None]] = {}
         self._running: set[asyncio.Task[None]] = set()
         self._committer = Committer(store, queue)
+        self._window = SendWindow(settings.lines_in_flight)
 
     async def run(self) -> None:
         """Pull and run lines until cancelled; on the way out, hand back what was running."""
@@ -167,8 +172,13 @@ class Executor:
                 now = await self._batch(batch.id)
                 if now is None or now.status in FINAL or now.status == "cancelling":
                     return None
-            answer = await self._leased(delivery, self._submitter.submit(batch, line, body))
+            await self._leased(delivery, self._window.acquire())
+            try:
+                answer = await self._leased(delivery, self._submitter.submit(batch, line, body))
+            finally:
+                self._window.release()
             status = answer.status
+            self._window.answered(shed=status == SHED)
             if 200 <= status < 300:
                 data = output.answered(
                     batch.id, line, custom_id, status, answer.request_id, answer.body
@@ -250,6 +260,35 @@ class Executor:
 
 
 _GATE_OF = {"quota": 0, "unauthorized": 1}
+
+
+class SendWindow:
+    """How many lines may be at the gateways at once: up to ``most``, halved by each 503
+    (the pool had no room for batch work), grown by one per window of answers (additive
+    increase, multiplicative decrease, as TCP's congestion window). Lines beyond it wait
+    here, rather than each costing the gateway a refusal and retrying blind."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.size = float(most)
+        self.sending = 0
+        self._freed = asyncio.Event()
+
+    async def acquire(self) -> None:
+        while self.sending >= max(1, int(self.size)):
+            self._freed.clear()
+            await self._freed.wait()
+        self.sending += 1
+
+    def release(self) -> None:
+        self.sending -= 1
+        self._freed.set()
+
+    def answered(self, *, shed: bool) -> None:
+        if shed:
+            self.size = max(1.0, self.size / 2)
+        else:
+            self.size = min(float(self.most), self.size + 1 / self.size)
 
 
 def _by_batch(deliveries: list[Delivery]) -> dict[str, list[Delivery]]:
