@@ -54,11 +54,8 @@ CLOSING: tuple[BatchStatus, ...] = ("in_progress", "finalizing")
 MAX_ERRORS = 100
 """Most line errors a batch object lists in ``errors`` (all are in the error file)."""
 NOT_RUN_MESSAGE = {
-    "expired": (
-        "batch_expired",
-        "This request could not be executed before the completion window expired.",
-    ),
-    "cancelled": ("batch_cancelled", "The batch was cancelled before this request ran."),
+    "expired": ("batch_expired", output.EXPIRED_MESSAGE),
+    "cancelled": ("batch_cancelled", output.CANCELLED_MESSAGE),
 }
 
 

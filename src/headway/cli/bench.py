@@ -194,3 +194,44 @@ def bench_routing(
     with _running() as machine:
         results = run_routing_bench(settings.data_dir, seconds=seconds)
     _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
+@bench_app.command("cache")
+def bench_cache(
+    seconds: Annotated[
+        float, typer.Option(help="Seconds per open-loop run (30 for the docs).")
+    ] = 30.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Goodput at 4x capacity on Zipf-repeated texts, without and with the results cache."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.cache import run_cache_bench
+    from headway.bench.cache_report import SECTION, render
+
+    with _running() as machine:
+        results = run_cache_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
+@bench_app.command("batches")
+def bench_batches(
+    lines: Annotated[
+        int, typer.Option(min=1, help="Lines of 4 texts in the throughput batch.")
+    ] = 2000,
+    seconds: Annotated[
+        float, typer.Option(help="Seconds per interactive open-loop run (30 for the docs).")
+    ] = 30.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Batch API vs synchronous throughput; the interactive p95 beside a running batch."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.batches import run_batches_bench
+    from headway.bench.batches_report import SECTION, render
+
+    with _running() as machine:
+        results = run_batches_bench(settings.data_dir, lines=lines, seconds=seconds)
+    _publish(render(results, machine, _command()), SECTION, out)

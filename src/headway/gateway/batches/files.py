@@ -117,12 +117,13 @@ def upload(parts: BatchParts) -> Handler:
         part = form.get("file")
         if part is None or part.filename is None:
             raise ValidationFailed("the form has no file: send the JSONL as the field `file`")
+        keep_s = _expiry_s(form, settings.file_retention_s)
         data = bytes(part.data)
         lines = await off_loop(
             check_upload, data, max_bytes=settings.max_file_bytes, max_lines=settings.max_lines
         )
         now = parts.now()
-        digest = await off_loop(parts.files.put, data)
+        digest = await off_loop(parts.files.put, data)  # checked first: nothing kept on a 4xx
         record = FileObject(
             id=new_file_id(),
             tenant=tenant,
@@ -131,7 +132,7 @@ def upload(parts: BatchParts) -> Handler:
             bytes=len(data),
             sha256=digest,
             created_at=now,
-            expires_at=now + _expiry_s(form, settings.file_retention_s),
+            expires_at=now + keep_s,
             lines=lines,
         )
         await off_loop(parts.store.add_file, record)
