@@ -119,6 +119,14 @@ async def test_an_upload_says_what_is_wrong_with_its_form(stack):
         files={"file": ("a.jsonl", b"{}\n")},
     )
     assert too_short.status_code == 422
+    seconds_alone = await stack.client.post(
+        "/v1/files",
+        headers=auth(),
+        data={"purpose": "batch", "expires_after[seconds]": "7200"},
+        files={"file": ("a.jsonl", b"{}\n")},
+    )
+    file = seconds_alone.json()
+    assert file["expires_at"] - file["created_at"] == 7200
 
 
 async def test_a_batch_is_created_validating_with_openais_fields(stack):

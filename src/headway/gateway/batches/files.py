@@ -220,10 +220,12 @@ def _text(form: Mapping[str, FormPart], name: str) -> str:
 
 
 def _expiry_s(form: Mapping[str, FormPart], default_s: int) -> int:
-    if "expires_after[anchor]" not in form and "expires_after[seconds]" not in form:
-        return default_s
-    if _text(form, "expires_after[anchor]") != "created_at":
+    """``expires_after[seconds]`` after creation, or ``default_s``. The anchor may be left
+    out (``created_at`` is the only one); an anchor alone changes nothing."""
+    if "expires_after[anchor]" in form and _text(form, "expires_after[anchor]") != "created_at":
         raise ValidationFailed("expires_after[anchor] must be 'created_at'")
+    if "expires_after[seconds]" not in form:
+        return default_s
     seconds = _text(form, "expires_after[seconds]")
     if not seconds.isdigit() or not MIN_EXPIRY_S <= int(seconds) <= MAX_EXPIRY_S:
         raise ValidationFailed(
