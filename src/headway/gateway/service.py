@@ -157,6 +157,7 @@ class GatewayService:
     async def stop(self) -> None:
         await self._background.stop()
         await self.shadows.stop()
+        await self.cache.close()
         await asyncio.to_thread(self.registry.close)
         await self.transport.close()
         await self.quota.close()

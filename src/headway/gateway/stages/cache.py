@@ -81,6 +81,13 @@ class RequestCache:
         self._cache = cache
         self._filling: set[asyncio.Task[None]] = set()
 
+    async def close(self) -> None:
+        """Let the fills under way finish, then close the shared tier's connection."""
+        if self._filling:
+            await asyncio.gather(*self._filling, return_exceptions=True)
+        if self._cache is not None:
+            await self._cache.close()
+
     async def forget_tenant(self, tenant: str) -> None:
         """Drop a deleted tenant's entries, if it has entries of its own (tenant scope)."""
         cache = self._cache
