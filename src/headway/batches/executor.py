@@ -59,6 +59,9 @@ OURS = {UNREACHABLE, 500, 502, 504}
 DEFAULT_WAIT_S = 1.0
 MAX_WAIT_S = 30.0
 PULL_WAIT_S = 1.0
+STOP_WAIT_S = 2.0
+"""The longest a stopping executor waits for its lines to hand themselves back (a line
+not handed back comes back after its lease anyway)."""
 BATCH_FRESH_S = 1.0
 """How long a batch's status read here is trusted (a cancel takes effect this late)."""
 
@@ -105,7 +108,8 @@ class Executor:
         finally:
             for task in list(self._running):
                 task.cancel()
-            await asyncio.gather(*self._running, return_exceptions=True)
+            if self._running:  # each hands its line back; none may hold the stop up for long
+                await asyncio.wait(set(self._running), timeout=STOP_WAIT_S)
 
     async def _to_run(self, pulled: list[Delivery]) -> list[Delivery]:
         """The pulled lines that still need running; the rest are acked here: their batch
@@ -130,7 +134,7 @@ class Executor:
             await self._run_line(delivery)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):  # stopping: let another executor have it now
-                await asyncio.shield(delivery.nak(0.0))
+                await asyncio.wait_for(asyncio.shield(delivery.nak(0.0)), STOP_WAIT_S)
             raise
         except Exception:
             log.exception(
@@ -327,10 +331,16 @@ class Committer:
                     with contextlib.suppress(UnknownBatch):  # deleted with its tenant
                         await off_loop(self._store.record_many, batch_id, results)
                 await self._queue.ack_all([delivery for _, _, delivery, _ in taken])
-            except Exception as exc:
+            except BaseException as exc:  # each line hears of it (a stop cancels this too)
                 for *_, done in taken:
-                    if not done.done():
+                    if done.done():
+                        continue
+                    if isinstance(exc, Exception):
                         done.set_exception(exc)
+                    else:
+                        done.cancel()
+                if not isinstance(exc, Exception):
+                    raise
             else:
                 for *_, done in taken:
                     if not done.done():
