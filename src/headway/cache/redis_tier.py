@@ -22,12 +22,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from headway import redis_client
 from headway.cache.entry import Entry, EntryCorrupt
 
 logger = logging.getLogger(__name__)
@@ -56,14 +53,7 @@ class RedisCache:
         retry_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # One immediate retry on a broken connection (a restarted server leaves the
-        # pool's sockets dead); none on a timeout, which would double it.
-        self._redis = aioredis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), retries=1, supported_errors=(RedisConnectionError,)),
-        )
+        self._redis = redis_client.connect(url, timeout_s)
         self.ttl_s = ttl_s
         self.prefix = prefix
         self._deadline_s = deadline_s

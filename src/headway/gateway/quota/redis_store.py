@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import math
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from headway import redis_client
 from headway.gateway.quota.store import Quota, QuotaDecision, QuotaStoreUnavailable, decision
 
 # Redis >= 5 replicates a script's effects, which a script calling TIME needs;
@@ -107,14 +104,7 @@ class RedisQuotaStore:
         key_prefix: str = "headway:quota:",
         gateways_key: str = "headway:gateways",
     ) -> None:
-        # One immediate retry on a broken connection (a restarted server leaves
-        # the pool's sockets dead); none on a timeout, which would double it.
-        self._redis = aioredis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), retries=1, supported_errors=(RedisConnectionError,)),
-        )
+        self._redis = redis_client.connect(url, timeout_s)
         self._key_prefix = key_prefix
         self._gateways_key = gateways_key
         self._take = self._redis.register_script(_TAKE)
