@@ -333,6 +333,78 @@ class BatchSettings(_Section):
     executor: ExecutorSettings = ExecutorSettings()
 
 
+class TracingSettings(_Section):
+    otlp_endpoint: str | None = Field(
+        None,
+        description="Export spans over OTLP/HTTP to this collector URL (http://host:4318/v1/"
+        "traces); None: tracing is off, and an incoming traceparent is only passed on.",
+    )
+    sample_ratio: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of new traces recorded (a sampled parent is always followed).",
+    )
+    service_namespace: str = Field("headway", description="service.namespace of every span.")
+
+
+class LoggingSettings(_Section):
+    format: Literal["text", "json"] = Field(
+        "text", description="text for people, json (one object a line) for log pipelines."
+    )
+    access: bool = Field(
+        False,
+        description="One log line per answered request: route, status, outcome, tenant, "
+        "request id, trace id, seconds (never a text).",
+    )
+
+
+class MetricsSettings(_Section):
+    max_tenant_labels: int = Field(
+        50,
+        ge=1,
+        description="Tenants given their own label value; the rest are counted as 'other'.",
+    )
+
+
+class QualitySettings(_Section):
+    enabled: bool = Field(True, description="Watch each version's outputs for drift.")
+    reference_size: int = Field(
+        256, ge=16, description="Outputs kept as a version's reference when it goes live."
+    )
+    window_size: int = Field(256, ge=16, description="Recent outputs compared with it.")
+    sample_share: float = Field(
+        0.05, gt=0, le=1, description="Share of served rows sampled into the window."
+    )
+    interval_s: float = Field(30.0, gt=0, description="How often drift is computed.")
+    permutations: int = Field(200, ge=20, description="Permutations of the MMD p-value.")
+    p_value_threshold: float = Field(
+        0.01, gt=0, lt=1, description="Drift is flagged when the p-value is below this."
+    )
+
+
+class ConsoleSettings(_Section):
+    enabled: bool = Field(True, description="Serve the operator console at /console.")
+    session_secret: str = Field(
+        "",
+        description="Signs console sessions; every gateway behind one name needs the same. "
+        "Empty: a random one per process (sessions end when it restarts).",
+    )
+    session_ttl_s: int = Field(8 * 3600, gt=0, description="How long a console session lasts.")
+    machine_cost_per_hour: float = Field(
+        0.0, ge=0, description="What one machine of the pools costs an hour (unit economics)."
+    )
+    currency: str = Field("USD", description="Currency of machine_cost_per_hour.")
+
+
+class ObservabilitySettings(_Section):
+    tracing: TracingSettings = TracingSettings()
+    logging: LoggingSettings = LoggingSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    quality: QualitySettings = QualitySettings()
+    console: ConsoleSettings = ConsoleSettings()
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HEADWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -364,6 +436,7 @@ class Settings(BaseSettings):
     up: UpSettings = UpSettings()
     billing: BillingSettings = BillingSettings()
     batches: BatchSettings = BatchSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
 
     @property
     def registry_path(self) -> Path:

@@ -97,6 +97,7 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         gateway_id=name,
         metrics=metrics,
         cache=results_cache(settings, metrics),
+        observability=settings.observability,
     )
     batches = BatchParts(
         open_batch_store(settings),

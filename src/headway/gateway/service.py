@@ -42,7 +42,12 @@ from headway.metering.sink import MemorySink, Metering
 from headway.registry.store import RegistryStore
 from headway.rollouts.controller import RolloutController
 from headway.rollouts.recorder import VersionRecorder
-from headway.settings import AdmissionSettings, GatewaySettings, RoutingSettings
+from headway.settings import (
+    AdmissionSettings,
+    GatewaySettings,
+    ObservabilitySettings,
+    RoutingSettings,
+)
 from headway.transport.base import Transport
 
 log = logging.getLogger(__name__)
@@ -68,13 +73,16 @@ class GatewayService:
         wall_clock: Callable[[], float] = time.time,
         metrics: GatewayMetrics | None = None,
         cache: ResultsCache | None = None,
+        observability: ObservabilitySettings | None = None,
     ) -> None:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
         ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
         ``metering``: where usage events go (the outbox; tests: a ``MemorySink``).
         ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503).
-        ``cache``: the results cache (None: off)."""
+        ``cache``: the results cache (None: off); ``observability``: tracing, logs,
+        metrics, quality and console settings (None: the defaults)."""
         self.settings = settings
+        self.observability = observability or ObservabilitySettings()
         self.metrics = metrics or GatewayMetrics()
         self.registry = registry
         self.snapshots = Snapshots(registry.snapshot, registry.changes)
