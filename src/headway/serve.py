@@ -12,8 +12,6 @@ import uvicorn
 
 from headway.http.asgi import App
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
-
 
 def listening_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket whose connections send small writes at once.
@@ -30,10 +28,6 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.listen(4096)
     sock.set_inheritable(True)
     return sock
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
 
 
 class DrainingServer(uvicorn.Server):

@@ -9,6 +9,7 @@ from headway.errors import Overloaded
 from headway.http.asgi import App, Request, Response, json_response
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
+from headway.logs import RequestFields
 
 
 class Answers:
@@ -90,13 +91,16 @@ async def test_unexpected_errors_become_a_bare_500_with_a_request_id_and_a_log_l
         raise RuntimeError("secret input text")
 
     app, answers = app_of(Route("POST", "/work", "work", broken))
+    caplog.handler.addFilter(RequestFields())  # as configure_logging's handler has
     with caplog.at_level(logging.ERROR, logger="headway.http.edge"):
         status, headers, body = answer(await call(app))
     assert status == 500
     assert body == {"error": {"type": "internal_error", "message": "internal error"}}
     assert "secret" not in str(body)
     assert [r.levelname for r in caplog.records] == ["ERROR"]
-    assert headers["x-request-id"] in caplog.records[0].getMessage()
+    assert caplog.records[0].request_id == headers["x-request-id"]
+    assert caplog.records[0].route == "work"
+    assert caplog.records[0].trace_id == headers["traceresponse"].split("-")[1]
     assert answers.seen == [("work", 500, "internal_error")]
 
 

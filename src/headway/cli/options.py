@@ -61,7 +61,7 @@ def settings_from(config: Path | None, **sections: Any) -> Settings:
     except (ValueError, OSError) as exc:
         typer.echo(f"invalid settings: {exc}", err=True)
         raise typer.Exit(2) from exc
-    from headway.serve import configure_logging
+    from headway.logs import configure_logging
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.observability.logging.format)
     return settings

@@ -50,6 +50,7 @@ from headway.http.asgi import App, Handler, Hook, Request, Response, json_respon
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
+from headway.tracing.setup import ProcessTracing
 
 MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
     InvalidRequest,
@@ -69,15 +70,22 @@ MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
 
 
 def build_gateway_app(
-    service: GatewayService, rerank_models: Sequence[str], batches: BatchParts | None = None
+    service: GatewayService,
+    rerank_models: Sequence[str],
+    batches: BatchParts | None = None,
+    tracing: ProcessTracing | None = None,
 ) -> App:
     """``rerank_models``: what serves a rerank request that names no model, in order;
-    ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``)."""
+    ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``);
+    ``tracing``: the process's (None: spans not recorded, traces passed on)."""
+    tracing = tracing or ProcessTracing()
     documented = gateway_routes(service, rerank_models, batches)
     edge = Edge(
         Router(d.route for d in documented),
         max_body_bytes=service.settings.limits.max_body_bytes,
         observer=service.metrics,
+        tracer=tracing.tracer,
+        access_log=service.observability.logging.access,
     )
     closing: list[Hook] = [service.stop]
     if batches is not None:
@@ -86,6 +94,7 @@ def build_gateway_app(
             batches.store.close()
 
         closing.append(close_batch_store)
+    closing.append(tracing.close)
     return App(edge, on_startup=[service.start], on_shutdown=closing)
 
 

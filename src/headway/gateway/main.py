@@ -28,6 +28,7 @@ from headway.http.asgi import App
 from headway.metering.build import gateway_id, gateway_metering
 from headway.registry.open import open_registry
 from headway.settings import GatewaySettings, Settings
+from headway.tracing.setup import process_tracing
 from headway.transport.default import AiohttpTransport
 
 
@@ -50,6 +51,7 @@ def quota_store(
 ) -> tuple[QuotaStore, Callable[[], Awaitable[object]] | None]:
     """The store, and the heartbeat that counts gateways through Redis (shared mode only)."""
     if settings.redis_url is None:
+        metrics.quota_mode("embedded")
         return LocalQuotaStore(), None
     quota = settings.gateway.quota
     store = FallbackQuotaStore(
@@ -76,7 +78,9 @@ def results_cache(settings: Settings, metrics: GatewayMetrics) -> ResultsCache |
 
 def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     registry = open_registry(settings)
-    metrics = GatewayMetrics()
+    observability = settings.observability
+    metrics = GatewayMetrics(max_tenant_labels=observability.metrics.max_tenant_labels)
+    tracing = process_tracing(observability.tracing, "gateway", metrics.registry)
     quota, heartbeat = quota_store(settings, metrics)
     name = gateway_id(settings)
     metering = gateway_metering(settings, name)
@@ -106,5 +110,6 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         service.snapshots,
         time.time,
     )
-    app = build_gateway_app(service, (settings.rerank_model, settings.embed_model), batches)
+    rerank_models = (settings.rerank_model, settings.embed_model)
+    app = build_gateway_app(service, rerank_models, batches, tracing)
     return app, service

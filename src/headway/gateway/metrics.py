@@ -1,8 +1,12 @@
 """The gateway's metrics: every answer counted and timed, every failure with a reason label.
 
 ``GatewayMetrics`` is the edge's ``AnswerObserver``: every answer the gateway gives,
-404s and 413s included, passes through ``answered``. Labelled children are looked up
-once per label value, not per request.
+404s and 413s included, passes through ``answered``. A model request is counted once
+more, by ``model_answered``, with who asked and which version served it: the RED
+metrics per route, tenant and version. Labelled children are looked up once per label
+value, not per request. A tenant's name becomes a label value only for the first
+``max_tenant_labels`` tenants seen; the rest share ``other``, so a platform with
+thousands of tenants does not make thousands of series per metric.
 """
 
 from __future__ import annotations
@@ -20,11 +24,35 @@ from headway.metrics import LATENCY_BUCKETS
 from headway.rollouts.compare import Agreement
 
 AGREEMENT_BUCKETS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0)
+QUOTA_MODES = ("embedded", "redis", "local")
+REPLICA_STATES = ("ready", "unready", "ejected")
+OTHER_TENANTS = "other"
+
+
+class TenantLabels:
+    """The label value of a tenant: its name for the first ``limit`` tenants seen, then
+    ``other``. A tenant keeps its label for the life of the process."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._named: dict[str, str] = {}
+
+    def __call__(self, tenant: str) -> str:
+        label = self._named.get(tenant)
+        if label is not None:
+            return label
+        if len(self._named) >= self._limit:
+            return OTHER_TENANTS
+        self._named[tenant] = tenant
+        return tenant
 
 
 class GatewayMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, max_tenant_labels: int = 50
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self.tenant_label = TenantLabels(max_tenant_labels)
         self.requests = Counter(
             "headway_requests_total",
             "Requests answered, by route and status code.",
@@ -42,6 +70,28 @@ class GatewayMetrics:
             "Time from request to response, by route.",
             ["route"],
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.model_requests = Counter(
+            "headway_model_requests_total",
+            "Model requests (embeddings, rerank and batch lines of them) by route, tenant, "
+            "tier, the version that served them (12 hex; none: refused before one was "
+            "chosen) and outcome (ok, or the error type: quota_exceeded, overloaded, ...).",
+            ["route", "tenant", "tier", "version", "outcome"],
+            registry=self.registry,
+        )
+        self.model_latency = Histogram(
+            "headway_model_request_seconds",
+            "Time from request to answer of model requests answered ok, by route, tenant "
+            "and version.",
+            ["route", "tenant", "version"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._budget = Gauge(
+            "headway_latency_budget_seconds",
+            "The latency budget admission control sizes each pool's limit for.",
+            ["pool"],
             registry=self.registry,
         )
         self.texts = Counter(
@@ -112,6 +162,8 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self._by_code: dict[tuple[str, int], Any] = {}
+        self._by_outcome: dict[tuple[str, str, str, str, str], Any] = {}
+        self._model_latency_of: dict[tuple[str, str, str], Any] = {}
         self._by_failure: dict[tuple[str, str], Any] = {}
         self._latency_of: dict[str, Any] = {}
 
@@ -132,8 +184,27 @@ class GatewayMetrics:
                 failures = self._by_failure[failure] = self.failures.labels(route, error)
             failures.inc()
 
+    def model_answered(
+        self, route: str, tenant: str, tier: str, version: str, outcome: str, seconds: float
+    ) -> None:
+        """One model request's answer; ``outcome`` is ``ok`` or the error type."""
+        tenant = self.tenant_label(tenant)
+        version = version[:12] or "none"
+        key = (route, tenant, tier, version, outcome)
+        requests = self._by_outcome.get(key)
+        if requests is None:
+            requests = self._by_outcome[key] = self.model_requests.labels(*key)
+        requests.inc()
+        if outcome != "ok":
+            return
+        where = (route, tenant, version)
+        latency = self._model_latency_of.get(where)
+        if latency is None:
+            latency = self._model_latency_of[where] = self.model_latency.labels(*where)
+        latency.observe(seconds)
+
     def served(self, route: str, tenant: str, texts: int) -> None:
-        self.texts.labels(route, tenant).inc(texts)
+        self.texts.labels(route, self.tenant_label(tenant)).inc(texts)
 
     def refused(self, pool: str, reason: str) -> None:
         self.shed.labels(pool, reason).inc()
@@ -142,7 +213,7 @@ class GatewayMetrics:
         self.background_failures.labels(loop).inc()
 
     def quota_mode(self, mode: str) -> None:
-        for each in ("redis", "local"):
+        for each in QUOTA_MODES:
             self._quota_mode.labels(each).set(1 if each == mode else 0)
 
     def shadow_skipped(self, primary: str, candidate: str) -> None:
@@ -167,6 +238,7 @@ class GatewayMetrics:
         self._limit.labels(pool.name).set_function(lambda: pool.admission.limit)
         self._outstanding.labels(pool.name).set_function(lambda: pool.admission.outstanding)
         self._throughput.labels(pool.name).set_function(lambda: pool.admission.throughput)
+        self._budget.labels(pool.name).set(pool.admission.config.latency_budget_s)
         self.registry.register(_RoutingCollector(pool))
 
     def watch_metering(self, metering: OutboxMetering) -> None:
@@ -215,12 +287,13 @@ class _MeteringCollector(Collector):
 
 
 class _RoutingCollector(Collector):
-    """A pool's chunk attempts as counters: first sends, retries, hedges, hedges that won."""
+    """A pool's chunk attempts as counters (first sends, retries, hedges, hedges that won),
+    its ejections, and the state of each replica."""
 
     def __init__(self, pool: ReplicaPool) -> None:
         self._pool = pool
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         family = CounterMetricFamily(
             "headway_chunk_attempts",
             "Calls to replicas by kind: first (one per chunk), retry, hedge, hedge_won.",
@@ -233,3 +306,21 @@ class _RoutingCollector(Collector):
         family.add_metric([name, "hedge"], counts.hedges)
         family.add_metric([name, "hedge_won"], counts.hedges_won)
         yield family
+        ejections = CounterMetricFamily(
+            "headway_replica_ejections",
+            "Times a replica of the pool was ejected after repeated failures.",
+            labels=["pool"],
+        )
+        ejections.add_metric([name], counts.ejections)
+        yield ejections
+        states = GaugeMetricFamily(
+            "headway_replica_state",
+            "1 for each replica's state now (ready, unready: not answering /readyz, or "
+            "ejected: after repeated failures), 0 for the others.",
+            labels=["pool", "replica", "state"],
+        )
+        for replica in self._pool.replicas:
+            now = self._pool.state(replica)
+            for state in REPLICA_STATES:
+                states.add_metric([name, replica.url, state], 1 if state == now else 0)
+        yield states

@@ -38,8 +38,13 @@ after the quota (a cached text is charged and billed like a computed one) and
 before admission (a hit takes no permit); while the cache may answer a tenant, the
 precheck is skipped, since a full pool can still serve every text it has seen. A
 request the cache answered whole is not counted for the version's rollout analysis
-(it says nothing about the model). The stage the next features add has its place:
-a tracing span wraps each line.
+(it says nothing about the model).
+
+Every request is counted once more than the edge counts it, by route, tenant, tier,
+version and outcome (``GatewayMetrics.model_answered``): the RED metrics of a model.
+The stages are spans of the request's trace (``tracing.spans``): authenticate, parse,
+quota, cache, admit, dispatch (each chunk attempt its own CLIENT span beneath it) and
+the usage event; when the trace is not recorded each costs a context-variable read.
 
 Each stage is a function of its own module with small typed inputs, and gets only
 the parts of the gateway it uses (``PathParts``), never the whole service.
@@ -47,9 +52,11 @@ the parts of the gateway it uses (``PathParts``), never the whole service.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from headway.errors import HeadwayError
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.base import Endpoint, ModelRequest
 from headway.gateway.metrics import GatewayMetrics
@@ -69,7 +76,9 @@ from headway.gateway.stages.quota import QuotaCharge
 from headway.gateway.stages.resolve import Target, resolve
 from headway.gateway.stages.shadow import Shadows
 from headway.http.asgi import Request, Response
+from headway.http.edge import DISCONNECTED, INTERNAL_ERROR
 from headway.settings import GatewaySettings
+from headway.tracing.spans import span
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,30 +100,80 @@ class PathParts:
 async def serve(
     request: Request, endpoint: Endpoint, parts: PathParts, identify: Identify = by_key
 ) -> Response:
-    settings = parts.settings
+    """The request path (see the module docstring), counted once by its outcome."""
     started = parts.clock()
+    answer = Answer()
+    try:
+        response = await _serve(request, endpoint, parts, identify, started, answer)
+    except HeadwayError as exc:
+        answer.outcome = exc.type
+        raise
+    except asyncio.CancelledError:
+        answer.outcome = DISCONNECTED
+        raise
+    except Exception:
+        answer.outcome = INTERNAL_ERROR
+        raise
+    finally:
+        parts.metrics.model_answered(
+            endpoint.route,
+            answer.tenant,
+            answer.tier,
+            answer.version,
+            answer.outcome,
+            parts.clock() - started,
+        )
+    return response
+
+
+@dataclass(slots=True)
+class Answer:
+    """What the metrics say of a request, filled in as the stages learn it."""
+
+    tenant: str = "none"
+    tier: str = "none"
+    version: str = ""
+    outcome: str = "ok"
+
+
+async def _serve(
+    request: Request,
+    endpoint: Endpoint,
+    parts: PathParts,
+    identify: Identify,
+    started: float,
+    answer: Answer,
+) -> Response:
+    settings = parts.settings
     check_media_type(request.headers)
     snapshot = parts.snapshots.current
-    caller = identify(request, snapshot)
+    with span("authenticate"):
+        caller = identify(request, snapshot)
     tenant = caller.tenant
-    request.tenant = tenant.name
+    request.tenant = answer.tenant = tenant.name
+    answer.tier = tenant.tier
     timeouts = settings.interactive if tenant.tier == "interactive" else settings.batch
     deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
     ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
     if not parts.cache.serves(tenant.name):
         precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
     check_meter(parts.meter.sink)
-    work = endpoint.parse(request.body, settings.limits)
+    with span("parse"):
+        work = endpoint.parse(request.body, settings.limits)
     target = resolve(work.models, snapshot, parts.pools, tenant.name, work.user)
+    answer.version = target.record.version
     work.check(target.record)
     async with UsageMeter(parts.meter, ctx, caller, target, work.texts, started) as meter:
         async with QuotaCharge(parts.quota, ctx, work.texts):
-            cached = await parts.cache.look_up(work, tenant.name, target.record)
-            todo = cached.todo
+            with span("cache") as looked:
+                cached = await parts.cache.look_up(work, tenant.name, target.record)
+                todo = cached.todo
+                looked.set("headway.cache.misses", 0 if todo is None else todo.texts)
             computed = None if todo is None else await compute(todo, ctx, target, parts)
             merged = parts.cache.complete(cached, computed)
         parts.metrics.served(endpoint.route, tenant.name, work.texts)
-        await meter.served(merged, model_ran=computed is not None)
+        with span("usage_event"):
+            await meter.served(merged, model_ran=computed is not None)
     return work.respond(merged, ctx, target.record)
 
 
@@ -127,7 +186,8 @@ async def compute(
         primary = parts.shadows.start(todo, ctx, target)
         try:
             chunks = plan(todo, ctx, target.record.version, parts.settings.chunk_texts)
-            merged = merge(await dispatch(chunks, target.pool, ctx.deadline))
+            with span("dispatch", {"headway.chunks": len(chunks)}):
+                merged = merge(await dispatch(chunks, target.pool, ctx.deadline))
         except BaseException:
             if primary is not None:
                 primary.cancel()  # the copy has nothing to be compared with

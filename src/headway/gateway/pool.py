@@ -77,6 +77,7 @@ class RoutingCounts:
     retries: int = 0
     hedges: int = 0
     hedges_won: int = 0
+    ejections: int = 0
 
 
 @dataclass(slots=True)
@@ -219,6 +220,7 @@ class ReplicaPool:
             replica.health, now, self.routing.ejection, ejected_now, len(self.replicas)
         )
         if replica.health.ejected(now) and not was_ejected:
+            self.counts.ejections += 1
             log.warning(
                 "replica %s of pool %s ejected for %.1fs after repeated failures",
                 replica.url,

@@ -53,6 +53,8 @@ class Request:
     id: str = field(default_factory=new_request_id)
     tenant: str = ""
     """Who sent it, once authenticated: for the log line of a failure."""
+    route: str = ""
+    """The name of the route it matched, once the edge has matched it."""
     response_headers: dict[str, str] = field(default_factory=dict)
     """Sent with the answer whatever it is (the rate-limit headers, say)."""
     path_params: Mapping[str, str] = field(default_factory=lambda: NO_PARAMS)

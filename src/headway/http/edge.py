@@ -13,8 +13,15 @@ outside all else. In order, for each request:
    one), anything else into a bare 500 ``internal_error`` and one log line with the
    request id and traceback, never the exception's text to the client (it may quote
    the input);
-6. add the request id and the headers the handler set for every answer;
-7. report it to the ``AnswerObserver``: route name, status, seconds, error type.
+6. add the request id, the trace (``traceresponse``) and the headers the handler set for
+   every answer;
+7. report it to the ``AnswerObserver``: route name, status, seconds, error type; and, where
+   access logging is on, one log line of it.
+
+All of it runs inside the request's SERVER span (``tracing.spans``): named ``{method}
+{route template}`` once the route is known, with the stable HTTP semantic conventions,
+continuing the caller's ``traceparent``; and with the request as the log context, so
+every line logged while serving it carries its id, route, tenant and trace id.
 
 A client that disconnected gets nothing (nobody is listening) but is still
 reported, with status 499 (nginx's "client closed request").
@@ -37,8 +44,12 @@ from headway.http.asgi import (
     unless_disconnected,
 )
 from headway.http.router import UNMATCHED, Router
+from headway.logs import ACCESS_LOGGER, serving
+from headway.tracing.spans import Remote, Span, Tracer, http_server_attributes
+from headway.tracing.traceparent import format_traceparent
 
 log = logging.getLogger(__name__)
+access = logging.getLogger(ACCESS_LOGGER)
 
 CLIENT_CLOSED = 499
 INTERNAL_ERROR = "internal_error"
@@ -62,24 +73,46 @@ class Edge:
         *,
         max_body_bytes: int,
         observer: AnswerObserver | None = None,
+        tracer: Tracer | None = None,
+        access_log: bool = False,
     ) -> None:
         self.router = router
         self._max_body_bytes = max_body_bytes
         self._observer = observer or NoObserver()
+        self._tracer = tracer or Tracer()
+        self._access_log = access_log
 
     async def __call__(self, request: Request) -> Response:
         started = time.perf_counter()
+        method = request.method
+        attributes = (
+            http_server_attributes(method, request.path, request.scope, request.headers)
+            if self._tracer.enabled
+            else None
+        )
+        trace = self._tracer.server(request.headers.get("traceparent"), method, attributes)
+        logged = serving.set(request)
+        try:
+            with trace:
+                response = await self._answer(request, trace, started)
+        finally:
+            serving.reset(logged)
+        return response
+
+    async def _answer(self, request: Request, trace: Span | Remote, started: float) -> Response:
         route = UNMATCHED
         error: str | None = None
         try:
             matched, request.path_params = self.router.match(request.method, request.path)
-            route = matched.name
+            route = request.route = matched.name
+            if trace.recording:
+                assert isinstance(trace, Span)
+                trace.name = f"{request.method} {matched.path}"
+                trace.set("http.route", matched.path)
             request.body = await read_body(request, matched.max_body_bytes or self._max_body_bytes)
             response = await unless_disconnected(matched.handler(request), request.receive)
         except ClientDisconnected:
-            self._observer.answered(
-                route, CLIENT_CLOSED, time.perf_counter() - started, DISCONNECTED
-            )
+            self._answered(request, trace, route, CLIENT_CLOSED, started, DISCONNECTED)
             raise
         except HeadwayError as exc:
             if route == UNMATCHED:
@@ -87,27 +120,63 @@ class Edge:
             error = exc.type
             if exc.status >= 500 and not exc.quiet:
                 log.warning(
-                    "%s failed: %s (%s) request_id=%s tenant=%s",
+                    "%s failed: %s (%s) tenant=%s",
                     route,
                     exc.type,
                     exc.message,
-                    request.id,
                     request.tenant or "-",
                 )
             response = error_response(exc)
         except Exception:
             error = INTERNAL_ERROR
             log.exception(
-                "unhandled error on %s %s request_id=%s tenant=%s",
-                request.method,
-                route,
-                request.id,
-                request.tenant or "-",
+                "unhandled error on %s %s tenant=%s", request.method, route, request.tenant or "-"
             )
             response = json_response(
                 {"error": {"type": INTERNAL_ERROR, "message": "internal error"}}, 500
             )
         response.headers.update(request.response_headers)
         response.headers["x-request-id"] = request.id
-        self._observer.answered(route, response.status, time.perf_counter() - started, error)
+        response.headers["traceresponse"] = traceresponse(trace)
+        self._answered(request, trace, route, response.status, started, error)
         return response
+
+    def _answered(
+        self,
+        request: Request,
+        trace: Span | Remote,
+        route: str,
+        status: int,
+        started: float,
+        error: str | None,
+    ) -> None:
+        seconds = time.perf_counter() - started
+        self._observer.answered(route, status, seconds, error)
+        if trace.recording:
+            trace.set("http.response.status_code", status)
+            if error is not None:
+                trace.set("headway.error.type", error)
+                if status >= 500:
+                    trace.set("error.type", str(status))
+                    trace.fail(error)
+            if request.tenant:
+                trace.set("headway.tenant", request.tenant)
+            trace.set("headway.request_id", request.id)
+        if self._access_log:
+            access.info(
+                "%s %s %d",
+                request.method,
+                route,
+                status,
+                extra={
+                    "method": request.method,
+                    "status": status,
+                    "outcome": error or "ok",
+                    "seconds": round(seconds, 6),
+                },
+            )
+
+
+def traceresponse(trace: Span | Remote) -> str:
+    """W3C Trace Context's answer header: the trace and this server's span in it."""
+    return format_traceparent(trace.trace_id, trace.span_id, trace.sampled)

@@ -26,11 +26,14 @@ class AsgiTransport:
             raise ConnectFailed(f"connection refused: {request.base_url}")
         self.calls.append((request.base_url, request.path))
         content_type = request.content_type.encode()
+        sent_headers = [(b"content-type", content_type)] if content_type else []
+        if request.traceparent is not None:
+            sent_headers.append((b"traceparent", request.traceparent.encode()))
         scope = {
             "type": "http",
             "method": request.method,
             "path": request.path,
-            "headers": [(b"content-type", content_type)] if content_type else [],
+            "headers": sent_headers,
         }
         sent: list[Message] = []
         delivered = False

@@ -34,6 +34,8 @@ class UpstreamRequest:
     timeout_s: float
     body: bytes = b""
     content_type: str = ""
+    traceparent: str | None = None
+    """W3C ``traceparent`` to send: the caller's span in the request's trace."""
 
     @property
     def url(self) -> str:

@@ -30,7 +30,9 @@ class AiohttpTransport:
         return self._session
 
     async def send(self, request: UpstreamRequest) -> Reply:
-        headers = {"content-type": request.content_type} if request.content_type else None
+        headers = {"content-type": request.content_type} if request.content_type else {}
+        if request.traceparent is not None:
+            headers["traceparent"] = request.traceparent
         what = f"{request.method} {request.url}"
         try:
             async with self._client().request(

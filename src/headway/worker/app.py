@@ -42,6 +42,9 @@ from headway.http.asgi import App, Handler, Request, Response, json_response
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
+from headway.tracing.setup import ProcessTracing
+from headway.tracing.spans import record, span, wall_ns
+from headway.tracing.spans import recording as tracing_on
 from headway.worker.backends.base import Encoded
 from headway.worker.batcher import (
     Batcher,
@@ -211,23 +214,60 @@ class WorkerService:
         backend = held.model.backend
         if backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
-        encoded = backend.encode_texts(chunk.texts)
+        started = time.perf_counter()
+        with span("tokenize", {"headway.texts": len(chunk.texts)}):
+            encoded = backend.encode_texts(chunk.texts)
+        tokenize_s = time.perf_counter() - started
         timing = RunTiming()
         values = await self._run(held.batcher, encoded, chunk, timing)
+        self._timed(tokenize_s, timing)
         return self._result(held.model, values, encoded, timing, per_row=True)
 
     async def score(self, chunk: wire.ScoreChunk) -> wire.ChunkResult:
         held = self._accept(chunk)
         backend = held.model.backend
         timing = RunTiming()
+        started = time.perf_counter()
+        with span("tokenize", {"headway.texts": len(chunk.documents) + 1}):
+            if backend.kind == "cross-encoder":
+                encoded = backend.encode_pairs(chunk.query, chunk.documents)
+            else:
+                encoded = backend.encode_texts([chunk.query, *chunk.documents])
+        tokenize_s = time.perf_counter() - started
         if backend.kind == "cross-encoder":
-            encoded = backend.encode_pairs(chunk.query, chunk.documents)
             scores = await self._run(held.batcher, encoded, chunk, timing)
         else:
-            encoded = backend.encode_texts([chunk.query, *chunk.documents])
             rows = await self._run(held.batcher, encoded, chunk, timing)
             scores = cosine_scores(rows[0], rows[1:])
+        self._timed(tokenize_s, timing)
         return self._result(held.model, scores, encoded, timing)
+
+    def _timed(self, tokenize_s: float, timing: RunTiming) -> None:
+        """The chunk's durations as metrics, and as spans of its trace where recorded: the
+        queue wait, the batch that served it (size, tokens computed, model calls) and,
+        within it, the model's run."""
+        self.metrics.chunk_timed(tokenize_s, timing.queue_s)
+        batch = timing.batch
+        if batch is None or not tracing_on():
+            return
+        now = self._clock()
+        queued, started, finished = (
+            wall_ns(at, now) for at in (timing.queued_at, timing.started_at, timing.finished_at)
+        )
+        record("queue", queued, started)
+        batch_span = record(
+            "batch",
+            started,
+            finished,
+            {
+                "headway.batch.texts": batch.texts,
+                "headway.batch.tokens": batch.tokens,
+                "headway.batch.padded_tokens": batch.padded_tokens,
+                "headway.batch.model_calls": batch.calls,
+            },
+        )
+        if batch_span is not None:
+            record("model.run", finished - int(batch.seconds * 1e9), finished, parent=batch_span)
 
     async def _run(
         self, batcher: Batcher, encoded: list[Encoded], chunk: wire.Chunk, timing: RunTiming
@@ -276,7 +316,12 @@ def cosine_scores(query: Values, documents: Values) -> Values:
     return ((documents @ query + 1.0) / 2.0).astype(np.float32)
 
 
-def build_worker_app(service: WorkerService) -> App:
+def build_worker_app(
+    service: WorkerService, tracing: ProcessTracing | None = None, *, access_log: bool = False
+) -> App:
+    """``tracing``: the process's (None: spans not recorded, traces passed on)."""
+    tracing = tracing or ProcessTracing()
+
     async def embed(request: Request) -> Response:
         chunk = _decode(wire.embed_decoder, request.body)
         return _msgpack(await service.embed(chunk))
@@ -322,8 +367,14 @@ def build_worker_app(service: WorkerService) -> App:
             Route("GET", "/metrics", "metrics", metrics),
         ]
     )
-    edge = Edge(router, max_body_bytes=16 << 20, observer=service.metrics)
-    return App(edge, on_startup=[service.start], on_shutdown=[service.stop])
+    edge = Edge(
+        router,
+        max_body_bytes=16 << 20,
+        observer=service.metrics,
+        tracer=tracing.tracer,
+        access_log=access_log,
+    )
+    return App(edge, on_startup=[service.start], on_shutdown=[service.stop, tracing.close])
 
 
 def _decode(decoder: msgspec.msgpack.Decoder[T], body: bytes) -> T:

@@ -48,13 +48,13 @@ class QueueFull:
 
 
 class BatchObserver(Protocol):
-    def batch_done(self, texts: int, calls: int, padded_tokens: int, seconds: float) -> None: ...
+    def batch_done(self, batch: BatchRun) -> None: ...
     def dropped(self, reason: str, texts: int) -> None: ...
     def queue_depth(self, texts: int) -> None: ...
 
 
 class NoObserver:
-    def batch_done(self, texts: int, calls: int, padded_tokens: int, seconds: float) -> None:
+    def batch_done(self, batch: BatchRun) -> None:
         pass
 
     def dropped(self, reason: str, texts: int) -> None:
@@ -64,13 +64,32 @@ class NoObserver:
         pass
 
 
+@dataclass(frozen=True, slots=True)
+class BatchRun:
+    """One batch the model ran: its texts, their real tokens, the model calls it was split
+    into by length, the tokens computed (padding included) and the calls' seconds."""
+
+    texts: int
+    tokens: int
+    calls: int
+    padded_tokens: int
+    seconds: float
+
+    @property
+    def padding_ratio(self) -> float:
+        """The share of the computed tokens that were padding."""
+        return 1.0 - self.tokens / self.padded_tokens if self.padded_tokens else 0.0
+
+
 @dataclass(slots=True)
 class RunTiming:
-    """When a chunk was queued, and when the batch that served it ran (batcher's clock)."""
+    """When a chunk was queued, and when the batch that served it ran (batcher's clock);
+    ``batch``: that batch (its last, for a chunk run in pieces)."""
 
     queued_at: float = 0.0
     started_at: float = 0.0
     finished_at: float = 0.0
+    batch: BatchRun | None = None
 
     @property
     def queue_s(self) -> float:
@@ -189,7 +208,7 @@ class Batcher:
     async def run_now(self, encoded: Sequence[Encoded]) -> Values:
         """Run one batch directly on the inference thread (warm-up); times it."""
         started = self._clock()
-        values = await asyncio.get_running_loop().run_in_executor(
+        values, _ = await asyncio.get_running_loop().run_in_executor(
             self._executor, self._compute, list(encoded)
         )
         self.service_time.observe(self._clock() - started)
@@ -236,7 +255,7 @@ class Batcher:
             self._running_texts = len(encoded)
             started = self._clock()
             try:
-                values = await loop.run_in_executor(self._executor, self._compute, encoded)
+                values, batch = await loop.run_in_executor(self._executor, self._compute, encoded)
             except asyncio.CancelledError:
                 _fail((p.job for p in pieces), DeadlineMissed("worker is shutting down"))
                 raise
@@ -256,6 +275,7 @@ class Batcher:
                     if piece.start == 0:
                         job.timing.started_at = started
                     job.timing.finished_at = finished
+                    job.timing.batch = batch
                 if piece.stop < len(job.encoded):
                     job.done.append(rows)  # more pieces to come
                 elif not job.future.done():
@@ -331,7 +351,7 @@ class Batcher:
             return False
         return True
 
-    def _compute(self, encoded: list[Encoded]) -> Values:
+    def _compute(self, encoded: list[Encoded]) -> tuple[Values, BatchRun]:
         """On the inference thread: split by length into model calls, reassemble in order."""
         lengths = [item.n_tokens for item in encoded]
         runs = plan_runs(lengths, self._limits.max_batch_tokens, self._backend.call_overhead_tokens)
@@ -344,8 +364,11 @@ class Batcher:
             out[run] = values
         assert out is not None
         seconds = time.perf_counter() - started
-        self._observer.batch_done(len(encoded), len(runs), padded_tokens(lengths, runs), seconds)
-        return out
+        batch = BatchRun(
+            len(encoded), sum(lengths), len(runs), padded_tokens(lengths, runs), seconds
+        )
+        self._observer.batch_done(batch)
+        return out, batch
 
 
 def _fail(jobs: Iterable[_Job], exc: BaseException) -> None:

@@ -9,6 +9,7 @@ from headway.registry.model import Actor
 from headway.registry.open import open_registry
 from headway.registry.store import RegistryStore
 from headway.settings import Settings
+from headway.tracing.setup import process_tracing
 from headway.worker.app import WorkerService, build_worker_app
 from headway.worker.backends.base import Backend
 from headway.worker.batcher import BatchLimits
@@ -71,11 +72,14 @@ def build_worker(settings: Settings) -> tuple[App, WorkerService]:
         max_wait_s=worker.max_wait_ms / 1000,
         max_queue_texts=worker.max_queue_texts,
     )
+    metrics = WorkerMetrics(worker.pool)
+    observability = settings.observability
+    tracing = process_tracing(observability.tracing, f"worker-{worker.pool}", metrics.registry)
     service = WorkerService(
         worker.pool,
         model_source(settings),
         limits,
         registry_poll_s=worker.registry_poll_s,
-        metrics=WorkerMetrics(worker.pool),
+        metrics=metrics,
     )
-    return build_worker_app(service), service
+    return build_worker_app(service, tracing, access_log=observability.logging.access), service

@@ -5,6 +5,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from headway.metrics import LATENCY_BUCKETS
+from headway.worker.batcher import BatchRun
+
+TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+FAST_BUCKETS = (0.0001, 0.00025, 0.0005, *LATENCY_BUCKETS)
 
 
 class WorkerMetrics:
@@ -29,6 +34,12 @@ class WorkerMetrics:
             ["pool"],
             registry=self.registry,
         ).labels(**labels)
+        self._tokens = Counter(
+            "headway_worker_tokens_total",
+            "Real tokens run through the model (padding not included).",
+            ["pool"],
+            registry=self.registry,
+        ).labels(**labels)
         self._padded = Counter(
             "headway_worker_padded_tokens_total",
             "Tokens computed, padding included.",
@@ -42,9 +53,37 @@ class WorkerMetrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
             registry=self.registry,
         ).labels(**labels)
+        self._batch_tokens = Histogram(
+            "headway_worker_batch_tokens",
+            "Tokens computed per batch, padding included.",
+            ["pool"],
+            buckets=TOKEN_BUCKETS,
+            registry=self.registry,
+        ).labels(**labels)
+        self._padding = Histogram(
+            "headway_worker_padding_ratio",
+            "Share of a batch's computed tokens that were padding.",
+            ["pool"],
+            buckets=RATIO_BUCKETS,
+            registry=self.registry,
+        ).labels(**labels)
+        self._queue_seconds = Histogram(
+            "headway_worker_queue_seconds",
+            "Time a chunk waited in the queue before its batch ran.",
+            ["pool"],
+            buckets=FAST_BUCKETS,
+            registry=self.registry,
+        ).labels(**labels)
+        self._tokenize_seconds = Histogram(
+            "headway_worker_tokenize_seconds",
+            "Time to tokenize a chunk.",
+            ["pool"],
+            buckets=FAST_BUCKETS,
+            registry=self.registry,
+        ).labels(**labels)
         self._batch_seconds = Histogram(
             "headway_worker_batch_seconds",
-            "Inference time per batch.",
+            "Inference time per batch (the model calls).",
             ["pool"],
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
@@ -57,11 +96,18 @@ class WorkerMetrics:
         )
         self._pool = pool
 
-    def batch_done(self, texts: int, calls: int, padded_tokens: int, seconds: float) -> None:
-        self._texts.inc(texts)
-        self._padded.inc(padded_tokens)
-        self._batch_texts.observe(texts)
-        self._batch_seconds.observe(seconds)
+    def batch_done(self, batch: BatchRun) -> None:
+        self._texts.inc(batch.texts)
+        self._tokens.inc(batch.tokens)
+        self._padded.inc(batch.padded_tokens)
+        self._batch_texts.observe(batch.texts)
+        self._batch_tokens.observe(batch.padded_tokens)
+        self._padding.observe(batch.padding_ratio)
+        self._batch_seconds.observe(batch.seconds)
+
+    def chunk_timed(self, tokenize_s: float, queue_s: float) -> None:
+        self._tokenize_seconds.observe(tokenize_s)
+        self._queue_seconds.observe(queue_s)
 
     def dropped(self, reason: str, texts: int) -> None:
         self._dropped.labels(pool=self._pool, reason=reason).inc(texts)

@@ -19,6 +19,7 @@ from headway.gateway.admission.controller import Refusal
 from headway.gateway.context import RequestContext
 from headway.gateway.pool import ReplicaPool
 from headway.registry.model import Tier
+from headway.tracing.spans import span
 
 Shed = Callable[[str, str], None]
 """Counts a refusal: ``shed(pool, reason)``."""
@@ -44,9 +45,10 @@ class AdmissionPermit:
 
     def __enter__(self) -> None:
         tenant = self._ctx.tenant
-        outcome = self._pool.admission.try_admit(tenant.name, tenant.tier, self._texts)
-        if isinstance(outcome, Refusal):
-            raise _overloaded(self._pool, outcome, self._shed)
+        with span("admit", {"headway.pool": self._pool.name, "headway.texts": self._texts}):
+            outcome = self._pool.admission.try_admit(tenant.name, tenant.tier, self._texts)
+            if isinstance(outcome, Refusal):
+                raise _overloaded(self._pool, outcome, self._shed)
         self._permit = outcome
 
     def __exit__(

@@ -36,6 +36,7 @@ from headway.errors import (
 from headway.gateway.context import Deadline
 from headway.gateway.pool import Replica, ReplicaPool, Spread
 from headway.gateway.stages.plan import Chunk
+from headway.tracing.spans import Attributes, SpanKind, current_traceparent, span
 from headway.transport.base import (
     ConnectFailed,
     Reply,
@@ -80,7 +81,7 @@ async def send_chunk(
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
     send = _Attempt(pool, chunk, deadline)
     loop = asyncio.get_running_loop()
-    running = {send.start(first): first}
+    running = {send.start(first, "first"): first}
     hedge_after_s = pool.hedge_after_s()
     hedge_at = None if hedge_after_s is None else loop.time() + hedge_after_s
     spare = True  # the one extra attempt, not yet spent
@@ -98,7 +99,7 @@ async def send_chunk(
                 if other is not None and pool.retry_budget.try_retry():
                     spare = False
                     pool.counts.hedges += 1
-                    hedge = send.start(other)
+                    hedge = send.start(other, "hedge")
                     running[hedge] = other
                 continue
             task = done.pop()
@@ -113,7 +114,7 @@ async def send_chunk(
                     raise failed.error from None
                 spare, hedge_at = False, None
                 pool.counts.retries += 1
-                running[send.start(retry)] = retry
+                running[send.start(retry, "retry")] = retry
                 continue
             if task is hedge:
                 pool.counts.hedges_won += 1
@@ -130,7 +131,7 @@ async def send_once(chunk: Chunk, pool: ReplicaPool, deadline: Deadline) -> wire
     if replica is None:
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
     try:
-        return await _Attempt(pool, chunk, deadline, observe=False).start(replica)
+        return await _Attempt(pool, chunk, deadline, observe=False).start(replica, "shadow")
     except _Retryable as failed:
         raise failed.error from None
 
@@ -165,16 +166,32 @@ class _Attempt:
     observe: bool = True
     """Feed the pool's latency and ejection records (not for a shadow copy)."""
 
-    def start(self, replica: Replica) -> asyncio.Task[wire.ChunkResult]:
+    def start(self, replica: Replica, kind: str) -> asyncio.Task[wire.ChunkResult]:
         """Counted as the replica's outstanding work at once, so that the next pick (the
-        request's next chunk, say) sees it, and until the call ends, however it ends."""
+        request's next chunk, say) sees it, and until the call ends, however it ends.
+        ``kind``: first, retry, hedge or shadow (the attempt's span says which)."""
         texts = self.chunk.texts
         replica.outstanding_texts += texts
-        task = asyncio.get_running_loop().create_task(self._send(replica))
+        task = asyncio.get_running_loop().create_task(self._traced(replica, kind))
         task.add_done_callback(lambda _: _release(replica, texts))
         return task
 
-    async def _send(self, replica: Replica) -> wire.ChunkResult:
+    async def _traced(self, replica: Replica, kind: str) -> wire.ChunkResult:
+        """The attempt as a CLIENT span of the request's trace (semantic conventions of an
+        HTTP client call), whose id the worker gets as its parent."""
+        path = self.chunk.message.path
+        attributes: Attributes = {
+            "http.request.method": "POST",
+            "url.full": replica.url + path,
+            "headway.attempt": kind,
+            "headway.chunk.texts": self.chunk.texts,
+        }
+        with span(f"POST {path}", attributes, SpanKind.CLIENT) as attempt:
+            result = await self._send(replica, current_traceparent())
+            attempt.set("http.response.status_code", 200)
+            return result
+
+    async def _send(self, replica: Replica, traceparent: str | None) -> wire.ChunkResult:
         remaining_s = self.deadline.remaining_s()
         if remaining_s <= 0:
             raise DeadlineExceeded("deadline passed before the work was sent")
@@ -187,6 +204,7 @@ class _Attempt:
             remaining_s,
             wire.with_budget(message, remaining_s * 1000),
             wire.CONTENT_TYPE,
+            traceparent,
         )
         started = pool.clock()
         try:

@@ -17,6 +17,7 @@ from types import TracebackType
 from headway.errors import HeadwayError, QuotaExceeded
 from headway.gateway.context import RequestContext
 from headway.gateway.quota.store import Quota, QuotaStore
+from headway.tracing.spans import span
 
 
 class QuotaCharge:
@@ -36,7 +37,9 @@ class QuotaCharge:
     async def __aenter__(self) -> None:
         if self._store is None:
             return
-        taken = await self._store.take(self._quota, self._texts)
+        with span("quota", {"headway.texts": self._texts}) as charged:
+            taken = await self._store.take(self._quota, self._texts)
+            charged.set("headway.quota.granted", taken.granted)
         self._ctx.response_headers.update(
             {
                 "x-ratelimit-limit": f"{taken.limit:g}",
