@@ -100,6 +100,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=_files_batches_results(SQLITE),
         postgres=_files_batches_results(POSTGRES),
     ),
+    Migration(
+        2,
+        "the trace each batch was created in",
+        sqlite=("ALTER TABLE batches ADD COLUMN traceparent TEXT NOT NULL DEFAULT ''",),
+        postgres=("ALTER TABLE batches ADD COLUMN traceparent TEXT NOT NULL DEFAULT ''",),
+    ),
 )
 
 _CREATE_RECORD = (

@@ -134,6 +134,8 @@ class Batch:
     expired_at: int | None = None
     cancelling_at: int | None = None
     cancelled_at: int | None = None
+    traceparent: str = ""
+    """The W3C trace of the request that created it: each line's request continues it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ BATCH_COLUMNS = ", ".join(
         "created_at, expires_at, metadata, errors, total, completed, failed",
         "output_file_id, error_file_id",
         *_STAMPS,
+        "traceparent",
     )
 )
 _IN_CHUNK = 500
@@ -417,6 +418,7 @@ def _batch_row(tx: Tx, batch: Batch) -> tuple[Any, ...]:
         batch.output_file_id,
         batch.error_file_id,
         *(getattr(batch, stamp) for stamp in _STAMPS),
+        batch.traceparent,
     )
 
 
@@ -438,7 +440,8 @@ def _batch_of(tx: Tx, row: Row) -> Batch:
         errors=tuple(LineError(**error) for error in tx.parsed(errors)),
         output_file_id=output_file_id,
         error_file_id=error_file_id,
-        **dict(zip(_STAMPS, row[16:], strict=True)),
+        **dict(zip(_STAMPS, row[16:-1], strict=True)),
+        traceparent=row[-1],
     )
 
 

@@ -76,7 +76,9 @@ class HttpSubmitter:
 
 
 def line_headers(batch: Batch, line: int, token: str, timeout_ms: int) -> dict[str, str]:
-    return {
+    """A line's request: on the batch's tenant and key, with the line's own request id, in
+    the trace of the request that created the batch."""
+    headers = {
         "authorization": f"Bearer {token}",
         "content-type": "application/json",
         "x-timeout-ms": str(timeout_ms),
@@ -84,6 +86,9 @@ def line_headers(batch: Batch, line: int, token: str, timeout_ms: int) -> dict[s
         "x-headway-key-id": batch.key_id,
         "x-headway-request-id": line_request_id(batch.id, line),
     }
+    if batch.traceparent:
+        headers["traceparent"] = batch.traceparent
+    return headers
 
 
 def retry_after_s(value: str | None) -> float | None:

@@ -53,6 +53,9 @@ class UsageEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     at: float
     """Unix time (seconds) the gateway finished the request; its hour is the ledger's."""
     schema: int = SCHEMA_VERSION
+    trace_id: str = ""
+    """The W3C trace id (hex) of the request: a ledger row leads to the request's trace.
+    Consumers must be upgraded before gateways (events are decoded strictly)."""
 
     @property
     def hour(self) -> int:

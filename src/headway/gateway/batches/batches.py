@@ -30,6 +30,7 @@ from headway.gateway.stages.authenticate import by_key
 from headway.gateway.stages.parse import decode
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
+from headway.tracing.spans import current_traceparent
 
 COMPLETION_WINDOW_S = {"24h": 86400}
 MAX_LISTED = 100
@@ -108,6 +109,7 @@ def create(parts: BatchParts) -> Handler:
             created_at=now,
             expires_at=now + COMPLETION_WINDOW_S[body.completion_window],
             metadata=dict(body.metadata or {}),
+            traceparent=current_traceparent() or "",
         )
         await off_loop(parts.store.add_batch, batch)
         return json_response(schemas.batch_of(batch))

@@ -37,6 +37,7 @@ from headway.gateway.stages.merge import Merged
 from headway.gateway.stages.resolve import Target
 from headway.metering.event import Endpoint, UsageEvent
 from headway.metering.sink import UsageSink
+from headway.tracing.spans import current_trace_id
 
 log = logging.getLogger(__name__)
 
@@ -139,4 +140,5 @@ class UsageMeter:
             total_s=parts.clock() - self._started,
             gateway_id=parts.gateway_id,
             at=parts.wall_clock(),
+            trace_id=current_trace_id(),
         )
