@@ -28,6 +28,7 @@ from headway.http.router import Route, Router
 from headway.metering.sink import Metering
 from headway.registry.sqlite import Registry
 from headway.settings import BatchSettings, GatewaySettings, LimitsSettings, SyntheticSettings
+from headway.tracing.setup import ProcessTracing
 from headway.transport.asgi import AsgiTransport
 from headway.worker.app import WorkerService, build_worker_app
 from headway.worker.backends.synthetic import SyntheticBackend
@@ -86,12 +87,13 @@ async def make_stack(
     cache: ResultsCache | None = None,
     batches: BatchSettings | None = None,
     batch_store: BatchStore | None = None,
+    tracing: ProcessTracing | None = None,
     **gateway: Any,
 ) -> Stack:
     """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
     (registered without an alias). ``cache``: the results cache (default: none);
     ``batches``: serve the Batch API with these settings, stores in ``tmp_path`` (or
-    ``batch_store``)."""
+    ``batch_store``); ``tracing``: the gateway's and the workers' (default: off)."""
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
@@ -103,7 +105,7 @@ async def make_stack(
         workers[url] = WorkerService(
             "embed", FixedSource(synthetic_loader(sleep, seed)), limits or BatchLimits()
         )
-        worker_apps[url] = build_worker_app(workers[url])
+        worker_apps[url] = build_worker_app(workers[url], tracing)
         await worker_apps[url].startup()
     transport = AsgiTransport(worker_apps)
     service = GatewayService(
@@ -126,7 +128,7 @@ async def make_stack(
             service.snapshots,
             time.time,
         )
-    gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS), batch_parts)
+    gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS), batch_parts, tracing)
     await gateway_app.startup()
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway"

@@ -20,7 +20,7 @@ outside all else. In order, for each request:
 
 All of it runs inside the request's SERVER span (``tracing.spans``): named ``{method}
 {route template}`` once the route is known, with the stable HTTP semantic conventions,
-continuing the caller's ``traceparent``; and with the request as the log context, so
+continuing the caller's ``traceparent`` (probes, ``PROBES``, are never recorded); and with the request as the log context, so
 every line logged while serving it carries its id, route, tenant and trace id.
 
 A client that disconnected gets nothing (nobody is listening) but is still
@@ -66,6 +66,10 @@ class NoObserver:
         pass
 
 
+PROBES = frozenset(("/healthz", "/readyz", "/metrics"))
+"""Paths polled by machines every second or so: never recorded as traces."""
+
+
 class Edge:
     def __init__(
         self,
@@ -80,17 +84,19 @@ class Edge:
         self._max_body_bytes = max_body_bytes
         self._observer = observer or NoObserver()
         self._tracer = tracer or Tracer()
+        self._untraced = Tracer()
         self._access_log = access_log
 
     async def __call__(self, request: Request) -> Response:
         started = time.perf_counter()
-        method = request.method
+        method, path = request.method, request.path
+        tracer = self._untraced if path in PROBES else self._tracer
         attributes = (
-            http_server_attributes(method, request.path, request.scope, request.headers)
-            if self._tracer.enabled
+            http_server_attributes(method, path, request.scope, request.headers)
+            if tracer.enabled
             else None
         )
-        trace = self._tracer.server(request.headers.get("traceparent"), method, attributes)
+        trace = tracer.server(request.headers.get("traceparent"), method, attributes)
         logged = serving.set(request)
         try:
             with trace:

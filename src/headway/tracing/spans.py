@@ -35,7 +35,7 @@ from enum import IntEnum
 from types import TracebackType
 from typing import Protocol
 
-from headway.tracing.traceparent import TraceParent, format_traceparent, parse, trace_hex
+from headway.tracing.traceparent import format_traceparent, parse, trace_hex
 
 AttributeValue = str | int | float | bool
 Attributes = dict[str, AttributeValue]
@@ -195,15 +195,14 @@ class Tracer:
     ) -> Span | Remote:
         """The span of a request that arrived with ``traceparent`` (None: absent)."""
         incoming = parse(traceparent)
-        if self.sink is None:
-            return self._remote(incoming, sampled=False)
+        if incoming is not None and (self.sink is None or not incoming.sampled):
+            return Remote(*incoming)  # passed on as it came
         if incoming is not None:
-            sampled, trace_id, parent_id = incoming.sampled, incoming.trace_id, incoming.span_id
+            trace_id, parent_id = incoming.trace_id, incoming.span_id
         else:
-            trace_id = self._new_trace_id()
-            sampled, parent_id = (trace_id & (_RATIO_BITS - 1)) < self._threshold, 0
-        if not sampled:
-            return self._remote(incoming, sampled=False, trace_id=trace_id)
+            trace_id, parent_id = self._bits(128) or 1, 0
+            if self.sink is None or (trace_id & (_RATIO_BITS - 1)) >= self._threshold:
+                return Remote(trace_id, self._bits(64) or 1, sampled=False)
         return Span(
             self,
             trace_id,
@@ -226,14 +225,6 @@ class Tracer:
             time.time_ns(),
             attributes if attributes is not None else {},
         )
-
-    def _remote(self, incoming: TraceParent | None, *, sampled: bool, trace_id: int = 0) -> Remote:
-        if incoming is not None:
-            return Remote(incoming.trace_id, incoming.span_id, incoming.sampled and sampled)
-        return Remote(trace_id or self._new_trace_id(), self._bits(64) or 1, sampled)
-
-    def _new_trace_id(self) -> int:
-        return self._bits(128) or 1
 
 
 def span(
@@ -306,7 +297,8 @@ def http_server_attributes(
     server = scope.get("server")
     if isinstance(server, tuple | list) and len(server) == 2:
         attributes["server.address"] = str(server[0])
-        attributes["server.port"] = int(server[1])
+        if isinstance(server[1], int):
+            attributes["server.port"] = server[1]
     client = scope.get("client")
     if isinstance(client, tuple | list) and len(client) == 2:
         attributes["client.address"] = str(client[0])

@@ -1,0 +1,19 @@
+"""The fake beside the span sink: ended spans kept in a list, for tests."""
+
+from __future__ import annotations
+
+from headway.tracing.spans import Span
+
+
+class MemorySink:
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+
+    def add(self, span: Span) -> None:
+        self.spans.append(span)
+
+    def named(self, name: str) -> list[Span]:
+        return [span for span in self.spans if span.name == name]
+
+    def children_of(self, parent: Span) -> list[Span]:
+        return [span for span in self.spans if span.parent_id == parent.span_id]

@@ -1,0 +1,51 @@
+"""The export is OTLP/JSON: it parses into the OTLP protobuf ExportTraceServiceRequest.
+
+OTLP/JSON writes trace and span ids in hex, where protobuf's own JSON mapping has
+base64 for bytes (the one difference the OTLP spec makes): the test turns the ids into
+base64 for protobuf's parser, as a collector's OTLP/JSON decoder does.
+"""
+
+import base64
+
+import msgspec
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from headway.tracing.memory import MemorySink
+from headway.tracing.otlp import _attributes, export_request
+from headway.tracing.spans import SpanKind, Tracer, span
+
+INCOMING = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_spans_encode_as_an_export_request_with_ids_kinds_status_and_typed_attributes():
+    sink = MemorySink()
+    server = Tracer(sink).server(INCOMING, "POST /v1/embeddings", {"http.route": "/v1/embeddings"})
+    with server:  # noqa: SIM117 - the child is made inside its parent's block
+        with span("POST /internal/embed", {"headway.chunk.texts": 3}, SpanKind.CLIENT) as call:
+            call.set("headway.cache.hit", False)
+            call.set("headway.share", 0.5)
+            call.fail("upstream_error")
+    request = export_request(_attributes({"service.name": "headway-gateway"}), sink.spans)
+    encoded = msgspec.json.decode(msgspec.json.encode(request))
+    spans = encoded["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert spans[1]["traceId"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    for each in spans:
+        for field in ("traceId", "spanId", "parentSpanId"):
+            if field in each:
+                each[field] = base64.b64encode(bytes.fromhex(each[field])).decode()
+    parsed = json_format.ParseDict(encoded, ExportTraceServiceRequest())
+    (resource,) = parsed.resource_spans
+    assert resource.resource.attributes[0].value.string_value == "headway-gateway"
+    client, server = resource.scope_spans[0].spans
+    assert server.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert server.parent_span_id.hex() == "00f067aa0ba902b7"
+    assert client.parent_span_id == server.span_id
+    assert server.kind == 2 and client.kind == 3  # SERVER, CLIENT
+    assert client.status.code == 2 and client.status.message == "upstream_error"
+    assert server.status.code == 0
+    values = {a.key: a.value for a in client.attributes}
+    assert values["headway.chunk.texts"].int_value == 3
+    assert values["headway.cache.hit"].bool_value is False
+    assert values["headway.share"].double_value == 0.5
+    assert client.start_time_unix_nano <= client.end_time_unix_nano
