@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from headway.tracing.memory import MemorySink
-from headway.tracing.otlp import _attributes, export_request
+from headway.tracing.otlp import encode_attributes, encode_span, export_request
 from headway.tracing.spans import SpanKind, Tracer, span
 
 INCOMING = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -26,8 +26,9 @@ def test_spans_encode_as_an_export_request_with_ids_kinds_status_and_typed_attri
             call.set("headway.cache.hit", False)
             call.set("headway.share", 0.5)
             call.fail("upstream_error")
-    request = export_request(_attributes({"service.name": "headway-gateway"}), sink.spans)
-    encoded = msgspec.json.decode(msgspec.json.encode(request))
+    resource = encode_attributes({"service.name": "headway-gateway"})
+    request = export_request(resource, [encode_span(span) for span in sink.spans])
+    encoded = msgspec.json.decode(request)
     spans = encoded["resourceSpans"][0]["scopeSpans"][0]["spans"]
     assert spans[1]["traceId"] == "4bf92f3577b34da6a3ce929d0e0e4736"
     for each in spans:

@@ -90,6 +90,22 @@ def bench_path(
     _publish(render(results, machine, _command(), seconds), SECTION, out)
 
 
+@bench_app.command("tracing")
+def bench_tracing(
+    seconds: BenchSeconds = 30.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Gateway CPU per request and p99 with tracing off, on at 1% and on at 100% sampling."""
+    settings_from(config, data_dir=data_dir)
+    from headway.bench.tracing import SECTION, render, run_tracing_bench
+
+    with _running() as machine:
+        results = run_tracing_bench(seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
 @bench_app.command("billing")
 def bench_billing(
     seconds: BenchSeconds = 10.0,

@@ -1,25 +1,27 @@
 """Ended spans, exported in batches over OTLP/HTTP with the JSON encoding.
 
-``OtlpExporter`` is the tracer's ``SpanSink``: ``add`` appends to a bounded buffer (a
-full buffer drops the span and counts it: tracing never blocks or fails a request),
+``OtlpExporter`` is the tracer's ``SpanSink``: ``add`` encodes the span at once and
+appends its bytes to a bounded buffer (a full buffer drops the span and counts it:
+tracing never blocks or fails a request). Bytes, not the span: a thousand spans kept
+alive with their attribute dicts made the garbage collector's sweeps of the request
+path's own objects cost more than the encoding (measured: 59 µs a request against 11),
 and one daemon thread posts the buffer every ``interval_s``, or sooner once it holds
 ``batch_spans``, to the collector's ``/v1/traces`` as an
 ``ExportTraceServiceRequest`` in OTLP's JSON form (ids in hex, as the OTLP spec
 says for JSON; an OpenTelemetry Collector, Jaeger or Tempo accepts it). A post that
-fails is counted and its spans dropped, with one log line a minute at most. ``close``
-posts what is left.
+fails is counted and its spans dropped, with one log line a minute at most; posts go
+on one kept-alive connection. ``close`` posts what is left.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import msgspec
 from prometheus_client.core import CounterMetricFamily
@@ -31,6 +33,8 @@ from headway.tracing.spans import AttributeValue, Span
 log = logging.getLogger(__name__)
 
 STATUS_UNSET, STATUS_ERROR = 0, 2
+_HEADERS = {"Content-Type": "application/json"}
+_json = msgspec.json.encode
 LOG_EVERY_S = 60.0
 
 
@@ -41,19 +45,24 @@ class OtlpExporter:
         resource: dict[str, AttributeValue],
         *,
         interval_s: float = 1.0,
-        batch_spans: int = 512,
+        batch_spans: int = 1024,
         max_spans: int = 20_000,
         timeout_s: float = 5.0,
     ) -> None:
         self.endpoint = endpoint
-        self._resource = _attributes(resource)
+        self._resource = encode_attributes(resource)
         self._interval_s = interval_s
         self._batch_spans = batch_spans
         self._max_spans = max_spans
         self._timeout_s = timeout_s
-        self._buffer: deque[Span] = deque()
+        self._buffer: deque[bytes] = deque()
         self._wake = threading.Event()
         self._closed = False
+        self._posting = 0
+        self._idle = threading.Condition()
+        self._connection: http.client.HTTPConnection | None = None
+        url = urllib.parse.urlsplit(endpoint)
+        self._path = (url.path or "/v1/traces") + (f"?{url.query}" if url.query else "")
         self._last_logged = 0.0
         self.exported = 0
         self.dropped = 0
@@ -66,9 +75,20 @@ class OtlpExporter:
         if len(buffer) >= self._max_spans:
             self.dropped += 1
             return
-        buffer.append(span)
+        buffer.append(encode_span(span))
         if len(buffer) == self._batch_spans:
             self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Spans buffered or being posted."""
+        return len(self._buffer) + self._posting
+
+    def flush(self) -> None:
+        """Post what is buffered now, and return once it is posted (or dropped)."""
+        with self._idle:
+            self._wake.set()
+            self._idle.wait_for(lambda: not self.pending, self._timeout_s + 1)
 
     def close(self) -> None:
         """Post what is buffered, then stop the thread."""
@@ -82,21 +102,34 @@ class OtlpExporter:
             self._wake.clear()
             closing = self._closed
             buffer = self._buffer
-            while buffer:
-                self._post([buffer.popleft() for _ in range(min(len(buffer), self._batch_spans))])
+            due = len(buffer)  # what is there now; what comes meanwhile waits its turn
+            while due:
+                spans = [buffer.popleft() for _ in range(min(due, self._batch_spans))]
+                due -= len(spans)
+                self._posting = len(spans)
+                self._post(spans)
+                self._posting = 0
+            with self._idle:
+                self._idle.notify_all()
             if closing:
                 return
 
-    def _post(self, spans: Sequence[Span]) -> None:
-        body = msgspec.json.encode(export_request(self._resource, spans))
-        request = urllib.request.Request(
-            self.endpoint, body, {"Content-Type": "application/json"}, method="POST"
-        )
+    def _post(self, spans: Sequence[bytes]) -> None:
+        """One post on a kept-alive connection (made again after a failure)."""
+        body = export_request(self._resource, spans)
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout_s) as answer:
-                answer.read()
+            if self._connection is None:
+                self._connection = self._connect()
+            self._connection.request("POST", self._path, body, _HEADERS)
+            answer = self._connection.getresponse()
+            answer.read()
+            if answer.status >= 300:
+                raise OSError(f"the collector answered {answer.status}")
             self.exported += len(spans)
-        except (OSError, urllib.error.URLError) as exc:
+        except (OSError, http.client.HTTPException) as exc:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
             self.failures += 1
             self.dropped += len(spans)
             now = time.monotonic()
@@ -104,54 +137,66 @@ class OtlpExporter:
                 self._last_logged = now
                 log.warning("trace export to %s failed: %s", self.endpoint, exc)
 
-
-def export_request(resource: list[dict[str, Any]], spans: Sequence[Span]) -> dict[str, Any]:
-    """An ``ExportTraceServiceRequest`` in OTLP/JSON."""
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": resource},
-                "scopeSpans": [
-                    {
-                        "scope": {"name": "headway", "version": __version__},
-                        "spans": [_span(span) for span in spans],
-                    }
-                ],
-            }
-        ]
-    }
+    def _connect(self) -> http.client.HTTPConnection:
+        url = urllib.parse.urlsplit(self.endpoint)
+        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        return kind(url.hostname or "localhost", url.port, timeout=self._timeout_s)
 
 
-def _span(span: Span) -> dict[str, Any]:
-    encoded: dict[str, Any] = {
-        "traceId": f"{span.trace_id:032x}",
-        "spanId": f"{span.span_id:016x}",
-        "name": span.name,
-        "kind": int(span.kind),
-        "startTimeUnixNano": str(span.start_ns),
-        "endTimeUnixNano": str(span.end_ns),
-        "attributes": _attributes(span.attributes),
-        "status": {"code": STATUS_ERROR, "message": span.error}
-        if span.error
-        else {"code": STATUS_UNSET},
-    }
-    if span.parent_id:
-        encoded["parentSpanId"] = f"{span.parent_id:016x}"
-    return encoded
+def export_request(resource: bytes, spans: Sequence[bytes]) -> bytes:
+    """An ``ExportTraceServiceRequest`` in OTLP/JSON of encoded spans (``encode_span``);
+    ``resource``: its encoded attributes.
+
+    Written out by hand rather than built as dicts for a JSON encoder: half the CPU a span
+    (1.8 µs against 3.4 µs here), and the export is most of what tracing costs."""
+    return b"".join(
+        (
+            b'{"resourceSpans":[{"resource":{"attributes":[',
+            resource,
+            b']},"scopeSpans":[{"scope":{"name":"headway","version":',
+            _json(__version__),
+            b'},"spans":[',
+            b",".join(spans),
+            b"]}]}]}",
+        )
+    )
 
 
-def _attributes(attributes: dict[str, AttributeValue]) -> list[dict[str, Any]]:
-    return [{"key": key, "value": _value(value)} for key, value in attributes.items()]
+def encode_span(span: Span) -> bytes:
+    parent = b',"parentSpanId":"%016x"' % span.parent_id if span.parent_id else b""
+    status = b'{"code":2,"message":%s}' % _json(span.error) if span.error else b'{"code":0}'
+    return (
+        b'{"traceId":"%032x","spanId":"%016x"%s,"name":%s,"kind":%d,"startTimeUnixNano":"%d",'
+        b'"endTimeUnixNano":"%d","attributes":[%s],"status":%s}'
+        % (
+            span.trace_id,
+            span.span_id,
+            parent,
+            _json(span.name),
+            span.kind,
+            span.start_ns,
+            span.end_ns,
+            encode_attributes(span.attributes),
+            status,
+        )
+    )
 
 
-def _value(value: AttributeValue) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    return {"stringValue": value}
+def encode_attributes(attributes: dict[str, AttributeValue]) -> bytes:
+    """OTLP ``KeyValue`` list items: strings, 64-bit ints (as JSON strings), bools, doubles."""
+    out = []
+    for key, value in attributes.items():
+        kind = type(value)
+        if kind is str:
+            typed = b'"stringValue":' + _json(value)
+        elif kind is bool:
+            typed = b'"boolValue":true' if value else b'"boolValue":false'
+        elif kind is int:
+            typed = b'"intValue":"%d"' % int(value)
+        else:
+            typed = b'"doubleValue":' + _json(value)
+        out.append(b'{"key":' + _json(key) + b',"value":{' + typed + b"}}")
+    return b",".join(out)
 
 
 class ExporterCollector(Collector):

@@ -37,6 +37,7 @@ from headway.cache.key import namespace, text_key
 from headway.cache.results import ResultsCache
 from headway.gateway.stages.merge import Merged
 from headway.registry.model import ModelRecord
+from headway.tracing.spans import span
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +107,10 @@ class RequestCache:
         processing = f"kind={record.kind};quantization={record.quantization}"
         ns = namespace(record.version, processing, record.dimensions, "embed", scope)
         keys = [text_key(ns, text) for text in texts]
-        found = await cache.get_many(scope, keys)
-        misses = [index for index, entry in enumerate(found) if entry is None]
+        with span("cache", {"headway.texts": len(keys)}) as looked:
+            found = await cache.get_many(scope, keys)
+            misses = [index for index, entry in enumerate(found) if entry is None]
+            looked.set("headway.cache.misses", len(misses))
         if not misses:
             return Lookup(None, scope, keys, found, misses)
         todo = work if len(misses) == len(keys) else work.only(misses)
