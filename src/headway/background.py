@@ -42,8 +42,12 @@ class Background:
         *,
         on_failure: Callable[[str], None] | None = None,
         on_fatal: Callable[[str], None] = exit_now,
+        on_loop: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_failure(loop)``: a step failed; ``on_loop(loop)``: a loop was started (its
+        failure counter exists from then, at 0)."""
         self._on_failure = on_failure
+        self._on_loop = on_loop
         self._on_fatal = on_fatal
         self._tasks: list[asyncio.Task[None]] = []
         self.failures: dict[str, int] = {}
@@ -51,6 +55,8 @@ class Background:
 
     def every(self, name: str, interval_s: float, step: Step) -> asyncio.Task[None]:
         """Run ``step`` every ``interval_s`` (the first time after one interval)."""
+        if self._on_loop is not None:
+            self._on_loop(name)
         return self._spawn(name, self._periodic(name, interval_s, step))
 
     def essential(self, name: str, run: Step) -> asyncio.Task[None]:

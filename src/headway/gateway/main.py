@@ -26,6 +26,7 @@ from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.service import GatewayService
 from headway.http.asgi import App
 from headway.metering.build import gateway_id, gateway_metering
+from headway.quality.references import open_reference_store
 from headway.registry.open import open_registry
 from headway.settings import GatewaySettings, Settings
 from headway.tracing.setup import process_tracing
@@ -102,6 +103,7 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         metrics=metrics,
         cache=results_cache(settings, metrics),
         observability=settings.observability,
+        quality_store=open_reference_store(settings),
     )
     batches = BatchParts(
         open_batch_store(settings),

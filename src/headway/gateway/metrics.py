@@ -212,6 +212,10 @@ class GatewayMetrics:
     def background_failed(self, loop: str) -> None:
         self.background_failures.labels(loop).inc()
 
+    def background_loop(self, loop: str) -> None:
+        """A loop started: its failure count is 0 until a step fails."""
+        self.background_failures.labels(loop)
+
     def quota_mode(self, mode: str) -> None:
         for each in QUOTA_MODES:
             self._quota_mode.labels(each).set(1 if each == mode else 0)

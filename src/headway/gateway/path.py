@@ -73,11 +73,13 @@ from headway.gateway.stages.merge import Merged, merge
 from headway.gateway.stages.meter import MeterParts, UsageMeter, check_meter
 from headway.gateway.stages.parse import check_media_type
 from headway.gateway.stages.plan import plan
+from headway.gateway.stages.quality import watch_quality
 from headway.gateway.stages.quota import QuotaCharge
 from headway.gateway.stages.resolve import Target, resolve
 from headway.gateway.stages.shadow import Shadows
 from headway.http.asgi import Request, Response
 from headway.http.edge import DISCONNECTED, INTERNAL_ERROR
+from headway.quality.monitor import QualityMonitor
 from headway.settings import GatewaySettings
 from headway.tracing.spans import span
 
@@ -96,6 +98,7 @@ class PathParts:
     meter: MeterParts
     shadows: Shadows
     cache: RequestCache
+    quality: QualityMonitor
 
 
 async def serve(
@@ -185,6 +188,7 @@ async def compute(
         try:
             chunks = plan(todo, ctx, target.record.version, parts.settings.chunk_texts)
             merged = merge(await dispatch(chunks, target.pool, ctx.deadline))
+            watch_quality(parts.quality, ctx.route, target.record.version, merged)
         except BaseException:
             if primary is not None:
                 primary.cancel()  # the copy has nothing to be compared with

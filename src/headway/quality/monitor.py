@@ -1,0 +1,363 @@
+"""Per served version, are its outputs still distributed as when it went live?
+
+Two halves, one owner: everything runs on the gateway's event loop except the store
+calls and the statistics, which get copies of the samples in a thread.
+
+- On the request path, ``observe_embeddings`` / ``observe_scores`` hand a request's
+  rows to the version's ``VersionSample`` (a share ``sample_share`` of the rows is
+  taken; a request none of whose rows is taken costs a dict look-up and a comparison).
+  A taken row is also observed in the norm / score histogram. No I/O, no statistics.
+- In the background, ``evaluate`` (every ``interval_s``, by the gateway's
+  ``Background``), for each version:
+
+  1. the first time, asks the store for a reference taken earlier (by this gateway
+     before a restart, or by another); one found replaces the local one, whose rows
+     move into the window;
+  2. once the local reference is full and none was found, stores it with
+     ``save_if_absent`` and adopts what the store returns (another gateway may have
+     been first);
+  3. with a full reference and at least two window rows, computes in a thread: for
+     embeddings the window's mean norm, the centroid drift and the MMD permutation
+     test; for rerank scores their mean and the KS test;
+  4. updates the gauges. A version is *drifting* when its window holds
+     ``window_size`` rows and the p-value is below ``p_value_threshold``.
+
+  A store that fails leaves that version's reference unsaved (it is retried the next
+  round, and the statistics still use the local reference); the round finishes the
+  other versions, then raises the failure for ``Background`` to log and count.
+
+Gauges of a version exist from the moment its reference is full (the statistics at
+0, p-values at 1, drift 0), so Prometheus sees each series before it moves. The
+``version`` label is the version's first 12 hex characters; the number of versions is
+bounded by what the registry serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from headway.quality.references import (
+    QualityKind,
+    QualityStoreError,
+    Reference,
+    ReferenceStore,
+)
+from headway.quality.sample import BernoulliSampler, VersionSample
+from headway.quality.stats import centroid_drift, ks_test, mmd_test, row_norms
+from headway.settings import QualitySettings
+
+log = logging.getLogger(__name__)
+
+NORM_BUCKETS = (0.1, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 1.001, 1.01, 1.05, 1.1, 1.2, 1.5, 2.0,
+                5.0, 10.0, 100.0)  # fmt: skip
+"""Around 1.0 (an L2-normalised model gives 1.0 ± 1e-6), then wide either side."""
+SCORE_BUCKETS = tuple(step / 10 for step in range(11))
+LABEL_CHARS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class VersionQuality:
+    """One version's quality, as the console shows it; None: not measured (yet)."""
+
+    version: str
+    kind: QualityKind
+    reference_rows: int
+    window_rows: int
+    reference_taken_at: float | None
+    """Wall-clock time the reference was complete; None while it fills."""
+    mean_norm: float | None = None
+    centroid_drift: float | None = None
+    mmd: float | None = None
+    """MMD²ᵤ of the reference against the window."""
+    mmd_p_value: float | None = None
+    score_mean: float | None = None
+    score_ks: float | None = None
+    score_ks_p_value: float | None = None
+    drifting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    mean_norm: float | None = None
+    centroid_drift: float | None = None
+    mmd: float | None = None
+    mmd_p_value: float | None = None
+    score_mean: float | None = None
+    score_ks: float | None = None
+    score_ks_p_value: float | None = None
+
+    @property
+    def p_value(self) -> float | None:
+        return self.mmd_p_value if self.score_ks_p_value is None else self.score_ks_p_value
+
+
+@dataclass(slots=True, eq=False)
+class _Tracked:
+    version: str
+    kind: QualityKind
+    sample: VersionSample
+    observe: Callable[[float], None]
+    """The version's norm or score histogram."""
+    looked_up: bool = False
+    """The store was asked for an earlier reference (and answered)."""
+    stored: bool = False
+    """The reference in use is the stored one."""
+    taken_at: float | None = None
+    measured: _Measured = field(default_factory=_Measured)
+    drifting: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.version[:LABEL_CHARS]
+
+
+class QualityMonitor:
+    def __init__(
+        self,
+        settings: QualitySettings,
+        store: ReferenceStore,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        """``clock``: wall-clock seconds (a reference's ``taken_at``); ``rng``: every
+        sampling and permutation draw (seed it in tests)."""
+        self._settings = settings
+        self._store = store
+        self._clock = clock
+        self._rng = rng if rng is not None else np.random.default_rng()
+        self._tracked: dict[tuple[str, QualityKind], _Tracked] = {}
+        self._norms = Histogram(
+            "headway_quality_embedding_norm",
+            "Euclidean norm of sampled embedding rows.",
+            ["version"],
+            buckets=NORM_BUCKETS,
+            registry=registry,
+        )
+        self._scores = Histogram(
+            "headway_quality_rerank_score",
+            "Sampled rerank relevance scores.",
+            ["version"],
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+
+        def gauge(name: str, text: str, *labels: str) -> Gauge:
+            return Gauge(name, text, list(labels), registry=registry)
+
+        self._reference_rows = gauge(
+            "headway_quality_reference_rows", "Rows in the version's reference.", "version", "kind"
+        )
+        self._window_rows = gauge(
+            "headway_quality_window_rows", "Rows in the version's recent window.", "version", "kind"
+        )
+        self._centroid = gauge(
+            "headway_quality_centroid_drift",
+            "1 - cosine of the reference's and the window's mean embeddings.",
+            "version",
+        )
+        self._mmd = gauge(
+            "headway_quality_mmd",
+            "Unbiased MMD^2 (Gaussian kernel), reference vs window.",
+            "version",
+        )
+        self._mmd_p = gauge(
+            "headway_quality_mmd_p_value", "Permutation p-value of the MMD^2.", "version"
+        )
+        self._ks = gauge(
+            "headway_quality_score_ks",
+            "KS statistic of rerank scores, reference vs window.",
+            "version",
+        )
+        self._ks_p = gauge(
+            "headway_quality_score_ks_p_value", "Asymptotic p-value of the KS statistic.", "version"
+        )
+        self._drift = gauge(
+            "headway_quality_drift",
+            "1: the window's p-value is below the threshold (with a full window).",
+            "version",
+            "kind",
+        )
+        self._evaluations = Counter(
+            "headway_quality_evaluations", "Rounds of drift evaluation.", registry=registry
+        )
+
+    # the request path: microseconds, no I/O ----------------------------------------
+
+    def observe_embeddings(self, version: str, rows: npt.NDArray[np.float32]) -> None:
+        """A served request's embeddings (n × dims) of ``version``."""
+        if not self._settings.enabled or rows.ndim != 2:
+            return
+        tracked = self._tracked.get((version, "embedding"))
+        if tracked is None:
+            tracked = self._track(version, "embedding", rows.shape[1])
+        taken = tracked.sample.offer(rows)
+        if taken is None:
+            return
+        for norm in np.sqrt(np.einsum("ij,ij->i", taken, taken)).tolist():
+            tracked.observe(norm)
+        if tracked.taken_at is None and tracked.sample.reference_full:
+            tracked.taken_at = self._clock()
+
+    def observe_scores(self, version: str, scores: npt.NDArray[np.float32]) -> None:
+        """A served rerank request's relevance scores (n,) of ``version``."""
+        if not self._settings.enabled:
+            return
+        tracked = self._tracked.get((version, "rerank"))
+        if tracked is None:
+            tracked = self._track(version, "rerank", 1)
+        taken = tracked.sample.offer(scores.reshape(-1, 1))
+        if taken is None:
+            return
+        for score in taken[:, 0].tolist():
+            tracked.observe(score)
+        if tracked.taken_at is None and tracked.sample.reference_full:
+            tracked.taken_at = self._clock()
+
+    # the background round ----------------------------------------------------------
+
+    async def evaluate(self) -> None:
+        """One round over every version seen (see the module's docstring)."""
+        if not self._settings.enabled:
+            return
+        failures: list[QualityStoreError] = []
+        for tracked in list(self._tracked.values()):
+            try:
+                await self._settle_reference(tracked)
+            except QualityStoreError as exc:
+                failures.append(exc)
+            if tracked.sample.reference_full and tracked.sample.window_rows >= 2:
+                await self._measure(tracked)
+            self._publish(tracked)
+        self._evaluations.inc()
+        if failures:
+            raise failures[0]
+
+    def summary(self) -> list[VersionQuality]:
+        """Every version seen, by version then kind."""
+        return [self._summary_of(self._tracked[key]) for key in sorted(self._tracked)]
+
+    # -------------------------------------------------------------------------------
+
+    def _track(self, version: str, kind: QualityKind, width: int) -> _Tracked:
+        settings = self._settings
+        sampler = BernoulliSampler(settings.sample_share, self._rng)
+        sample = VersionSample(width, settings.reference_size, settings.window_size, sampler)
+        histogram = self._norms if kind == "embedding" else self._scores
+        tracked = _Tracked(version, kind, sample, histogram.labels(version[:LABEL_CHARS]).observe)
+        self._tracked[(version, kind)] = tracked
+        return tracked
+
+    async def _settle_reference(self, tracked: _Tracked) -> None:
+        if not tracked.looked_up:
+            found = await asyncio.to_thread(self._store.load, tracked.version, tracked.kind)
+            tracked.looked_up = True
+            if found is not None:
+                self._adopt(tracked, found)
+                return
+        if tracked.stored or not tracked.sample.reference_full:
+            return
+        taken_at = tracked.taken_at if tracked.taken_at is not None else self._clock()
+        mine = Reference(tracked.version, tracked.kind, taken_at, tracked.sample.reference())
+        kept = await asyncio.to_thread(self._store.save_if_absent, mine)
+        if kept.taken_at == mine.taken_at and np.array_equal(kept.sample, mine.sample):
+            tracked.taken_at, tracked.stored = taken_at, True
+        else:
+            self._adopt(tracked, kept)
+
+    def _adopt(self, tracked: _Tracked, reference: Reference) -> None:
+        if reference.dims != tracked.sample.width:
+            raise QualityStoreError(
+                f"the stored reference of {tracked.label} ({tracked.kind}) is"
+                f" {reference.dims} wide; this version's rows are {tracked.sample.width}"
+            )
+        tracked.sample.adopt(reference.sample)
+        tracked.taken_at, tracked.stored = reference.taken_at, True
+
+    async def _measure(self, tracked: _Tracked) -> None:
+        reference, window = tracked.sample.reference(), tracked.sample.window()
+        if tracked.kind == "embedding":
+            rng = self._rng.spawn(1)[0]  # a Generator is not to be shared across threads
+            permutations = self._settings.permutations
+            measured = await asyncio.to_thread(
+                _measure_embeddings, reference, window, permutations, rng
+            )
+        else:
+            measured = await asyncio.to_thread(_measure_scores, reference, window)
+        p_value = measured.p_value
+        tracked.measured = measured
+        tracked.drifting = (
+            tracked.sample.window_rows >= self._settings.window_size
+            and p_value is not None
+            and p_value < self._settings.p_value_threshold
+        )
+
+    def _publish(self, tracked: _Tracked) -> None:
+        label, kind, sample = tracked.label, tracked.kind, tracked.sample
+        self._reference_rows.labels(label, kind).set(sample.reference_rows)
+        self._window_rows.labels(label, kind).set(sample.window_rows)
+        if not sample.reference_full:
+            return
+        measured = tracked.measured
+        if kind == "embedding":
+            self._centroid.labels(label).set(measured.centroid_drift or 0.0)
+            self._mmd.labels(label).set(measured.mmd or 0.0)
+            self._mmd_p.labels(label).set(_or_one(measured.mmd_p_value))
+        else:
+            self._ks.labels(label).set(measured.score_ks or 0.0)
+            self._ks_p.labels(label).set(_or_one(measured.score_ks_p_value))
+        self._drift.labels(label, kind).set(1.0 if tracked.drifting else 0.0)
+
+    def _summary_of(self, tracked: _Tracked) -> VersionQuality:
+        measured, sample = tracked.measured, tracked.sample
+        return VersionQuality(
+            tracked.version,
+            tracked.kind,
+            sample.reference_rows,
+            sample.window_rows,
+            tracked.taken_at if sample.reference_full else None,
+            measured.mean_norm,
+            measured.centroid_drift,
+            measured.mmd,
+            measured.mmd_p_value,
+            measured.score_mean,
+            measured.score_ks,
+            measured.score_ks_p_value,
+            tracked.drifting,
+        )
+
+
+def _measure_embeddings(
+    reference: npt.NDArray[np.float32],
+    window: npt.NDArray[np.float32],
+    permutations: int,
+    rng: np.random.Generator,
+) -> _Measured:
+    mmd = mmd_test(reference, window, permutations, rng)
+    return _Measured(
+        mean_norm=float(row_norms(window).mean()),
+        centroid_drift=centroid_drift(reference, window),
+        mmd=mmd.statistic,
+        mmd_p_value=mmd.p_value,
+    )
+
+
+def _measure_scores(
+    reference: npt.NDArray[np.float32], window: npt.NDArray[np.float32]
+) -> _Measured:
+    ks = ks_test(reference[:, 0], window[:, 0])
+    return _Measured(
+        score_mean=float(window[:, 0].mean()), score_ks=ks.statistic, score_ks_p_value=ks.p_value
+    )
+
+
+def _or_one(p_value: float | None) -> float:
+    return 1.0 if p_value is None else p_value
