@@ -39,6 +39,7 @@ from headway.gateway.batches.lines import PATHS as LINE_PATHS
 from headway.gateway.batches.lines import executor_identify
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.batches.tenants import TenantData
+from headway.gateway.console import routes as console
 from headway.gateway.endpoints.base import Endpoint
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.gateway.endpoints.rerank import Rerank
@@ -170,6 +171,12 @@ def gateway_routes(
         *splits.routes(admin),
         *rollouts.routes(admin),
         *audit.routes(admin),
+        # The operator console (hidden from the OpenAPI document).
+        *(
+            console.routes(console.parts_of(service))
+            if service.observability.console.enabled
+            else []
+        ),
         DocumentedRoute(
             Route("GET", "/healthz", "healthz", routes.healthz),
             Operation("The process is up", schemas.Health),

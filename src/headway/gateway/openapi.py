@@ -52,6 +52,8 @@ class Operation:
     """The schema of a path parameter other than a plain string (a numeric id)."""
     form: Mapping[str, Any] | None = None
     """The schema of a ``multipart/form-data`` body (a file upload's), instead of JSON."""
+    hidden: bool = False
+    """Served but not described: not part of the API (the operator console's pages)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ def openapi_document(
     dimensions: Collection[int] = (),
 ) -> dict[str, Any]:
     """``dimensions``: the widths of the embedding models served now (empty: unknown)."""
+    routes = [documented for documented in routes if not documented.operation.hidden]
     structs: set[type[msgspec.Struct]] = {schemas.ErrorResponse}
     for documented in routes:
         op = documented.operation

@@ -12,6 +12,7 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
     usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
     usage_ledger_open  until the ledger /v1/usage reads opens (its database may be late)
+    console_history    the console's samples of each pool's admission state (1 s)
 
 The routes get ``parts()`` (``PathParts``), never the service itself.
 """
@@ -28,6 +29,8 @@ from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
+from headway.gateway.console.history import INTERVAL_S as CONSOLE_HISTORY_S
+from headway.gateway.console.history import PoolHistory, pool_reader
 from headway.gateway.discovery.base import Discovery, DiscoveryFailed
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.path import PathParts
@@ -39,6 +42,8 @@ from headway.gateway.stages.cache import RequestCache
 from headway.gateway.stages.meter import MeterParts
 from headway.gateway.stages.shadow import Shadows
 from headway.metering.sink import MemorySink, Metering
+from headway.quality.monitor import QualityMonitor
+from headway.quality.references import MemoryReferenceStore, ReferenceStore
 from headway.registry.store import RegistryStore
 from headway.rollouts.controller import RolloutController
 from headway.rollouts.recorder import VersionRecorder
@@ -74,13 +79,15 @@ class GatewayService:
         metrics: GatewayMetrics | None = None,
         cache: ResultsCache | None = None,
         observability: ObservabilitySettings | None = None,
+        quality_store: ReferenceStore | None = None,
     ) -> None:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
         ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
         ``metering``: where usage events go (the outbox; tests: a ``MemorySink``).
         ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503).
         ``cache``: the results cache (None: off); ``observability``: tracing, logs,
-        metrics, quality and console settings (None: the defaults)."""
+        metrics, quality and console settings (None: the defaults); ``quality_store``: where
+        each version's reference sample is kept (None: in memory, for tests)."""
         self.settings = settings
         self.observability = observability or ObservabilitySettings()
         self.metrics = metrics or GatewayMetrics()
@@ -95,11 +102,20 @@ class GatewayService:
         self.meter = MeterParts(self.metering, gateway_id, wall_clock, clock, self.recorder.outcome)
         self.shadows = Shadows(self.recorder, settings.chunk_texts, clock)
         self.cache = RequestCache(cache)
+        self._quality_store = quality_store
+        self.quality = QualityMonitor(
+            self.observability.quality,
+            quality_store or MemoryReferenceStore(),
+            self.metrics.registry,
+            wall_clock,
+        )
         self._open_ledger = open_ledger
         self._ledger: Ledger | None = None
         self.draining = False
         self._heartbeat = quota_heartbeat
-        self._background = Background(on_failure=self.metrics.background_failed)
+        self._background = Background(
+            on_failure=self.metrics.background_failed, on_loop=self.metrics.background_loop
+        )
         admission = admission_config(settings.admission)
         self.pools = Pools(
             {
@@ -117,6 +133,12 @@ class GatewayService:
         )
         for pool in self.pools:
             self.metrics.watch_pool(pool)
+        self.console_history = (
+            PoolHistory(pool_reader(self.pools, self.metrics.shed), clock)
+            if self.observability.console.enabled
+            else None
+        )
+        """The console's last ten minutes of each pool (None: the console is off)."""
         self.rollouts = RolloutController(
             registry,
             self.recorder,
@@ -137,6 +159,7 @@ class GatewayService:
             self.meter,
             self.shadows,
             self.cache,
+            self.quality,
         )
 
     async def start(self) -> None:
@@ -158,6 +181,11 @@ class GatewayService:
                 f"{pool.name}_discover", settings.dns_interval_s, self._discoverer(pool)
             )
             background.every(f"{pool.name}_poll", settings.health_interval_s, pool.poll_once)
+        quality = self.observability.quality
+        if quality.enabled:
+            background.every("quality", quality.interval_s, self.quality.evaluate)
+        if self.console_history is not None:
+            background.every("console_history", CONSOLE_HISTORY_S, self.console_history.sample)
         if self._heartbeat is not None:
             await self._heartbeat()
             background.every("quota_heartbeat", settings.quota.heartbeat_s, self._heartbeat)
@@ -172,6 +200,8 @@ class GatewayService:
         await self.metering.close()
         if self._ledger is not None:
             await self._ledger.close()
+        if self._quality_store is not None:
+            await asyncio.to_thread(self._quality_store.close)
 
     async def _try_open_ledger(self) -> bool:
         if self._ledger is not None or self._open_ledger is None:

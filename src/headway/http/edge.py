@@ -20,8 +20,9 @@ outside all else. In order, for each request:
 
 All of it runs inside the request's SERVER span (``tracing.spans``): named ``{method}
 {route template}`` once the route is known, with the stable HTTP semantic conventions,
-continuing the caller's ``traceparent`` (probes, ``PROBES``, are never recorded); and with the request as the log context, so
-every line logged while serving it carries its id, route, tenant and trace id.
+continuing the caller's ``traceparent`` (probes, ``PROBES``, are never recorded); and
+with the request as the log context, so every line logged while serving it carries its
+id, route, tenant and trace id.
 
 A client that disconnected gets nothing (nobody is listening) but is still
 reported, with status 499 (nginx's "client closed request").

@@ -1,0 +1,237 @@
+"""Signing in and out of the console, and the guard in front of everything else.
+
+``POST /console/login`` takes an admin API key (form field ``key``), checks it as the
+API does (``authenticate``: digest, constant-time compare, expiry) and answers a
+session cookie: ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other
+site's page sends it), ``Path=/console``, ``Max-Age`` the session's life, and
+``Secure`` when the request came over https (``scope["scheme"]``: uvicorn sets it
+from TLS, or from ``X-Forwarded-Proto`` of a proxy it trusts, 127.0.0.1 by default).
+A tenant key (403) or a wrong one (401) gets the form again and no cookie.
+
+Every other console route goes through one of three guards, which first set the
+security headers (they reach error answers too, through ``response_headers``):
+
+- ``page``: no valid session → 303 to the sign-in form;
+- ``api``: no valid session → 401 JSON;
+- ``write``: as ``api``, then the request must not come from another site
+  (``same_origin``: ``Sec-Fetch-Site``, ``Origin``) and its CSRF token (``X-CSRF-Token``,
+  or a ``csrf`` form field) must be the session's → 403.
+
+A session is valid while its signature checks, it has not expired, and its key id is
+a live admin key of the current registry snapshot: revoking the key ends every
+session opened with it at once (on this gateway at the snapshot reload its revoke
+makes; on the others within ``registry_poll_s``). Signing out clears the cookie; a
+copy of the value would stay good until it expires (there is no session table).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qs, urlsplit
+
+from headway.errors import Forbidden, HeadwayError, Unauthorized
+from headway.gateway.console.pages import login_html
+from headway.gateway.console.session import Session, SessionSigner
+from headway.gateway.snapshots import Snapshots
+from headway.gateway.stages.authenticate import authenticate
+from headway.http.asgi import Handler, Request, Response
+from headway.registry.model import Snapshot
+
+SESSION_COOKIE = "headway_console"
+LOGIN_COOKIE = "headway_console_login"
+HOME = "/console/pools"
+LOGIN = "/console/login"
+FORM = "application/x-www-form-urlencoded"
+HTML = "text/html; charset=utf-8"
+
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+        "object-src 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+    "x-content-type-options": "nosniff",
+}
+
+ConsoleHandler = Callable[[Request, Session], Awaitable[Response]]
+
+
+class ConsoleAuth:
+    def __init__(
+        self, signer: SessionSigner, snapshots: Snapshots, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.signer = signer
+        self._snapshots = snapshots
+        self._clock = clock
+        self._admins: tuple[Snapshot, frozenset[str]] | None = None
+
+    # the guards -------------------------------------------------------------------
+
+    def public(self, handler: Handler) -> Handler:
+        async def handle(request: Request) -> Response:
+            request.response_headers.update(SECURITY_HEADERS)
+            return await handler(request)
+
+        return handle
+
+    def page(self, handler: ConsoleHandler) -> Handler:
+        async def handle(request: Request) -> Response:
+            request.response_headers.update(SECURITY_HEADERS)
+            session = self.session_of(request)
+            if session is None:
+                return redirect(LOGIN)
+            return await handler(request, session)
+
+        return handle
+
+    def api(self, handler: ConsoleHandler) -> Handler:
+        async def handle(request: Request) -> Response:
+            request.response_headers.update(SECURITY_HEADERS)
+            return await handler(request, self._required(request))
+
+        return handle
+
+    def write(self, handler: ConsoleHandler) -> Handler:
+        async def handle(request: Request) -> Response:
+            request.response_headers.update(SECURITY_HEADERS)
+            session = self._required(request)
+            if not same_origin(request):
+                raise Forbidden("the request's Origin is not this console's")
+            if not self.signer.csrf_ok(session, csrf_of(request)):
+                raise Forbidden("missing or wrong CSRF token: reload the page")
+            return await handler(request, session)
+
+        return handle
+
+    def session_of(self, request: Request) -> Session | None:
+        value = cookies(request).get(SESSION_COOKIE)
+        session = None if value is None else self.signer.verify(value)
+        if session is None or session.key_id not in self._live_admins():
+            return None
+        return session
+
+    def _required(self, request: Request) -> Session:
+        session = self.session_of(request)
+        if session is None:
+            raise Unauthorized(f"no console session: sign in at {LOGIN}")
+        return session
+
+    def _live_admins(self) -> frozenset[str]:
+        """The ids of the admin keys the current snapshot accepts (kept per snapshot)."""
+        snapshot, now = self._snapshots.current, self._clock()
+        cached = self._admins
+        if cached is None or cached[0] is not snapshot:
+            ids = frozenset(
+                p.key_id
+                for p in snapshot.principals.values()
+                if p.role == "admin" and (p.expires_at is None or p.expires_at > now)
+            )
+            cached = self._admins = (snapshot, ids)
+        return cached[1]
+
+    # sign-in and sign-out -------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        request.response_headers.update(SECURITY_HEADERS)
+        if self.session_of(request) is not None:
+            return redirect(HOME)
+        return self._form(request, 200)
+
+    async def login(self, request: Request) -> Response:
+        request.response_headers.update(SECURITY_HEADERS)
+        form = form_of(request)
+        if not same_origin(request) or not self.signer.login_ok(
+            cookies(request).get(LOGIN_COOKIE), _one(form, "csrf")
+        ):
+            return self._form(request, 403, "The sign-in form expired or came from elsewhere.")
+        key = _one(form, "key") or ""
+        try:
+            principal = authenticate({"authorization": f"Bearer {key}"}, self._snapshots.current)
+        except HeadwayError:
+            return self._form(request, 401, "That key is not valid.")
+        if principal.role != "admin":
+            return self._form(request, 403, "A tenant's key cannot sign in: use an admin key.")
+        value = self.signer.issue(principal.key_id)
+        cookie = _cookie(request, SESSION_COOKIE, value, "/console", self.signer.ttl_s)
+        return redirect(HOME, cookie)
+
+    async def logout(self, request: Request) -> Response:
+        request.response_headers.update(SECURITY_HEADERS)
+        session = self.session_of(request)
+        if session is not None and not (
+            same_origin(request) and self.signer.csrf_ok(session, csrf_of(request))
+        ):
+            raise Forbidden("missing or wrong CSRF token: reload the page")
+        return redirect(LOGIN, _cookie(request, SESSION_COOKIE, "", "/console", 0))
+
+    def _form(self, request: Request, status: int, error: str = "") -> Response:
+        """The form with a fresh login token, its cookie beside it."""
+        value, token = self.signer.issue_login()
+        cookie = _cookie(request, LOGIN_COOKIE, value, LOGIN, 600)
+        return Response(login_html(token, error), status, HTML, {"set-cookie": cookie})
+
+
+def redirect(location: str, cookie: str | None = None) -> Response:
+    headers = {"location": location}
+    if cookie is not None:
+        headers["set-cookie"] = cookie
+    return Response(b"", 303, HTML, headers)
+
+
+def cookies(request: Request) -> dict[str, str]:
+    """The request's cookies by name (the first of a repeated name)."""
+    found: dict[str, str] = {}
+    for pair in request.headers.get("cookie", "").split(";"):
+        name, sep, value = pair.strip().partition("=")
+        if sep:
+            found.setdefault(name, value.strip('"'))
+    return found
+
+
+def form_of(request: Request) -> dict[str, list[str]]:
+    """A form-encoded body's fields (nothing for another media type)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != FORM:
+        return {}
+    return parse_qs(request.body.decode("utf-8", "replace"), max_num_fields=20)
+
+
+def csrf_of(request: Request) -> str | None:
+    header = request.headers.get("x-csrf-token")
+    return header if header is not None else _one(form_of(request), "csrf")
+
+
+def same_origin(request: Request) -> bool:
+    """Not sent from another site, as far as the browser says.
+
+    ``Sec-Fetch-Site``, where sent (Chromium and Firefox, to https and localhost), must be
+    ``same-origin``. ``Origin``, where sent with a value, must be this host. Under
+    ``Referrer-Policy: no-referrer`` browsers send ``Origin: null`` for this console's own
+    forms and fetches, so ``null`` decides nothing: the token does.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site != "same-origin":
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return True
+    host = request.headers.get("host", "")
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # not a URL at all ("http://[::1", say)
+        return False
+    return bool(host) and netloc == host
+
+
+def _one(form: dict[str, list[str]], name: str) -> str | None:
+    values = form.get(name)
+    return values[0] if values and len(values) == 1 else None
+
+
+def _cookie(request: Request, name: str, value: str, path: str, max_age: int) -> str:
+    secure = "; Secure" if request.scope.get("scheme") == "https" else ""
+    return f"{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
