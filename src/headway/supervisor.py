@@ -13,6 +13,10 @@ send it SIGTERM if the supervisor dies, so nothing is orphaned. If a child
 exits on its own it is started again on the same address (the gateway retries
 its chunks elsewhere meanwhile); one that keeps exiting right after it starts
 stops everything, and ``up`` exits non-zero.
+
+Once every child is started it writes ``<data_dir>/run/prometheus-targets.json``, the
+children's addresses in Prometheus ``file_sd`` form (deploy/prometheus/prometheus.yml
+reads it); a restarted child keeps its address, so the file stays true without rewrites.
 """
 
 from __future__ import annotations
@@ -170,6 +174,8 @@ class Supervisor:
         )
         for sock in sockets:  # the children hold them now
             sock.close()
+        targets = write_scrape_targets(self.settings, self.children)
+        log.info("prometheus scrape targets (file_sd) in %s", targets)
         return self.gateways[0]
 
     def wait_ready(self, gateway: Child) -> bool:
@@ -252,6 +258,38 @@ def with_executor_token(settings: Settings) -> Settings:
         return settings
     batches = settings.batches.model_copy(update={"executor_token": secrets.token_hex(16)})
     return settings.model_copy(update={"batches": batches})
+
+
+# The first argument of a child's command -> its Prometheus job.
+_JOBS = {"worker": "worker", "billing": "billing", "gateway": "gateway", "batches": "executor"}
+
+
+def scrape_targets(children: list[Child]) -> list[dict[str, object]]:
+    """One Prometheus ``file_sd`` entry per child: its host:port, and labels ``job``,
+    ``instance`` (the child's name) and, for a worker, ``pool``."""
+    entries: list[dict[str, object]] = []
+    for child in children:
+        host, port = child.address
+        labels = {"job": _JOBS[child.args[0]], "instance": child.name}
+        if "--pool" in child.args:
+            labels["pool"] = child.args[child.args.index("--pool") + 1]
+        entries.append({"targets": [f"{host}:{port}"], "labels": labels})
+    return entries
+
+
+def scrape_targets_path(settings: Settings) -> Path:
+    return settings.data_dir / "run" / "prometheus-targets.json"
+
+
+def write_scrape_targets(settings: Settings, children: list[Child]) -> Path:
+    """Write the children's scrape targets whole, by rename: Prometheus watches the file
+    and must never read half of it."""
+    path = scrape_targets_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(scrape_targets(children), indent=2), encoding="utf-8")
+    os.replace(partial, path)
+    return path
 
 
 def write_run_config(settings: Settings) -> Path:
