@@ -206,6 +206,10 @@ class Supervisor:
                 f"rerank replicas: {self.settings.up.rerank_replicas}); Ctrl-C stops it",
                 flush=True,
             )
+            if self.settings.observability.console.enabled:
+                print(
+                    f"operator console: {gateway.url}/console (an admin key signs in)", flush=True
+                )
         elif not self._stopping:
             log.error("headway did not become ready in %.0fs", self.settings.up.ready_timeout_s)
             self.stop()

@@ -134,7 +134,10 @@ def test_logs_and_spans_never_hold_an_input_text_and_one_trace_crosses_the_proce
     assert leaks == [], f"{len(leaks)} input texts found in logs or spans"
 
     plain = [line for line in up.lines if not line.startswith("{")]
-    assert [line.split(" on ")[0] for line in plain] == ["headway is ready"], plain[:5]
+    assert [line.split(":")[0].split(" on ")[0] for line in plain] == [
+        "headway is ready",
+        "operator console",
+    ], plain[:5]
     lines = [msgspec.json.decode(line) for line in up.lines if line.startswith("{")]
     assert len(lines) > 20
     access = [line for line in lines if line["logger"] == "headway.access"]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import msgspec
 
 from headway import __version__
+from headway.billing.prices import PriceBook
 from headway.errors import (
     DeadlineExceeded,
     Forbidden,
@@ -75,12 +76,14 @@ def build_gateway_app(
     rerank_models: Sequence[str],
     batches: BatchParts | None = None,
     tracing: ProcessTracing | None = None,
+    prices: PriceBook | None = None,
 ) -> App:
     """``rerank_models``: what serves a rerank request that names no model, in order;
     ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``);
-    ``tracing``: the process's (None: spans not recorded, traces passed on)."""
+    ``tracing``: the process's (None: spans not recorded, traces passed on); ``prices``: the
+    price book the console's economics page reads (None: the packaged example prices)."""
     tracing = tracing or ProcessTracing()
-    documented = gateway_routes(service, rerank_models, batches)
+    documented = gateway_routes(service, rerank_models, batches, prices)
     edge = Edge(
         Router(d.route for d in documented),
         max_body_bytes=service.settings.limits.max_body_bytes,
@@ -100,7 +103,10 @@ def build_gateway_app(
 
 
 def gateway_routes(
-    service: GatewayService, rerank_models: Sequence[str], batches: BatchParts | None = None
+    service: GatewayService,
+    rerank_models: Sequence[str],
+    batches: BatchParts | None = None,
+    prices: PriceBook | None = None,
 ) -> list[DocumentedRoute]:
     parts = service.parts()
     snapshots, pools = service.snapshots, service.pools
@@ -173,7 +179,7 @@ def gateway_routes(
         *audit.routes(admin),
         # The operator console (hidden from the OpenAPI document).
         *(
-            console.routes(console.parts_of(service))
+            console.routes(console.parts_of(service, prices))
             if service.observability.console.enabled
             else []
         ),

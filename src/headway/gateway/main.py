@@ -12,6 +12,7 @@ from headway.batches.filestore import DirectoryFileStore
 from headway.batches.open import open_batch_store
 from headway.billing.ledger.base import Ledger
 from headway.billing.ledger.open import open_ledger
+from headway.billing.prices import load_prices
 from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
 from headway.gateway.app import build_gateway_app
@@ -113,5 +114,6 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         time.time,
     )
     rerank_models = (settings.rerank_model, settings.embed_model)
-    app = build_gateway_app(service, rerank_models, batches, tracing)
+    prices = load_prices(settings.billing.price_book) if settings.billing.price_book else None
+    app = build_gateway_app(service, rerank_models, batches, tracing, prices)
     return app, service
