@@ -68,17 +68,18 @@ def admin_actor(request: Request, snapshots: Snapshots) -> Actor:
 
 async def read(parts: AdminParts, request: Request, call: Callable[[RegistryStore], T]) -> T:
     admin_actor(request, parts.snapshots)
-    return await _in_thread(call, parts.store)
+    return await in_thread(parts.store, call)
 
 
 async def write(parts: AdminParts, call: Callable[[RegistryStore], T]) -> T:
     """``call`` the store, then reload this gateway's snapshot before answering."""
-    result = await _in_thread(call, parts.store)
+    result = await in_thread(parts.store, call)
     await parts.snapshots.refresh()
     return result
 
 
-async def _in_thread(call: Callable[[RegistryStore], T], store: RegistryStore) -> T:
+async def in_thread(store: RegistryStore, call: Callable[[RegistryStore], T]) -> T:
+    """``call`` the store in a thread; a refusal becomes the client error it maps to."""
     try:
         return await asyncio.to_thread(call, store)
     except RegistryError as exc:

@@ -29,7 +29,7 @@ from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.registry.errors import UnknownKey
 from headway.registry.keys import key_digest
-from headway.registry.model import ApiKey, Tenant, key_id_of
+from headway.registry.model import Actor, ApiKey, Tenant, key_id_of
 from headway.registry.store import RegistryStore
 from headway.utc import rfc3339
 
@@ -174,21 +174,27 @@ def get_tenant(parts: AdminParts) -> Handler:
 def update_tenant(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
         actor = admin_actor(request, parts.snapshots)
-        name = request.path_params["name"]
-        body = decode_body(request, _update)
-        tenant = await write(
-            parts,
-            lambda store: store.update_tenant(
-                name,
-                actor=actor,
-                tier=body.tier,
-                rate_texts_per_s=body.rate_texts_per_s,
-                burst_texts=body.burst_texts,
-            ),
-        )
-        return json_response(tenant_answer(tenant))
+        return await apply_update(parts, request, actor)
 
     return handle
+
+
+async def apply_update(parts: AdminParts, request: Request, actor: Actor) -> Response:
+    """A tenant's tier or quota from the request's body (``TenantUpdate``), by ``actor``;
+    the admin API's and the console's."""
+    name = request.path_params["name"]
+    body = decode_body(request, _update)
+    tenant = await write(
+        parts,
+        lambda store: store.update_tenant(
+            name,
+            actor=actor,
+            tier=body.tier,
+            rate_texts_per_s=body.rate_texts_per_s,
+            burst_texts=body.burst_texts,
+        ),
+    )
+    return json_response(tenant_answer(tenant))
 
 
 def delete_tenant(parts: AdminParts) -> Handler:

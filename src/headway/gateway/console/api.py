@@ -9,18 +9,15 @@ gateway's counts since it started). No answer holds an input text.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from headway.billing.ledger.base import UsageQuery, UsageRow
-from headway.gateway.admin.refusals import refusal
+from headway.gateway.admin.access import in_thread
 from headway.gateway.console import readings
 from headway.gateway.console.parts import ConsoleParts
 from headway.gateway.pools import Pools
-from headway.registry.errors import RegistryError
 from headway.registry.model import AuditQuery, Rollout
 from headway.registry.store import RegistryStore
 from headway.utc import rfc3339
@@ -29,16 +26,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 AUDIT_ENTRIES = 50
-
-
-async def in_thread(store: RegistryStore, call: Callable[[RegistryStore], T]) -> T:
-    try:
-        return await asyncio.to_thread(call, store)
-    except RegistryError as exc:
-        error = refusal(exc)
-        if error is None:
-            raise
-        raise error from exc
 
 
 # Pools & replicas -------------------------------------------------------------------

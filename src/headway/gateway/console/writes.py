@@ -10,11 +10,8 @@ request id:
 
 from __future__ import annotations
 
-import msgspec
-
 from headway.gateway.admin.access import AdminParts, path_id, write
-from headway.gateway.admin.body import decode_body
-from headway.gateway.admin.tenants import TenantUpdate, tenant_answer
+from headway.gateway.admin.tenants import apply_update
 from headway.gateway.console.api import rollout_answer
 from headway.gateway.console.auth import ConsoleHandler
 from headway.gateway.console.parts import ConsoleParts
@@ -23,27 +20,13 @@ from headway.http.asgi import Request, Response, json_response
 from headway.registry.model import Actor
 
 MOVES = ("pause", "resume", "abort")
-_update = msgspec.json.Decoder(TenantUpdate)
 
 
 def update_tenant(parts: ConsoleParts) -> ConsoleHandler:
     admin = AdminParts(parts.snapshots, parts.store)
 
     async def handle(request: Request, session: Session) -> Response:
-        name = request.path_params["name"]
-        body = decode_body(request, _update)
-        actor = Actor(session.key_id, request.id)
-        tenant = await write(
-            admin,
-            lambda store: store.update_tenant(
-                name,
-                actor=actor,
-                tier=body.tier,
-                rate_texts_per_s=body.rate_texts_per_s,
-                burst_texts=body.burst_texts,
-            ),
-        )
-        return json_response(tenant_answer(tenant))
+        return await apply_update(admin, request, Actor(session.key_id, request.id))
 
     return handle
 
