@@ -105,77 +105,50 @@ async def serve(
     request: Request, endpoint: Endpoint, parts: PathParts, identify: Identify = by_key
 ) -> Response:
     """The request path (see the module docstring), counted once by its outcome."""
+    settings = parts.settings
     started = parts.clock()
-    answer = Answer()
+    tenant_name = tier = "none"  # what the metrics say of it, filled in as it is learnt
+    version, outcome = "", "ok"
     try:
-        response = await _serve(request, endpoint, parts, identify, started, answer)
+        check_media_type(request.headers)
+        snapshot = parts.snapshots.current
+        with span("authenticate"):
+            caller = identify(request, snapshot)
+        tenant = caller.tenant
+        request.tenant = tenant_name = tenant.name
+        tier = tenant.tier
+        timeouts = settings.interactive if tier == "interactive" else settings.batch
+        deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
+        ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
+        if not parts.cache.serves(tenant_name):
+            precheck(parts.pools.for_route(endpoint.route), tier, parts.metrics.refused)
+        check_meter(parts.meter.sink)
+        work = endpoint.parse(request.body, settings.limits)
+        target = resolve(work.models, snapshot, parts.pools, tenant_name, work.user)
+        version = target.record.version
+        work.check(target.record)
+        async with UsageMeter(parts.meter, ctx, caller, target, work.texts, started) as meter:
+            async with QuotaCharge(parts.quota, ctx, work.texts):
+                cached = await parts.cache.look_up(work, tenant_name, target.record)
+                todo = cached.todo
+                computed = None if todo is None else await compute(todo, ctx, target, parts)
+                merged = parts.cache.complete(cached, computed)
+            parts.metrics.served(endpoint.route, tenant_name, work.texts)
+            with span("usage_event"):
+                await meter.served(merged, model_ran=computed is not None)
+        return work.respond(merged, ctx, target.record)
     except HeadwayError as exc:
-        answer.outcome = exc.type
+        outcome = exc.type
         raise
     except asyncio.CancelledError:
-        answer.outcome = DISCONNECTED
+        outcome = DISCONNECTED
         raise
     except Exception:
-        answer.outcome = INTERNAL_ERROR
+        outcome = INTERNAL_ERROR
         raise
     finally:
-        parts.metrics.model_answered(
-            endpoint.route,
-            answer.tenant,
-            answer.tier,
-            answer.version,
-            answer.outcome,
-            parts.clock() - started,
-        )
-    return response
-
-
-@dataclass(slots=True)
-class Answer:
-    """What the metrics say of a request, filled in as the stages learn it."""
-
-    tenant: str = "none"
-    tier: str = "none"
-    version: str = ""
-    outcome: str = "ok"
-
-
-async def _serve(
-    request: Request,
-    endpoint: Endpoint,
-    parts: PathParts,
-    identify: Identify,
-    started: float,
-    answer: Answer,
-) -> Response:
-    settings = parts.settings
-    check_media_type(request.headers)
-    snapshot = parts.snapshots.current
-    with span("authenticate"):
-        caller = identify(request, snapshot)
-    tenant = caller.tenant
-    request.tenant = answer.tenant = tenant.name
-    answer.tier = tenant.tier
-    timeouts = settings.interactive if tenant.tier == "interactive" else settings.batch
-    deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
-    ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
-    if not parts.cache.serves(tenant.name):
-        precheck(parts.pools.for_route(endpoint.route), tenant.tier, parts.metrics.refused)
-    check_meter(parts.meter.sink)
-    work = endpoint.parse(request.body, settings.limits)
-    target = resolve(work.models, snapshot, parts.pools, tenant.name, work.user)
-    answer.version = target.record.version
-    work.check(target.record)
-    async with UsageMeter(parts.meter, ctx, caller, target, work.texts, started) as meter:
-        async with QuotaCharge(parts.quota, ctx, work.texts):
-            cached = await parts.cache.look_up(work, tenant.name, target.record)
-            todo = cached.todo
-            computed = None if todo is None else await compute(todo, ctx, target, parts)
-            merged = parts.cache.complete(cached, computed)
-        parts.metrics.served(endpoint.route, tenant.name, work.texts)
-        with span("usage_event"):
-            await meter.served(merged, model_ran=computed is not None)
-    return work.respond(merged, ctx, target.record)
+        seconds = parts.clock() - started
+        parts.metrics.model_answered(endpoint.route, tenant_name, tier, version, outcome, seconds)
 
 
 async def compute(

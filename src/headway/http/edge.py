@@ -46,8 +46,7 @@ from headway.http.asgi import (
 )
 from headway.http.router import UNMATCHED, Router
 from headway.logs import ACCESS_LOGGER, serving
-from headway.tracing.spans import Remote, Span, Tracer, http_server_attributes
-from headway.tracing.traceparent import format_traceparent
+from headway.tracing.spans import Remote, Span, Tracer, http_server_attributes, traceparent_of
 
 log = logging.getLogger(__name__)
 access = logging.getLogger(ACCESS_LOGGER)
@@ -99,53 +98,50 @@ class Edge:
         )
         trace = tracer.server(request.headers.get("traceparent"), method, attributes)
         logged = serving.set(request)
-        try:
-            with trace:
-                response = await self._answer(request, trace, started)
-        finally:
-            serving.reset(logged)
-        return response
-
-    async def _answer(self, request: Request, trace: Span | Remote, started: float) -> Response:
         route = UNMATCHED
         error: str | None = None
         try:
-            matched, request.path_params = self.router.match(request.method, request.path)
-            route = request.route = matched.name
-            if trace.recording:
-                assert isinstance(trace, Span)
-                trace.name = f"{request.method} {matched.path}"
-                trace.set("http.route", matched.path)
-            request.body = await read_body(request, matched.max_body_bytes or self._max_body_bytes)
-            response = await unless_disconnected(matched.handler(request), request.receive)
-        except ClientDisconnected:
-            self._answered(request, trace, route, CLIENT_CLOSED, started, DISCONNECTED)
-            raise
-        except HeadwayError as exc:
-            if route == UNMATCHED:
-                route = self.router.name_of(request.path)
-            error = exc.type
-            if exc.status >= 500 and not exc.quiet:
-                log.warning(
-                    "%s failed: %s (%s) tenant=%s",
-                    route,
-                    exc.type,
-                    exc.message,
-                    request.tenant or "-",
-                )
-            response = error_response(exc)
-        except Exception:
-            error = INTERNAL_ERROR
-            log.exception(
-                "unhandled error on %s %s tenant=%s", request.method, route, request.tenant or "-"
-            )
-            response = json_response(
-                {"error": {"type": INTERNAL_ERROR, "message": "internal error"}}, 500
-            )
-        response.headers.update(request.response_headers)
-        response.headers["x-request-id"] = request.id
-        response.headers["traceresponse"] = traceresponse(trace)
-        self._answered(request, trace, route, response.status, started, error)
+            with trace:
+                try:
+                    matched, request.path_params = self.router.match(method, path)
+                    route = request.route = matched.name
+                    if trace.recording:
+                        assert isinstance(trace, Span)
+                        trace.name = f"{method} {matched.path}"
+                        trace.set("http.route", matched.path)
+                    limit = matched.max_body_bytes or self._max_body_bytes
+                    request.body = await read_body(request, limit)
+                    response = await unless_disconnected(matched.handler(request), request.receive)
+                except ClientDisconnected:
+                    self._answered(request, trace, route, CLIENT_CLOSED, started, DISCONNECTED)
+                    raise
+                except HeadwayError as exc:
+                    if route == UNMATCHED:
+                        route = self.router.name_of(path)
+                    error = exc.type
+                    if exc.status >= 500 and not exc.quiet:
+                        log.warning(
+                            "%s failed: %s (%s) tenant=%s",
+                            route,
+                            exc.type,
+                            exc.message,
+                            request.tenant or "-",
+                        )
+                    response = error_response(exc)
+                except Exception:
+                    error = INTERNAL_ERROR
+                    log.exception(
+                        "unhandled error on %s %s tenant=%s", method, route, request.tenant or "-"
+                    )
+                    response = json_response(
+                        {"error": {"type": INTERNAL_ERROR, "message": "internal error"}}, 500
+                    )
+                response.headers.update(request.response_headers)
+                response.headers["x-request-id"] = request.id
+                response.headers["traceresponse"] = traceparent_of(trace)  # Trace Context 2
+                self._answered(request, trace, route, response.status, started, error)
+        finally:
+            serving.reset(logged)
         return response
 
     def _answered(
@@ -182,8 +178,3 @@ class Edge:
                     "seconds": round(seconds, 6),
                 },
             )
-
-
-def traceresponse(trace: Span | Remote) -> str:
-    """W3C Trace Context's answer header: the trace and this server's span in it."""
-    return format_traceparent(trace.trace_id, trace.span_id, trace.sampled)

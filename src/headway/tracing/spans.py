@@ -114,6 +114,8 @@ class Remote:
     trace_id: int
     span_id: int
     sampled: bool
+    header: str
+    """The ``traceparent`` it passes on: the caller's as it came, or made once."""
     _token: Token[Current | None] | None = field(default=None, repr=False)
 
     recording = False
@@ -196,13 +198,17 @@ class Tracer:
         """The span of a request that arrived with ``traceparent`` (None: absent)."""
         incoming = parse(traceparent)
         if incoming is not None and (self.sink is None or not incoming.sampled):
-            return Remote(*incoming)  # passed on as it came
+            # passed on as it came
+            return Remote(incoming.trace_id, incoming.span_id, incoming.sampled, traceparent or "")
         if incoming is not None:
             trace_id, parent_id = incoming.trace_id, incoming.span_id
         else:
             trace_id, parent_id = self._bits(128) or 1, 0
             if self.sink is None or (trace_id & (_RATIO_BITS - 1)) >= self._threshold:
-                return Remote(trace_id, self._bits(64) or 1, sampled=False)
+                span_id = self._bits(64) or 1
+                return Remote(
+                    trace_id, span_id, False, format_traceparent(trace_id, span_id, False)
+                )
         return Span(
             self,
             trace_id,
@@ -269,13 +275,21 @@ def current_traceparent() -> str | None:
     now = _current.get()
     if now is None:
         return None
-    return format_traceparent(now.trace_id, now.span_id, now.sampled)
+    return traceparent_of(now)
+
+
+def traceparent_of(trace: Current) -> str:
+    if isinstance(trace, Remote):
+        return trace.header
+    return format_traceparent(trace.trace_id, trace.span_id, True)
 
 
 def current_trace_id() -> str:
     """The current trace's id in hex, "" outside any request."""
     now = _current.get()
-    return "" if now is None else trace_hex(now.trace_id)
+    if now is None:
+        return ""
+    return now.header[3:35] if isinstance(now, Remote) else trace_hex(now.trace_id)
 
 
 def wall_ns(at: float, clock_now: float, now_ns: int | None = None) -> int:

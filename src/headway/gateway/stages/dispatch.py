@@ -36,7 +36,7 @@ from headway.errors import (
 from headway.gateway.context import Deadline
 from headway.gateway.pool import Replica, ReplicaPool, Spread
 from headway.gateway.stages.plan import Chunk
-from headway.tracing.spans import Attributes, SpanKind, current_traceparent, span
+from headway.tracing.spans import Attributes, SpanKind, current_traceparent, recording, span
 from headway.transport.base import (
     ConnectFailed,
     Reply,
@@ -172,7 +172,12 @@ class _Attempt:
         ``kind``: first, retry, hedge or shadow (the attempt's span says which)."""
         texts = self.chunk.texts
         replica.outstanding_texts += texts
-        task = asyncio.get_running_loop().create_task(self._traced(replica, kind))
+        attempt = (
+            self._traced(replica, kind)
+            if recording()
+            else self._send(replica, current_traceparent())
+        )
+        task = asyncio.get_running_loop().create_task(attempt)
         task.add_done_callback(lambda _: _release(replica, texts))
         return task
 
