@@ -374,7 +374,10 @@ class QualitySettings(_Section):
     )
     window_size: int = Field(256, ge=16, description="Recent outputs compared with it.")
     sample_share: float = Field(
-        0.05, gt=0, le=1, description="Share of served rows sampled into the window."
+        0.01,
+        gt=0,
+        le=1,
+        description="Share of served rows sampled (a reference of 256 fills after ~25,600).",
     )
     interval_s: float = Field(30.0, gt=0, description="How often drift is computed.")
     permutations: int = Field(200, ge=20, description="Permutations of the MMD p-value.")

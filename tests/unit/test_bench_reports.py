@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from headway.bench import int8, overload_report, path, quota, routing_report, spine_report
+from headway.bench import int8, overload_report, path, quota, routing_report, spine_report, tracing
 from headway.bench.host import Machine
 from headway.bench.overload import OverloadResults, Point, Settling
 from headway.bench.raw import RawPoint
@@ -56,8 +56,8 @@ def outline(section: str) -> list[str]:
 
 
 def prose(section: str) -> list[str]:
-    """The lines between the tables, figures and versions masked, but for the command and
-    the date."""
+    """The lines between the tables, figures, versions and the CPU's model masked, but for
+    the command and the date."""
     masked = []
     for paragraph in paragraphs(section):
         if paragraph.startswith(("#", "|")):
@@ -65,6 +65,7 @@ def prose(section: str) -> list[str]:
         for line in paragraph.splitlines():
             if not line.startswith(("Command:", "Date:")):
                 line = re.sub(r"`[0-9a-f]{12}`", "`VERSION`", line)
+                line = re.sub(r"CPUs, [^;]+;", "CPUs, MODEL;", line)  # sections differ by run
                 masked.append(re.sub(r"\d+(?:[.,]\d+)*", "#", line))
     return masked
 
@@ -285,3 +286,15 @@ def test_the_path_section_is_the_published_one():
     section = path.render(path.PathResults(points), MACHINE, COMMAND, 10.0)
     assert_like_the_published(section, path.SECTION)
     assert "| embeddings, 64 texts | 4 | 200 | 180–250 | 5,000 |" in section
+
+
+def test_the_tracing_section_is_the_published_one():
+    cases = [case for case in path.cases() if case.path == "/v1/embeddings"]
+    points = [
+        tracing.ModePoint(mode, case, [base * factor] * 5, [0.001] * 99 + [0.002], 5000)
+        for case, base in zip(cases, (100.0, 800.0), strict=True)
+        for (mode, _), factor in zip(tracing.MODES, (1.0, 1.05, 1.5), strict=True)
+    ]
+    section = tracing.render(tracing.TracingResults(points, 12_345), MACHINE, COMMAND, 60.0)
+    assert_like_the_published(section, tracing.SECTION)
+    assert "| embeddings, 1 text | on, 100% sampled | 150 | 150–150 | +50.0% | 1.000 |" in section

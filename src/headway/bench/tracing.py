@@ -186,8 +186,9 @@ def render(results: TracingResults, machine: Machine, command: str, seconds: flo
             f"({TURNS} each per request kind, after {WARMUP} warm-up requests); each turn "
             "ended once its spans were posted, so the export is in its CPU. CPU time of the "
             "process per request (median of the turns) and the p99 of one call's time. "
-            f"{results.spans_exported:,} spans exported in all; a 1-text request makes 10 "
-            "on the gateway (its SERVER span, 7 stages, 1 attempt; the worker's 5 are its own).",
+            f"{results.spans_exported:,} spans exported in all; a 1-text request makes 6 on "
+            "the gateway (its SERVER span, authenticate, quota, admit, the chunk attempt, the "
+            "usage event; a worker's 5 are the worker's own CPU).",
             markdown_table(
                 ["request", "tracing", "CPU µs/request", "range", "vs off", "p99 ms", "requests"],
                 rows,

@@ -36,7 +36,14 @@ from headway.errors import (
 from headway.gateway.context import Deadline
 from headway.gateway.pool import Replica, ReplicaPool, Spread
 from headway.gateway.stages.plan import Chunk
-from headway.tracing.spans import Attributes, SpanKind, current_traceparent, recording, span
+from headway.tracing.spans import (
+    Attributes,
+    SpanKind,
+    current,
+    current_traceparent,
+    span,
+    traceparent_of,
+)
 from headway.transport.base import (
     ConnectFailed,
     Reply,
@@ -172,11 +179,11 @@ class _Attempt:
         ``kind``: first, retry, hedge or shadow (the attempt's span says which)."""
         texts = self.chunk.texts
         replica.outstanding_texts += texts
-        attempt = (
-            self._traced(replica, kind)
-            if recording()
-            else self._send(replica, current_traceparent())
-        )
+        now = current()
+        if now is not None and now.recording:
+            attempt = self._traced(replica, kind)
+        else:  # passed on as it came (or nothing to pass on)
+            attempt = self._send(replica, None if now is None else traceparent_of(now))
         task = asyncio.get_running_loop().create_task(attempt)
         task.add_done_callback(lambda _: _release(replica, texts))
         return task
