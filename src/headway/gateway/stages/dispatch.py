@@ -149,6 +149,8 @@ class _Retryable(Exception):
     def __init__(self, error: HeadwayError, *, same_replica_ok: bool) -> None:
         super().__init__(error.message)
         self.error = error
+        self.type = error.type
+        """The error type (what the attempt's span records)."""
         self.same_replica_ok = same_replica_ok
 
 
