@@ -38,7 +38,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -64,15 +64,10 @@ LABEL_CHARS = 12
 
 
 @dataclass(frozen=True, slots=True)
-class VersionQuality:
-    """One version's quality, as the console shows it; None: not measured (yet)."""
+class Measured:
+    """What one round computed for a version; None: not measured (yet), or not of its
+    kind (the MMD for embeddings, the KS test for rerank scores)."""
 
-    version: str
-    kind: QualityKind
-    reference_rows: int
-    window_rows: int
-    reference_taken_at: float | None
-    """Wall-clock time the reference was complete; None while it fills."""
     mean_norm: float | None = None
     centroid_drift: float | None = None
     mmd: float | None = None
@@ -81,22 +76,23 @@ class VersionQuality:
     score_mean: float | None = None
     score_ks: float | None = None
     score_ks_p_value: float | None = None
-    drifting: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Measured:
-    mean_norm: float | None = None
-    centroid_drift: float | None = None
-    mmd: float | None = None
-    mmd_p_value: float | None = None
-    score_mean: float | None = None
-    score_ks: float | None = None
-    score_ks_p_value: float | None = None
 
     @property
     def p_value(self) -> float | None:
         return self.mmd_p_value if self.score_ks_p_value is None else self.score_ks_p_value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VersionQuality(Measured):
+    """One version's quality, as the console shows it."""
+
+    version: str
+    kind: QualityKind
+    reference_rows: int
+    window_rows: int
+    reference_taken_at: float | None
+    """Wall-clock time the reference was complete; None while it fills."""
+    drifting: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -111,7 +107,7 @@ class _Tracked:
     stored: bool = False
     """The reference in use is the stored one."""
     taken_at: float | None = None
-    measured: _Measured = field(default_factory=_Measured)
+    measured: Measured = field(default_factory=Measured)
     drifting: bool = False
 
     @property
@@ -317,21 +313,15 @@ class QualityMonitor:
         self._drift.labels(label, kind).set(1.0 if tracked.drifting else 0.0)
 
     def _summary_of(self, tracked: _Tracked) -> VersionQuality:
-        measured, sample = tracked.measured, tracked.sample
+        sample = tracked.sample
         return VersionQuality(
-            tracked.version,
-            tracked.kind,
-            sample.reference_rows,
-            sample.window_rows,
-            tracked.taken_at if sample.reference_full else None,
-            measured.mean_norm,
-            measured.centroid_drift,
-            measured.mmd,
-            measured.mmd_p_value,
-            measured.score_mean,
-            measured.score_ks,
-            measured.score_ks_p_value,
-            tracked.drifting,
+            **asdict(tracked.measured),
+            version=tracked.version,
+            kind=tracked.kind,
+            reference_rows=sample.reference_rows,
+            window_rows=sample.window_rows,
+            reference_taken_at=tracked.taken_at if sample.reference_full else None,
+            drifting=tracked.drifting,
         )
 
 
@@ -340,9 +330,9 @@ def _measure_embeddings(
     window: npt.NDArray[np.float32],
     permutations: int,
     rng: np.random.Generator,
-) -> _Measured:
+) -> Measured:
     mmd = mmd_test(reference, window, permutations, rng)
-    return _Measured(
+    return Measured(
         mean_norm=float(row_norms(window).mean()),
         centroid_drift=centroid_drift(reference, window),
         mmd=mmd.statistic,
@@ -352,9 +342,9 @@ def _measure_embeddings(
 
 def _measure_scores(
     reference: npt.NDArray[np.float32], window: npt.NDArray[np.float32]
-) -> _Measured:
+) -> Measured:
     ks = ks_test(reference[:, 0], window[:, 0])
-    return _Measured(
+    return Measured(
         score_mean=float(window[:, 0].mean()), score_ks=ks.statistic, score_ks_p_value=ks.p_value
     )
 

@@ -43,8 +43,7 @@ from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
 from headway.tracing.setup import ProcessTracing
-from headway.tracing.spans import record, span, wall_ns
-from headway.tracing.spans import recording as tracing_on
+from headway.tracing.spans import record, recording, span, wall_ns
 from headway.worker.backends.base import Encoded
 from headway.worker.batcher import (
     Batcher,
@@ -248,7 +247,7 @@ class WorkerService:
         within it, the model's run."""
         self.metrics.chunk_timed(tokenize_s, timing.queue_s)
         batch = timing.batch
-        if batch is None or not tracing_on():
+        if batch is None or not recording():
             return
         now = self._clock()
         queued, started, finished = (
