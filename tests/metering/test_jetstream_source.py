@@ -68,7 +68,8 @@ async def test_deliveries_then_redelivery_of_what_was_not_acknowledged(
         await source.ack(first[:6])
         assert await source.pending() == 4  # delivered, not acknowledged
         again = await fetch_at_least(source, 4)  # after ack_wait
-        assert request_ids(again) == ["r6", "r7", "r8", "r9"]
+        # each message's ack timer runs out on its own: redelivery order is not promised
+        assert sorted(request_ids(again)) == ["r6", "r7", "r8", "r9"]
         await source.ack(again)
         assert await source.pending() == 0
         assert await source.fetch(10, 1.5) == []  # nothing comes back after the ack wait
