@@ -101,13 +101,15 @@ async def send_chunk(
             )
             if not done:  # the hedge is due
                 assert hedge_after_s is not None
-                hedge_at = None
                 other = pool.pick(version, exclude=first, max_latency_s=hedge_after_s)
                 if other is not None and pool.retry_budget.try_retry():
+                    hedge_at = None
                     spare = False
                     pool.counts.hedges += 1
                     hedge = send.start(other, "hedge")
                     running[hedge] = other
+                else:  # none fit (or no budget) now: look again one threshold later
+                    hedge_at = loop.time() + hedge_after_s
                 continue
             task = done.pop()
             replica = running.pop(task)
