@@ -10,6 +10,7 @@
     ├── Conflict                409  the write clashes with what exists (a duplicate, a rollout)
     ├── PayloadTooLarge         413  body bytes over the limit
     ├── UnsupportedMediaType    415  body is not JSON
+    ├── RangeNotSatisfiable     416  a Range past the end of the file (carries Content-Range)
     ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
     ├── QuotaExceeded           429  the tenant's token bucket is empty (carries retry_after_s)
     ├── Overloaded              503  no capacity now (carries retry_after_s)
@@ -113,6 +114,13 @@ class UnsupportedMediaType(HeadwayError):
 
     status = 415
     type = "unsupported_media_type"
+
+
+class RangeNotSatisfiable(HeadwayError):
+    """The Range asked for starts past the end of the file, or is not one byte range."""
+
+    status = 416
+    type = "range_not_satisfiable"
 
 
 class ValidationFailed(HeadwayError):

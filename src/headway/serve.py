@@ -4,28 +4,37 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
+from prometheus_client import CollectorRegistry
 
 from headway.http.asgi import App
+from headway.http.guard import guarded_protocol, measured_guard
+from headway.settings import EdgeLimits
+
+BACKLOG = 4096
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
+def listening_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
     """A listening TCP socket whose connections send small writes at once.
 
     Accepted connections inherit TCP_NODELAY from the listener. Without it a
     response written as headers then body stalls ~40 ms on a kept-alive
     connection (Nagle's algorithm waiting on the peer's delayed ACK).
+    ``listen=False``: bound only, holding the port while connections to it are
+    refused (a worker ``headway up`` has not started); ``sock.listen(BACKLOG)`` later.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
-    sock.listen(4096)
+    if listen:
+        sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
 
@@ -74,25 +83,37 @@ def serve(
     log_level: str,
     drain: Callable[[], None] | None = None,
     drain_delay_s: float = 0.0,
+    edge: EdgeLimits | None = None,
+    metrics_registry: CollectorRegistry | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
-    """Blocks until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish)."""
+    """Blocks until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish).
+
+    Every connection is under ``edge``'s timeouts and caps (``http/guard.py``), counted on
+    ``metrics_registry`` when given (the app's own, so they show on its /metrics)."""
     # TCP_NODELAY is set where the socket is made. uvicorn is handed the socket itself, not
     # a descriptor it would duplicate: on shutdown it closes it, and nothing else holds it
     # open, so new connections are refused while in-flight requests finish.
     sock = listening_socket(host, port) if fd is None else socket.socket(fileno=fd)
+    edge = edge or EdgeLimits()
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        http="httptools",
+        http=guarded_protocol(measured_guard(edge, metrics_registry)),
+        ws="none",  # no websocket routes; an upgrade would leave the guard's accounting
         lifespan="on",
         access_log=False,
         log_config=None,
         log_level=log_level,
         timeout_graceful_shutdown=30,
-        # Longer than the gateway client's 30 s keep-alive, so the client closes an
-        # idle connection first and never reuses one the server is closing.
-        timeout_keep_alive=75,
+        # The keep-alive (idle) timeout is the guard's: edge.idle_timeout_s.
         limit_concurrency=None,
         backlog=4096,
     )
+    if ssl_context is not None:
+        # HTTPS with a context of ours (``headway.tls``: it swaps certificates without a
+        # restart), set where uvicorn would put the one it builds from files. uvicorn
+        # takes scope["scheme"] from each connection (its transport's sslcontext).
+        config.load()
+        config.ssl = ssl_context
     DrainingServer(config, drain, drain_delay_s).run(sockets=[sock])

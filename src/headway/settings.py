@@ -8,13 +8,14 @@ description is its documentation.
 
 from __future__ import annotations
 
+import base64
 import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 BackendName = Literal["onnx", "synthetic"]
@@ -126,6 +127,41 @@ class CacheSettings(_Section):
     )
 
 
+class EdgeLimits(_Section):
+    """What one server process lets a connection hold (``http/guard.py``)."""
+
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest a connection may take, from connecting or from a request's first "
+        "byte, to send the request line and headers; then it is closed (408 if it had begun).",
+    )
+    idle_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        description="Longest a kept-alive connection may sit idle between requests. Keep it "
+        "above the gateway's 30 s client keep-alive, so the client closes first.",
+    )
+    max_header_bytes: int = Field(
+        64 << 10,
+        ge=1024,
+        description="Largest request line plus headers; a request past it is answered 431 "
+        "and its connection closed.",
+    )
+    max_connections: int = Field(
+        10_000,
+        gt=0,
+        description="Open connections per process; a new one beyond it is answered 503 and "
+        "closed at once. Keep it below the descriptor limit (ulimit -n).",
+    )
+    max_connections_per_client: int = Field(
+        256,
+        gt=0,
+        description="Open connections per client IP address; beyond it a new one is answered "
+        "503 and closed. Behind a proxy every client has the proxy's address: raise it.",
+    )
+
+
 class GatewaySettings(_Section):
     id: str = Field(
         "",
@@ -153,6 +189,38 @@ class GatewaySettings(_Section):
     interactive: TierTimeouts = TierTimeouts(default_ms=10_000, max_ms=60_000)
     batch: TierTimeouts = TierTimeouts(default_ms=60_000, max_ms=300_000)
     health_interval_s: float = Field(0.5, gt=0, description="How often /readyz is polled.")
+    cold_start_hold: bool = Field(
+        True,
+        description="A request whose pool is cold (no replica ready, none failing: scaled to "
+        "zero, or its replicas still starting) waits for a replica to become ready, never past "
+        "its deadline, instead of failing at once (see docs/scale-to-zero.md).",
+    )
+    cold_start_max_held_texts: int = Field(
+        1024,
+        gt=0,
+        description="Most texts held at once per cold pool; a request beyond it is refused "
+        "(503 overloaded, counted as shed with reason cold_start_full).",
+    )
+    cold_start_reserve_ms: float = Field(
+        200.0,
+        ge=0,
+        description="Kept out of a held request's deadline for the work itself: one whose pool "
+        "is still cold at its deadline minus this fails then (503 no_ready_replicas).",
+    )
+    cold_start_poll_s: float = Field(
+        0.05,
+        gt=0,
+        description="While requests are held, how often the cold pool's /readyz is polled "
+        "(instead of every health_interval_s), so they go on as soon as a replica is ready.",
+    )
+    wake_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^/\s]+(/\S*)?$",
+        description='POSTed {"pool": NAME} while requests are held for that cold pool (at '
+        "most once a second per pool, off the request path): `headway up` sets it to its "
+        "supervisor, which starts the pool's workers. None: no one is told (KEDA reads "
+        "headway_pool_waiting_requests instead).",
+    )
     drain_delay_s: float = Field(
         0.0,
         ge=0,
@@ -175,6 +243,7 @@ class GatewaySettings(_Section):
     quota: QuotaSettings = QuotaSettings()
     limits: LimitsSettings = LimitsSettings()
     cache: CacheSettings = CacheSettings()
+    edge: EdgeLimits = EdgeLimits()
 
 
 class BillingSettings(_Section):
@@ -277,6 +346,11 @@ class WorkerSettings(_Section):
         1, gt=0, description="Threads of the tokenizer's pool (it defaults to every core)."
     )
     synthetic: SyntheticSettings = SyntheticSettings()
+    edge: EdgeLimits = Field(
+        EdgeLimits(max_connections_per_client=10_000),
+        description="A worker's clients are a few gateways, each with a connection per chunk "
+        "in flight: its per-client cap defaults to the process cap.",
+    )
 
 
 class UpSettings(_Section):
@@ -288,6 +362,18 @@ class UpSettings(_Section):
         1, ge=0, description="Rerank workers (0: rerank on the embed pool)."
     )
     ready_timeout_s: float = Field(120.0, gt=0, description="How long `up` waits for workers.")
+    prewarm: bool = Field(
+        True,
+        description="Start each pool's workers at start-up and wait for them (off: a pool's "
+        "first request starts them, and waits for its first replica; see "
+        "docs/scale-to-zero.md).",
+    )
+    idle_stop_s: float | None = Field(
+        None,
+        gt=0,
+        description="Stop a pool's workers (SIGTERM, drained) after this long without traffic "
+        "to them; its next request starts them again. None: never stop them.",
+    )
 
 
 class ExecutorSettings(_Section):
@@ -408,6 +494,106 @@ class ObservabilitySettings(_Section):
     console: ConsoleSettings = ConsoleSettings()
 
 
+class WeightsSettings(_Section):
+    """Where a worker gets a model version it lacks, and which signatures it accepts."""
+
+    url: str | None = Field(
+        None,
+        description="Base URL of the host serving its model store (a gateway: "
+        "https://gateway:8080); a worker without a version locally fetches it from there "
+        "(GET /v1/weights/...). None: never fetch.",
+    )
+    token: str = Field(
+        "",
+        description="The worker credential: what a worker presents to url, and what a gateway "
+        "accepts on its /v1/weights routes besides an admin key (empty: admin keys only).",
+    )
+    trusted_keys: tuple[str, ...] = Field(
+        (),
+        description="ed25519 public keys (base64 of the raw 32 bytes, as `headway models "
+        "keygen` prints them); at load a signed artifact must verify against one. Empty: "
+        "signatures are not checked.",
+    )
+    require_signature: bool = Field(
+        False, description="Refuse to load an artifact without a signature (needs trusted_keys)."
+    )
+    timeout_s: float = Field(
+        30.0, gt=0, description="Longest a fetch waits on one read from url before it gives up."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return url.rstrip("/") if url else url
+
+    @field_validator("trusted_keys")
+    @classmethod
+    def _raw_ed25519_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        for key in keys:
+            try:
+                raw = base64.b64decode(key, validate=True)
+            except ValueError:
+                raw = b""
+            if len(raw) != 32:
+                raise ValueError(f"{key[:60]!r} is not base64 of a raw 32-byte ed25519 key")
+        return keys
+
+    @model_validator(mode="after")
+    def _keys_for_required_signatures(self) -> WeightsSettings:
+        if self.require_signature and not self.trusted_keys:
+            raise ValueError("require_signature needs trusted_keys to check signatures against")
+        return self
+
+
+class TlsSettings(_Section):
+    """HTTPS to clients, and mutual TLS between the gateway and its workers (docs/tls.md);
+    every file is re-read when it changes, without a restart."""
+
+    public_cert: Path | None = Field(
+        None, description="The gateway serves HTTPS to clients with this certificate (PEM)."
+    )
+    public_key: Path | None = Field(None, description="The private key of public_cert.")
+    ca: Path | None = Field(
+        None,
+        description="The internal CA (`headway certs init`). With cert and key: workers serve "
+        "HTTPS and refuse a caller without a certificate it signed; the gateway calls workers "
+        "over https:// and checks their certificate against it (name worker.headway.internal).",
+    )
+    cert: Path | None = Field(
+        None, description="This process's own certificate for internal hops (its role's)."
+    )
+    key: Path | None = Field(None, description="The private key of cert.")
+    reload_interval_s: float = Field(
+        5.0, gt=0, description="How often certificate files are checked for a change."
+    )
+
+    @model_validator(mode="after")
+    def _whole_pairs_of_existing_files(self) -> TlsSettings:
+        if (self.public_cert is None) != (self.public_key is None):
+            raise ValueError("tls.public_cert and tls.public_key go together: set both or neither")
+        internal = {"ca": self.ca, "cert": self.cert, "key": self.key}
+        if None in internal.values() and any(internal.values()):
+            missing = ", ".join(f"tls.{name}" for name, path in internal.items() if path is None)
+            raise ValueError(f"tls.ca, tls.cert and tls.key go together: {missing} not set")
+        files = {"public_cert": self.public_cert, "public_key": self.public_key, **internal}
+        for name, path in files.items():
+            if path is not None and not path.is_file():
+                raise ValueError(f"tls.{name}: {path} is not a file")
+        return self
+
+    @property
+    def public(self) -> bool:
+        """The gateway serves HTTPS to its clients."""
+        return self.public_cert is not None
+
+    @property
+    def internal(self) -> bool:
+        """Workers serve mutual TLS and the gateway calls them over https://."""
+        return self.ca is not None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HEADWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -440,6 +626,8 @@ class Settings(BaseSettings):
     billing: BillingSettings = BillingSettings()
     batches: BatchSettings = BatchSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
+    tls: TlsSettings = TlsSettings()
+    weights: WeightsSettings = WeightsSettings()
 
     @property
     def registry_path(self) -> Path:

@@ -17,6 +17,20 @@ stops everything, and ``up`` exits non-zero.
 Once every child is started it writes ``<data_dir>/run/prometheus-targets.json``, the
 children's addresses in Prometheus ``file_sd`` form (deploy/prometheus/prometheus.yml
 reads it); a restarted child keeps its address, so the file stays true without rewrites.
+
+Pools may scale to zero (docs/scale-to-zero.md). The supervisor serves a control
+endpoint on 127.0.0.1 (``wake_endpoint.py``) and gives its URL to the gateways as
+``gateway.wake_url``. With ``up.prewarm`` off no worker starts with the rest: each
+worker's port is held (bound, refusing connections, so the gateway sees the pool cold)
+until a gateway holding a request wakes its pool; then the pool's first worker starts,
+and the others once it is ready. With ``up.idle_stop_s`` a pool whose workers had no
+traffic for that long (``pool_idle.py``) has them stopped (SIGTERM: drained); a worker
+stopped on purpose is not a child that died (no restart, no quick exit), and the next
+wake starts it again on its address.
+
+With ``tls`` set, every child reads the same files: workers serve mutual TLS and the
+gateways call them at https:// URLs; with ``tls.public_cert`` the gateways serve https
+and the readiness checks trust ``tls.ca`` and that certificate (docs/tls.md).
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -38,8 +53,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from headway.serve import listening_socket
+from headway.pool_idle import IdleWatch, pool_traffic, read_metrics
+from headway.serve import BACKLOG, listening_socket
 from headway.settings import Settings
+from headway.tls.hops import gateway_client
+from headway.wake_endpoint import WakeEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +65,8 @@ _PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 40.0
 QUICK_EXIT_S = 10.0
 MAX_QUICK_EXITS = 3
+TICK_S = 0.2
+READ_GATEWAYS_S = 1.0
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -64,6 +84,31 @@ class Child:
     started: float
     env: Mapping[str, str] | None = None
     quick_exits: int = 0
+    stopped: bool = False
+    """Stopped on purpose (its pool was idle): not restarted, started again on a wake."""
+
+
+@dataclass
+class WorkerPlace:
+    """One worker of a pool: its name and address, its child once started, and while no
+    process listens there, the port held for it (bound, refusing connections)."""
+
+    name: str
+    pool: str
+    url: str
+    address: tuple[str, int]
+    held: socket.socket | None = None
+    child: Child | None = None
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped on purpose (one that crashed is restarted: running)."""
+        return self.child is not None and not self.child.stopped
+
+    @property
+    def startable(self) -> bool:
+        """Never started, or its last process has exited (a stopped one drains first)."""
+        return self.child is None or self.child.process.poll() is not None
 
 
 class Supervisor:
@@ -82,13 +127,28 @@ class Supervisor:
         self.gateways: list[Child] = []
         self.executors: list[Child] = []
         self._stopping = False
+        self.places: dict[str, list[WorkerPlace]] = {}
+        """Each pool's workers, started or not, in order."""
+        self._wake_endpoint: WakeEndpoint | None = None
+        self._wanted: set[str] = set()  # pools woken whose first worker waits for its port
+        self._rest: dict[str, list[WorkerPlace]] = {}  # started once the first is ready
+        idle_stop_s = settings.up.idle_stop_s
+        self._idle = None if idle_stop_s is None else IdleWatch(idle_stop_s)
+        self._next_reading = 0.0
+        # With tls set, workers serve https (mutual TLS) and gateways https to clients.
+        self._gateway_tls = gateway_client(settings.tls)
 
     def _spawn(
-        self, name: str, args: list[str], sock: socket.socket, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        args: list[str],
+        sock: socket.socket,
+        env: Mapping[str, str] | None = None,
+        scheme: str = "http",
     ) -> Child:
         host, port = sock.getsockname()[:2]
         process = self._popen(args, sock, env)
-        child = Child(name, process, f"http://{host}:{port}", args, (host, port), 0.0, env)
+        child = Child(name, process, f"{scheme}://{host}:{port}", args, (host, port), 0.0, env)
         child.started = time.monotonic()
         self.children.append(child)
         log.info("started %s (pid %d) on %s", name, child.process.pid, child.url)
@@ -145,13 +205,12 @@ class Supervisor:
         sockets = []
         for pool, count in pools.items():
             for index in range(count):
-                sock = listening_socket(self.settings.worker.host, 0)
-                sockets.append(sock)
-                name = f"{pool}-worker-{index}"
-                child = self._spawn(
-                    name, ["worker", "--pool", pool], sock, self._worker_env.get(name)
-                )
-                urls[pool].append(child.url)
+                place = self._place(pool, index)
+                if up.prewarm:
+                    self._start_worker(place)
+                urls[pool].append(place.url)
+        self._wake_endpoint = WakeEndpoint([pool for pool, count in pools.items() if count])
+        wake = {"HEADWAY_GATEWAY__WAKE_URL": self._wake_endpoint.start()}
         sock = listening_socket(self.settings.billing.host, 0)
         sockets.append(sock)
         self._spawn("billing", ["billing", "run"], sock)
@@ -165,7 +224,10 @@ class Supervisor:
             sockets.append(sock)
             name = "gateway" if index == 0 else f"gateway-{index}"
             # Its id names its outbox: a gateway restarted here relays what it left.
-            self.gateways.append(self._spawn(name, [*gateway_args, "--id", name], sock))
+            scheme = "https" if self.settings.tls.public else "http"
+            self.gateways.append(
+                self._spawn(name, [*gateway_args, "--id", name], sock, wake, scheme=scheme)
+            )
         sock = listening_socket(self.settings.worker.host, 0)
         sockets.append(sock)
         urls_of_gateways = ",".join(g.url for g in self.gateways)
@@ -178,21 +240,69 @@ class Supervisor:
         log.info("prometheus scrape targets (file_sd) in %s", targets)
         return self.gateways[0]
 
+    def _place(self, pool: str, index: int) -> WorkerPlace:
+        """A worker's address, its port held until it starts."""
+        held = listening_socket(self.settings.worker.host, 0, listen=False)
+        host, port = held.getsockname()[:2]
+        scheme = "https" if self.settings.tls.internal else "http"
+        place = WorkerPlace(
+            f"{pool}-worker-{index}", pool, f"{scheme}://{host}:{port}", (host, port), held
+        )
+        self.places.setdefault(pool, []).append(place)
+        return place
+
+    def _start_worker(self, place: WorkerPlace) -> bool:
+        """Start the worker of ``place`` on its port: the first time, or again after an idle
+        stop; False if the port cannot be had."""
+        sock, place.held = place.held, None
+        try:
+            if sock is None:
+                sock = listening_socket(*place.address)
+            else:
+                sock.listen(BACKLOG)
+        except OSError as exc:
+            log.error("cannot listen on %s for %s: %s", place.url, place.name, exc)
+            if sock is not None:
+                sock.close()
+            return False
+        try:
+            if place.child is None:
+                args = ["worker", "--pool", place.pool]
+                env = self._worker_env.get(place.name)
+                scheme = place.url.split("://")[0]
+                place.child = self._spawn(place.name, args, sock, env, scheme)
+            else:
+                child = place.child
+                child.process = self._popen(child.args, sock, child.env)
+                child.started, child.stopped, child.quick_exits = time.monotonic(), False, 0
+                log.info(
+                    "started %s again (pid %d) on %s", child.name, child.process.pid, child.url
+                )
+        finally:
+            sock.close()  # the child holds it now
+        return True
+
     def wait_ready(self, gateway: Child) -> bool:
-        """Until ``gateway`` and every other gateway answer /readyz with 200."""
+        """Until ``gateway`` and every other gateway answer /readyz with 200 and, with
+        ``up.prewarm``, see a ready replica in every pool."""
         deadline = time.monotonic() + self.settings.up.ready_timeout_s
         waiting = {gateway.url, *(g.url for g in self.gateways)}
+        replicas = self.settings.up.prewarm
         while time.monotonic() < deadline and not self._stopping:
             if self._exited() is not None:
                 return False
-            waiting = {url for url in waiting if not _ready(url)}
+            context = None if self._gateway_tls is None else self._gateway_tls.current()
+            waiting = {url for url in waiting if not _ready(url, context, replicas)}
             if not waiting:
                 return True
             time.sleep(0.2)
         return False
 
     def _exited(self) -> Child | None:
-        return next((c for c in self.children if c.process.poll() is not None), None)
+        """A child that exited on its own (not one stopped on purpose)."""
+        return next(
+            (c for c in self.children if not c.stopped and c.process.poll() is not None), None
+        )
 
     def run(self) -> int:
         signal.signal(signal.SIGINT, self._on_signal)
@@ -200,10 +310,12 @@ class Supervisor:
         gateway = self.start()
         if self.wait_ready(gateway):
             others = "".join(f" {g.url}" for g in self.gateways[1:])
+            up = self.settings.up
+            started = "" if up.prewarm else ", each pool started by its first request"
             print(
                 f"headway is ready on {gateway.url}{others}  "
-                f"(embed replicas: {self.settings.up.embed_replicas}, "
-                f"rerank replicas: {self.settings.up.rerank_replicas}); Ctrl-C stops it",
+                f"(embed replicas: {up.embed_replicas}, "
+                f"rerank replicas: {up.rerank_replicas}{started}); Ctrl-C stops it",
                 flush=True,
             )
             if self.settings.observability.console.enabled:
@@ -222,9 +334,97 @@ class Supervisor:
                     log.error("%s keeps exiting; stopping everything", exited.name)
                     self.stop()
                     return 1
-            time.sleep(0.2)
+            self._tend_pools(TICK_S)
         self.stop()
         return 0
+
+    def _tend_pools(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` for a wake; start the pools wanted, the rest of a pool once
+        its first worker is ready; stop pools idle for ``up.idle_stop_s``."""
+        assert self._wake_endpoint is not None
+        woken = self._wake_endpoint.next_wake(wait_s)
+        if woken is not None:
+            self._wanted.add(woken)
+        for pool in sorted(self._wanted):
+            if self._wake(pool):
+                self._wanted.discard(pool)
+        self._hold_stopped_ports()
+        now = time.monotonic()
+        if now >= self._next_reading and (self._rest or self._idle is not None):
+            self._next_reading = now + READ_GATEWAYS_S
+            self._follow_traffic(now)
+
+    def _wake(self, pool: str) -> bool:
+        """Start the pool's first worker if none runs; False: try again (it is draining)."""
+        places = self.places.get(pool, [])
+        if not places or any(place.running for place in places):
+            return True
+        first = places[0]
+        if not first.startable:
+            return False
+        log.info("pool %s wanted: starting %s", pool, first.name)
+        new = first.child is None
+        if self._start_worker(first) and len(places) > 1:
+            self._rest[pool] = places[1:]
+        if new:
+            write_scrape_targets(self.settings, self.children)
+        return True
+
+    def _follow_traffic(self, now: float) -> None:
+        """One reading of the gateways: start the rest of pools whose first worker is
+        ready; stop the workers of pools idle long enough."""
+        context = None if self._gateway_tls is None else self._gateway_tls.current()
+        texts = [read_metrics(gateway.url, context) for gateway in self.gateways]
+        traffic = pool_traffic(t for t in texts if t is not None) if None not in texts else None
+        for pool, rest in list(self._rest.items()):
+            reading = None if traffic is None else traffic.get(pool)
+            if reading is not None and reading.ready >= 1:
+                del self._rest[pool]
+                new = [place for place in rest if place.child is None]
+                for place in rest:
+                    if not place.running and place.startable:
+                        self._start_worker(place)
+                if new:
+                    write_scrape_targets(self.settings, self.children)
+        if self._idle is None:
+            return
+        for pool, places in self.places.items():
+            if not any(place.running for place in places):
+                continue
+            reading = None if traffic is None else traffic.get(pool)
+            if self._idle.observe(pool, reading, now):
+                self._stop_pool(pool)
+
+    def _stop_pool(self, pool: str) -> None:
+        for place in self.places[pool]:
+            if place.running and place.child is not None:
+                place.child.stopped = True
+                if place.child.process.poll() is None:
+                    place.child.process.send_signal(signal.SIGTERM)
+        self._rest.pop(pool, None)
+        if self._idle is not None:
+            self._idle.forget(pool)
+            log.info(
+                "pool %s had no traffic for %.1fs: stopping its workers (its next request "
+                "starts them again)",
+                pool,
+                self._idle.idle_stop_s,
+            )
+
+    def _hold_stopped_ports(self) -> None:
+        """Hold the port of a worker stopped on purpose once it has exited, so that its
+        address refuses connections (the gateways see the pool cold) and stays ours."""
+        for places in self.places.values():
+            for place in places:
+                child = place.child
+                if child is None or not child.stopped or place.held is not None:
+                    continue
+                if child.process.poll() is None:
+                    continue
+                try:
+                    place.held = listening_socket(*place.address, listen=False)
+                except OSError as exc:  # tried again at the next tick; the start listens anew
+                    log.debug("cannot hold %s for %s yet: %s", place.url, place.name, exc)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
@@ -233,6 +433,13 @@ class Supervisor:
         """The batch executor first (it sends to the gateways), then the gateways, then the
         workers; SIGKILL whatever outlives the timeout."""
         self._stopping = True
+        if self._wake_endpoint is not None:
+            self._wake_endpoint.close()
+        for places in self.places.values():
+            for place in places:
+                if place.held is not None:
+                    place.held.close()
+                    place.held = None
         rest = [c for c in self.children if c not in self.gateways and c not in self.executors]
         for group in (self.executors, self.gateways, rest):
             for child in group:
@@ -248,11 +455,18 @@ class Supervisor:
                     child.process.wait()
 
 
-def _ready(url: str) -> bool:
+def _ready(url: str, context: ssl.SSLContext | None = None, replicas: bool = False) -> bool:
+    """The gateway at ``url`` answers /readyz 200 and, with ``replicas``, sees a ready
+    replica in every pool (its body's ``pools``)."""
     try:
-        with urllib.request.urlopen(url + "/readyz", timeout=1) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
+        with urllib.request.urlopen(url + "/readyz", timeout=1, context=context) as response:
+            if response.status != 200:
+                return False
+            if not replicas:
+                return True
+            pools = json.loads(response.read())["pools"]
+            return all(pool["ready"] >= 1 for pool in pools.values())
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
         return False
 
 

@@ -31,6 +31,7 @@ from headway.batches.submit import HttpSubmitter
 from headway.http.asgi import App
 from headway.http.ops import ops_app
 from headway.settings import Settings
+from headway.tls.hops import gateway_client
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class ExecutorService:
         self.store: BatchStore | None = None
         self.queue: WorkQueue | None = None
         self._submitter: HttpSubmitter | None = None
+        self._gateway_tls = gateway_client(settings.tls)  # a bad TLS file fails here, at once
 
     async def start(self) -> None:
         settings, batches = self.settings, self.settings.batches
@@ -60,7 +62,10 @@ class ExecutorService:
         files = DirectoryFileStore(settings.files_dir)
         inputs = Inputs(store, files, settings.gateway.limits, batches.max_inputs)
         self._submitter = HttpSubmitter(
-            executor.gateway_urls, batches.executor_token, executor.line_timeout_ms
+            executor.gateway_urls,
+            batches.executor_token,
+            executor.line_timeout_ms,
+            self._gateway_tls,
         )
         mover = Mover(store, queue, files, inputs, batches.file_retention_s, time.time)
         lines = Executor(store, queue, inputs, self._submitter, executor, self.metrics)

@@ -10,6 +10,7 @@ never an exception, so the executor decides every outcome in one place.
 from __future__ import annotations
 
 import itertools
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,6 +18,7 @@ from typing import Protocol
 import aiohttp
 
 from headway.batches.model import Batch, line_request_id
+from headway.tls.reload import ContextSource
 
 UNREACHABLE = 0
 """``Answer.status`` when no gateway answered (refused, reset, timed out)."""
@@ -42,12 +44,21 @@ class Submitter(Protocol):
 
 
 class HttpSubmitter:
-    def __init__(self, gateway_urls: Sequence[str], token: str, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        gateway_urls: Sequence[str],
+        token: str,
+        timeout_ms: int,
+        tls: ContextSource | None = None,
+    ) -> None:
+        """``tls``: the trust for https:// gateways (``tls.hops.gateway_client``); None:
+        aiohttp's own (the system's roots)."""
         if not gateway_urls:
             raise ValueError("the executor needs at least one gateway URL")
         self._urls = itertools.cycle([url.rstrip("/") for url in gateway_urls])
         self._token = token
         self._timeout_ms = timeout_ms
+        self._tls = tls
         self._session: aiohttp.ClientSession | None = None
 
     async def submit(self, batch: Batch, line: int, body: bytes) -> Answer:
@@ -58,8 +69,11 @@ class HttpSubmitter:
         headers = line_headers(batch, line, self._token, self._timeout_ms)
         request_id = headers["x-headway-request-id"]
         url = next(self._urls) + ROUTE_OF[batch.endpoint]
+        context: ssl.SSLContext | bool = True  # aiohttp's own verification
+        if self._tls is not None and url.startswith("https:"):
+            context = self._tls.current()  # the latest: a rotated certificate, new connections
         try:
-            async with self._session.post(url, data=body, headers=headers) as response:
+            async with self._session.post(url, data=body, headers=headers, ssl=context) as response:
                 data = await response.read()
                 return Answer(
                     response.status,

@@ -46,9 +46,10 @@ def run(
     )
     from headway.batches.service import ExecutorService, build_executor_app
     from headway.serve import serve
+    from headway.tls.contexts import TlsFilesInvalid
 
     try:
         service = ExecutorService(settings)
-    except ValueError as exc:
+    except (ValueError, TlsFilesInvalid) as exc:
         raise typer.BadParameter(str(exc)) from exc
     serve(build_executor_app(service), host=host, port=port, fd=fd, log_level=settings.log_level)

@@ -251,3 +251,23 @@ def bench_batches(
     with _running() as machine:
         results = run_batches_bench(settings.data_dir, lines=lines, seconds=seconds)
     _publish(render(results, machine, _command()), SECTION, out)
+
+
+@bench_app.command("coldstart")
+def bench_coldstart(
+    trials: Annotated[int, typer.Option(min=1, help="Fresh `headway up` runs measured.")] = 5,
+    idle_stop_s: Annotated[
+        float, typer.Option(min=0.5, help="The runs' --idle-stop-s (the second cold start).")
+    ] = 3.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """A pool at zero: its first request's time to answer, fresh and after an idle stop."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.coldstart import run_coldstart_bench
+    from headway.bench.coldstart_report import SECTION, render
+
+    with _running() as machine:
+        results = run_coldstart_bench(settings.data_dir, trials=trials, idle_stop_s=idle_stop_s)
+    _publish(render(results, machine, _command()), SECTION, out)

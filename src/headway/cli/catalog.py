@@ -56,6 +56,10 @@ def models_import(
     alias: Annotated[
         list[str] | None, typer.Option(help="Alias(es) for the imported version.")
     ] = None,
+    sign_key: Annotated[
+        Path | None,
+        typer.Option(help="Sign each imported version with this key (`models keygen`)."),
+    ] = None,
 ) -> None:
     """Build ONNX artifacts from packaged weights, a checkpoint or an ONNX graph into the
     content-addressed store, and register them."""
@@ -71,6 +75,7 @@ def models_import(
         quantize_int8,
     )
     from headway.models.store import ModelStore, StoredModel
+    from headway.models.weights.signing import load_key, sign_artifact
     from headway.registry.model import Actor
     from headway.registry.open import open_registry
 
@@ -82,11 +87,15 @@ def models_import(
     actor = Actor(f"cli:{getpass.getuser()}")
 
     def register(stored: StoredModel, aliases: tuple[str, ...]) -> None:
+        if signing_key is not None:
+            sign_artifact(store, stored.version, signing_key)
         registry.add_model(record_of(stored), aliases, actor=actor)
         names = ", ".join(aliases) or "-"
-        typer.echo(f"{stored.version}  {stored.manifest.name}  aliases: {names}")
+        signed = "  signed" if signing_key is not None else ""
+        typer.echo(f"{stored.version}  {stored.manifest.name}  aliases: {names}{signed}")
 
     try:
+        signing_key = load_key(sign_key) if sign_key is not None else None  # before the work
         if onnx is not None and tokenizer is not None:
             stored = import_onnx(
                 store,

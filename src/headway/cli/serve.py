@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -22,6 +24,18 @@ from headway.cli.options import (
 )
 
 log = logging.getLogger("headway")
+
+
+@contextmanager
+def tls_files_checked() -> Iterator[None]:
+    """A certificate, key or CA file that cannot be loaded at start exits 2, naming it."""
+    from headway.tls.contexts import TlsFilesInvalid
+
+    try:
+        yield
+    except TlsFilesInvalid as exc:
+        typer.echo(f"invalid TLS files: {exc}", err=True)
+        raise typer.Exit(2) from exc
 
 
 def _on_off(value: str | None) -> bool | None:
@@ -50,6 +64,22 @@ def up(
         int | None, typer.Option(help="Gateway processes (default 1), on port, port+1, ...")
     ] = None,
     admission: AdmissionOpt = None,
+    prewarm: Annotated[
+        bool | None,
+        typer.Option(
+            "--prewarm/--no-prewarm",
+            help="Start every pool's workers now (default); off: a pool's first request "
+            "starts them and waits for its first replica.",
+        ),
+    ] = None,
+    idle_stop_s: Annotated[
+        float | None,
+        typer.Option(
+            "--idle-stop-s",
+            help="Stop a pool's workers after this many seconds without traffic; its next "
+            "request starts them again (default: never).",
+        ),
+    ] = None,
     redis_url: RedisOpt = None,
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
@@ -69,9 +99,12 @@ def up(
             "embed_replicas": embed_replicas,
             "rerank_replicas": rerank_replicas,
             "gateways": gateways,
+            "prewarm": prewarm,
+            "idle_stop_s": idle_stop_s,
         },
     )
-    from headway.catalog import ensure_default_model
+    from headway.catalog import ensure_default_model, synthetic_aliases, synthetic_record
+    from headway.registry.model import Actor
     from headway.registry.open import open_registry
     from headway.supervisor import Supervisor, with_executor_token, write_run_config
 
@@ -83,9 +116,16 @@ def up(
     if settings.worker.backend == "onnx":
         record = ensure_default_model(settings, registry)
         log.info("model %s version %s", record.name, record.version[:12])
+    else:  # known before any worker runs: without prewarm, a pool's first request starts it
+        synthetic = settings.worker.synthetic
+        registry.add_model(
+            synthetic_record(synthetic), synthetic_aliases(synthetic), actor=Actor("cli:up")
+        )
     run_config = write_run_config(settings)
     try:
-        code = Supervisor(settings, run_config).run()
+        with tls_files_checked():
+            supervisor = Supervisor(settings, run_config)
+        code = supervisor.run()
     finally:
         run_config.unlink(missing_ok=True)
     raise typer.Exit(code)
@@ -144,9 +184,12 @@ def gateway(
     )
     from headway.gateway.main import build_gateway
     from headway.serve import serve
+    from headway.tls.hops import public_server
 
     g = settings.gateway
-    app, service = build_gateway(settings)
+    with tls_files_checked():
+        ssl_context = public_server(settings.tls)
+        app, service = build_gateway(settings)
     serve(
         app,
         host=g.host,
@@ -155,6 +198,9 @@ def gateway(
         log_level=settings.log_level,
         drain=service.drain,
         drain_delay_s=g.drain_delay_s,
+        ssl_context=ssl_context,
+        edge=g.edge,
+        metrics_registry=service.metrics.registry,
     )
 
 
@@ -189,10 +235,13 @@ def worker(
     # number of threads per worker, so replicas do not oversubscribe the cores.
     os.environ["RAYON_NUM_THREADS"] = str(settings.worker.tokenizer_threads)
     from headway.serve import serve
+    from headway.tls.hops import internal_server
     from headway.worker.main import build_worker
 
     w = settings.worker
-    app, service = build_worker(settings)
+    with tls_files_checked():
+        ssl_context = internal_server(settings.tls)
+        app, service = build_worker(settings)
     serve(
         app,
         host=w.host,
@@ -201,4 +250,7 @@ def worker(
         log_level=settings.log_level,
         drain=service.drain,
         drain_delay_s=w.drain_delay_s,
+        ssl_context=ssl_context,
+        edge=w.edge,
+        metrics_registry=service.metrics.registry,
     )

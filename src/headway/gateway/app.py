@@ -44,6 +44,8 @@ from headway.gateway.console import routes as console
 from headway.gateway.endpoints.base import Endpoint
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.gateway.endpoints.rerank import Rerank
+from headway.gateway.endpoints.weights import WeightsParts
+from headway.gateway.endpoints.weights import routes as weights_routes
 from headway.gateway.openapi import JSON, DocumentedRoute, Operation, openapi_document
 from headway.gateway.path import PathParts, serve
 from headway.gateway.service import GatewayService
@@ -77,13 +79,15 @@ def build_gateway_app(
     batches: BatchParts | None = None,
     tracing: ProcessTracing | None = None,
     prices: PriceBook | None = None,
+    weights: WeightsParts | None = None,
 ) -> App:
     """``rerank_models``: what serves a rerank request that names no model, in order;
     ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``);
     ``tracing``: the process's (None: spans not recorded, traces passed on); ``prices``: the
-    price book the console's economics page reads (None: the packaged example prices)."""
+    price book the console's economics page reads (None: the packaged example prices);
+    ``weights``: the model store served to workers (None: no ``/v1/weights``)."""
     tracing = tracing or ProcessTracing()
-    documented = gateway_routes(service, rerank_models, batches, prices)
+    documented = gateway_routes(service, rerank_models, batches, prices, weights)
     edge = Edge(
         Router(d.route for d in documented),
         max_body_bytes=service.settings.limits.max_body_bytes,
@@ -107,6 +111,7 @@ def gateway_routes(
     rerank_models: Sequence[str],
     batches: BatchParts | None = None,
     prices: PriceBook | None = None,
+    weights: WeightsParts | None = None,
 ) -> list[DocumentedRoute]:
     parts = service.parts()
     snapshots, pools = service.snapshots, service.pools
@@ -170,6 +175,8 @@ def gateway_routes(
             ),
         ),
         *(batch_routes(batches, (embeddings, rerank), parts) if batches is not None else []),
+        # The model store, for workers on other machines (the registry host's role).
+        *(weights_routes(weights) if weights is not None else []),
         # The admin API: each resource's routes are described beside their handlers.
         *tenants.routes(admin),
         *models.routes(admin, pools),
@@ -190,7 +197,8 @@ def gateway_routes(
         DocumentedRoute(
             Route("GET", "/readyz", "readyz", routes.readyz(service)),
             Operation(
-                "Ready to serve: every pool has a ready replica and the gateway is not draining",
+                "Ready to serve: every pool has a ready replica (or is cold, and its requests "
+                "wait for one) and the gateway is not draining",
                 schemas.Readiness,
                 other_answers={503: schemas.Readiness},
             ),

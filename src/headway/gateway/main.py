@@ -20,6 +20,7 @@ from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.dns_name import DnsDiscovery
 from headway.gateway.discovery.static import StaticDiscovery
+from headway.gateway.endpoints.weights import WeightsParts
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.redis_store import RedisQuotaStore
@@ -27,22 +28,26 @@ from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.service import GatewayService
 from headway.http.asgi import App
 from headway.metering.build import gateway_id, gateway_metering
+from headway.models.store import ModelStore
 from headway.quality.references import open_reference_store
 from headway.registry.open import open_registry
 from headway.settings import GatewaySettings, Settings
+from headway.tls.hops import internal_client
+from headway.tls.names import WORKER_NAME
 from headway.tracing.setup import process_tracing
 from headway.transport.default import AiohttpTransport
 
 
-def discovery(settings: GatewaySettings) -> dict[str, Discovery]:
-    """A source per configured pool: DNS where a name is given, else the static list."""
+def discovery(settings: GatewaySettings, scheme: str = "http") -> dict[str, Discovery]:
+    """A source per configured pool: DNS where a name is given (its replicas called over
+    ``scheme``), else the static list (each URL names its own)."""
     sources: dict[str, Discovery] = {}
     for pool, urls, dns_name in (
         ("embed", settings.embed_replicas, settings.embed_dns),
         ("rerank", settings.rerank_replicas, settings.rerank_dns),
     ):
         if dns_name:
-            sources[pool] = DnsDiscovery(dns_name, nameserver=settings.dns_server)
+            sources[pool] = DnsDiscovery(dns_name, nameserver=settings.dns_server, scheme=scheme)
         elif urls:
             sources[pool] = StaticDiscovery(urls)
     return sources
@@ -94,8 +99,8 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     service = GatewayService(
         settings.gateway,
         registry,
-        AiohttpTransport(),
-        discovery(settings.gateway),
+        AiohttpTransport(internal_client(settings.tls), server_hostname=WORKER_NAME),
+        discovery(settings.gateway, "https" if settings.tls.internal else "http"),
         quota=quota,
         quota_heartbeat=heartbeat,
         metering=metering,
@@ -115,5 +120,7 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     )
     rerank_models = (settings.rerank_model, settings.embed_model)
     prices = load_prices(settings.billing.price_book) if settings.billing.price_book else None
-    app = build_gateway_app(service, rerank_models, batches, tracing, prices)
+    store = ModelStore(settings.model_root)
+    weights = WeightsParts(service.snapshots, store, settings.weights.token)
+    app = build_gateway_app(service, rerank_models, batches, tracing, prices, weights)
     return app, service

@@ -12,6 +12,8 @@ and counts it. Then, top to bottom, one line each in ``serve``:
                  (unless the cache may answer), and so does a full     stages/meter.py
                  usage outbox
     parse        strict decoding and limits → the endpoint's request   endpoints/*.py
+    hold         a cold pool (scaled to zero, starting): wait for a     stages/hold.py
+                 ready replica, within the deadline
     resolve      model name → the version that serves it (split, pin,    stages/resolve.py
                  stickiness), its pool, and maybe a shadow version
     meter        a usage event for the work from here on               stages/meter.py
@@ -38,7 +40,10 @@ after the quota (a cached text is charged and billed like a computed one) and
 before admission (a hit takes no permit); while the cache may answer a tenant, the
 precheck is skipped, since a full pool can still serve every text it has seen. A
 request the cache answered whole is not counted for the version's rollout analysis
-(it says nothing about the model).
+(it says nothing about the model). A request for a cold pool waits in hold: after
+parsing (a malformed request never waits), before resolve (choosing the version needs
+a ready replica) and so before the quota and admission (one that gives up was never
+charged, and admission sees it only once the pool has a replica).
 
 Every request is counted once more than the edge counts it, by route, tenant, tier,
 version and outcome (``GatewayMetrics.model_answered``): the RED metrics of a model.
@@ -58,6 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from headway.errors import HeadwayError
+from headway.gateway.coldstart import ColdStarts
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.base import Endpoint, ModelRequest
 from headway.gateway.metrics import GatewayMetrics
@@ -69,6 +75,7 @@ from headway.gateway.stages.authenticate import Identify, by_key
 from headway.gateway.stages.cache import RequestCache
 from headway.gateway.stages.deadline import deadline_from_headers
 from headway.gateway.stages.dispatch import dispatch
+from headway.gateway.stages.hold import hold_for_replica
 from headway.gateway.stages.merge import Merged, merge
 from headway.gateway.stages.meter import MeterParts, UsageMeter, check_meter
 from headway.gateway.stages.parse import check_media_type
@@ -93,6 +100,7 @@ class PathParts:
     pools: Pools
     quota: QuotaStore | None
     """None: quotas are off."""
+    cold_starts: ColdStarts
     metrics: GatewayMetrics
     clock: Callable[[], float]
     meter: MeterParts
@@ -124,6 +132,8 @@ async def serve(
             precheck(parts.pools.for_route(endpoint.route), tier, parts.metrics.refused)
         check_meter(parts.meter.sink)
         work = endpoint.parse(request.body, settings.limits)
+        cold = parts.cold_starts.for_route(endpoint.route)
+        await hold_for_replica(cold, ctx, work.texts, parts.metrics.refused)
         target = resolve(work.models, snapshot, parts.pools, tenant_name, work.user)
         version = target.record.version
         work.check(target.record)

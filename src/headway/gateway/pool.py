@@ -10,6 +10,17 @@ expected wait (texts outstanding from this gateway x recent latency), by power
 of two choices among replicas that are ready and not ejected. Each pool has its
 own admission controller, sized by the replicas that are ready, its own retry
 budget, and its own record of recent chunk latency (the hedging threshold).
+
+A pool with no ready replica is either **cold** or **failing**. Cold: none of its
+replicas is lost or ejected; it has no address at all (scaled to zero), or its
+replicas have not answered ready since they were added (starting), or they said they
+were not ready before they went away (a drained stop: ``/readyz`` 503, then silence).
+Failing: a replica that was ready stopped answering without saying so first (a
+crash, a refused connection: it is *lost* until it answers ``/readyz`` again, 200 or
+503), or was ejected after repeated failures. Requests wait for a cold pool
+(``gateway/coldstart.py``); a failing one fails them at once, as before, so that
+clients retry elsewhere. ``wait_ready`` returns once a replica is ready: the
+readiness poll (or discovery adding a ready replica) wakes every waiter.
 """
 
 from __future__ import annotations
@@ -93,6 +104,9 @@ class Replica:
     health: Health = field(default_factory=Health)
     latency_s: float = 0.0
     """Exponentially weighted latency of its recent successful calls; 0 before the first."""
+    lost: bool = False
+    """It was ready, then stopped answering without first saying it was not ready (a
+    crash): the pool is failing, not cold, until it answers ``/readyz`` again."""
 
 
 class ReplicaPool:
@@ -121,6 +135,7 @@ class ReplicaPool:
         self.versions: frozenset[str] = frozenset()  # model versions ready replicas serve
         self.admission = AdmissionController(admission, lambda: self.ready_count, clock=clock)
         self.health_interval_s = health_interval_s
+        self._warm = asyncio.Event()  # set while a replica is ready
 
     async def set_addresses(self, urls: list[str]) -> None:
         """Follow discovery: keep known replicas, add new ones (unready until polled), drop
@@ -140,13 +155,20 @@ class ReplicaPool:
         await asyncio.gather(*(self._poll(replica) for replica in self.replicas))
 
     async def _poll(self, replica: Replica) -> None:
+        request = UpstreamRequest("GET", replica.url, "/readyz", self.health_interval_s * 2)
+        state, ready = ReadyState(ready=False), False
         try:
-            request = UpstreamRequest("GET", replica.url, "/readyz", self.health_interval_s * 2)
             reply = await self.transport.send(request)
-            state = _ready_decoder.decode(reply.body)
-            ready = state.ready and reply.status == 200
-        except (TransportError, msgspec.DecodeError):
-            state, ready = ReadyState(ready=False), False
+        except TransportError:
+            if replica.ready:  # gone without a word: crashed, not drained
+                replica.lost = True
+        else:
+            replica.lost = False  # it answers (starting, draining or ready): not lost
+            try:
+                state = _ready_decoder.decode(reply.body)
+                ready = state.ready and reply.status == 200
+            except msgspec.DecodeError:
+                state, ready = ReadyState(ready=False), False
         if ready != replica.ready:
             log.info("replica %s of pool %s: ready=%s", replica.url, self.name, ready)
         if ready:
@@ -159,6 +181,7 @@ class ReplicaPool:
     def mark_unreachable(self, replica: Replica) -> None:
         if replica.ready:
             log.warning("replica %s of pool %s is unreachable", replica.url, self.name)
+            replica.lost = True
         self._set_ready(replica, False)
 
     def _set_ready(self, replica: Replica, ready: bool) -> None:
@@ -168,6 +191,22 @@ class ReplicaPool:
     def _recount(self) -> None:
         self.ready_count = sum(r.ready for r in self.replicas)
         self.versions = frozenset().union(*(r.versions for r in self.replicas if r.ready))
+        if self.ready_count:
+            self._warm.set()
+        else:
+            self._warm.clear()
+
+    @property
+    def cold(self) -> bool:
+        """No replica ready and none failing (see the module docstring)."""
+        if self.ready_count:
+            return False
+        now = self.clock()
+        return not any(r.lost or r.health.ejected(now) for r in self.replicas)
+
+    async def wait_ready(self) -> None:
+        """Returns once a replica is ready (at once if one is)."""
+        await self._warm.wait()
 
     def pick(
         self,

@@ -31,7 +31,7 @@ class Pools:
             if record.version in pool.versions:
                 return pool
         if not any(pool.ready_count for pool in self._pools.values()):
-            raise NoReplicas("no replica is ready yet")
+            raise NoReplicas("no replica is ready yet", retry_after_s=1.0)
         raise NotFound(f"model {record.name!r} ({record.version[:12]}) is not being served")
 
     def served_versions(self) -> frozenset[str]:

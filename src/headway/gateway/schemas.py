@@ -122,7 +122,9 @@ class PoolReadiness(msgspec.Struct):
 
 
 class Readiness(msgspec.Struct):
-    """``GET /readyz``: 200 when every pool has a ready replica and the gateway is not draining."""
+    """``GET /readyz``: 200 when every pool has a ready replica (or, with
+    ``gateway.cold_start_hold``, is cold: its requests wait for one) and the gateway is not
+    draining."""
 
     ready: bool
     pools: dict[str, PoolReadiness]

@@ -9,6 +9,8 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     rollouts           write this gateway's counts for active rollouts, judge their steps
     <pool>_discover    ask the pool's ``Discovery`` where its replicas are
     <pool>_poll        read every replica's ``/readyz``
+    <pool>_cold_poll   the same, every cold_start_poll_s, while requests wait for the pool
+    wake               tell the wake hook (gateway.wake_url) of cold pools wanted
     quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
     usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
     usage_ledger_open  until the ledger /v1/usage reads opens (its database may be late)
@@ -29,6 +31,8 @@ from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
+from headway.gateway.coldstart import ColdStarts, HoldPolicy
+from headway.gateway.coldstart_metrics import ColdStartMetrics
 from headway.gateway.console.history import INTERVAL_S as CONSOLE_HISTORY_S
 from headway.gateway.console.history import PoolHistory, pool_reader
 from headway.gateway.discovery.base import Discovery, DiscoveryFailed
@@ -41,6 +45,7 @@ from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.cache import RequestCache
 from headway.gateway.stages.meter import MeterParts
 from headway.gateway.stages.shadow import Shadows
+from headway.gateway.wake import HttpWakeHook, WakeHook, Waker
 from headway.metering.sink import MemorySink, Metering
 from headway.quality.monitor import QualityMonitor
 from headway.quality.references import MemoryReferenceStore, ReferenceStore
@@ -80,6 +85,7 @@ class GatewayService:
         cache: ResultsCache | None = None,
         observability: ObservabilitySettings | None = None,
         quality_store: ReferenceStore | None = None,
+        wake_hook: WakeHook | None = None,
     ) -> None:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
         ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
@@ -87,7 +93,8 @@ class GatewayService:
         ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503).
         ``cache``: the results cache (None: off); ``observability``: tracing, logs,
         metrics, quality and console settings (None: the defaults); ``quality_store``: where
-        each version's reference sample is kept (None: in memory, for tests)."""
+        each version's reference sample is kept (None: in memory, for tests); ``wake_hook``:
+        told of cold pools wanted (None: an HTTP hook at ``settings.wake_url``, if set)."""
         self.settings = settings
         self.observability = observability or ObservabilitySettings()
         self.metrics = metrics or GatewayMetrics()
@@ -133,6 +140,22 @@ class GatewayService:
         )
         for pool in self.pools:
             self.metrics.watch_pool(pool)
+        cold_metrics = ColdStartMetrics(self.metrics.registry)
+        self.cold_starts = ColdStarts(
+            self.pools,
+            hold_policy(settings),
+            clock,
+            observe_wait=cold_metrics.waited,
+            rediscover=self._discoverer,
+        )
+        cold_metrics.watch(self.cold_starts)
+        if wake_hook is None and settings.wake_url is not None:
+            wake_hook = HttpWakeHook(settings.wake_url, transport)
+        self.waker = (
+            None
+            if wake_hook is None
+            else Waker(wake_hook, self.cold_starts, clock, on_wake=cold_metrics.woken)
+        )
         self.console_history = (
             PoolHistory(pool_reader(self.pools, self.metrics.shed), clock)
             if self.observability.console.enabled
@@ -154,6 +177,7 @@ class GatewayService:
             self.snapshots,
             self.pools,
             self.quota if self.settings.quota.enabled else None,
+            self.cold_starts,
             self.metrics,
             self.clock,
             self.meter,
@@ -181,6 +205,11 @@ class GatewayService:
                 f"{pool.name}_discover", settings.dns_interval_s, self._discoverer(pool)
             )
             background.every(f"{pool.name}_poll", settings.health_interval_s, pool.poll_once)
+        for cold in self.cold_starts:
+            name = f"{cold.pool.name}_cold_poll"
+            background.every(name, settings.cold_start_poll_s, cold.poll_step)
+        if self.waker is not None:
+            background.every("wake", settings.cold_start_poll_s, self.waker.step)
         quality = self.observability.quality
         if quality.enabled:
             background.every("quality", quality.interval_s, self.quality.evaluate)
@@ -219,7 +248,15 @@ class GatewayService:
 
     @property
     def ready(self) -> bool:
-        return not self.draining and self.pools.ready
+        """Not draining, and every pool has a ready replica or, with cold_start_hold, is cold:
+        its requests wait for one (a gateway unready at zero would get no traffic, and a
+        pool at zero no demand to start it)."""
+        if self.draining:
+            return False
+        if not self.settings.cold_start_hold:
+            return self.pools.ready
+        pools = list(self.pools)
+        return bool(pools) and all(pool.ready_count or pool.cold for pool in pools)
 
     def drain(self) -> None:
         """Unready from now on (a load balancer stops sending); requests still served."""
@@ -246,6 +283,14 @@ def admission_config(settings: AdmissionSettings) -> AdmissionConfig:
         window_s=settings.window_ms / 1000,
         floor_texts_per_replica=settings.floor_texts_per_replica,
         static_limit=settings.static_limit_texts,
+    )
+
+
+def hold_policy(settings: GatewaySettings) -> HoldPolicy:
+    return HoldPolicy(
+        enabled=settings.cold_start_hold,
+        max_held_texts=settings.cold_start_max_held_texts,
+        reserve_s=settings.cold_start_reserve_ms / 1000,
     )
 
 

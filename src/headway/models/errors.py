@@ -5,7 +5,10 @@
     ModelError
     ├── ModelNotFoundError
     ├── ModelIntegrityError
-    └── ModelImportError
+    │   └── ModelSignatureError
+    ├── ModelImportError
+    ├── WeightsUnavailable
+    └── SigningKeyInvalid
 """
 
 from __future__ import annotations
@@ -23,5 +26,17 @@ class ModelIntegrityError(ModelError):
     """An artifact's files no longer hash to its version, or are malformed."""
 
 
+class ModelSignatureError(ModelIntegrityError):
+    """An artifact's signature is missing where one is required, or no trusted key signed it."""
+
+
 class ModelImportError(ModelError):
     """A source checkpoint could not be turned into an artifact."""
+
+
+class WeightsUnavailable(ModelError):
+    """A weights store could not be read: unreachable, refused our credential, or cut off."""
+
+
+class SigningKeyInvalid(ModelError):
+    """A signing key file cannot be used: missing, unreadable, or not an ed25519 key."""

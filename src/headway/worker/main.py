@@ -5,16 +5,25 @@ from __future__ import annotations
 from headway.catalog import synthetic_aliases, synthetic_record
 from headway.http.asgi import App
 from headway.models.store import ModelStore
+from headway.models.weights.load import ArtifactLoader, weights_source
+from headway.models.weights.signing import SignaturePolicy
 from headway.registry.model import Actor
 from headway.registry.open import open_registry
 from headway.registry.store import RegistryStore
 from headway.settings import Settings
+from headway.tls.hops import gateway_client
 from headway.tracing.setup import process_tracing
 from headway.worker.app import WorkerService, build_worker_app
 from headway.worker.backends.base import Backend
 from headway.worker.batcher import BatchLimits
 from headway.worker.metrics import WorkerMetrics
-from headway.worker.sources import FixedSource, LoadedModel, ModelSource, RegistrySource
+from headway.worker.sources import (
+    FixedSource,
+    LoadedModel,
+    ModelSource,
+    RefusingSource,
+    RegistrySource,
+)
 
 
 def model_names_for(settings: Settings, registry: RegistryStore) -> tuple[str, ...]:
@@ -48,19 +57,29 @@ def synthetic_loader(settings: Settings) -> LoadedModel:
     return LoadedModel(backend, record.version)
 
 
+def artifact_loader(settings: Settings) -> ArtifactLoader:
+    """Fetches what the local store lacks from ``weights.url`` (over the ``tls`` settings'
+    client context for an https:// one), verifies every artifact and its signature."""
+    tls = gateway_client(settings.tls)
+    source = weights_source(settings.weights, tls.current if tls is not None else None)
+    policy = SignaturePolicy.from_settings(settings.weights)
+    return ArtifactLoader(ModelStore(settings.model_root), source, policy)
+
+
 def model_source(settings: Settings) -> ModelSource:
     if settings.worker.backend == "synthetic":
         return FixedSource(lambda: synthetic_loader(settings))
     registry = open_registry(settings)
-    store = ModelStore(settings.model_root)
+    loader = artifact_loader(settings)
     threads = settings.worker.inference_threads
 
     def load_backend(version: str) -> Backend:
         from headway.worker.backends.onnx import OnnxBackend
 
-        return OnnxBackend.load(store.get(version), intra_op_threads=threads)
+        return OnnxBackend.load(loader.load(version), intra_op_threads=threads)
 
-    return RegistrySource(registry, model_names_for(settings, registry), load_backend)
+    names = model_names_for(settings, registry)
+    return RefusingSource(RegistrySource(registry, names, load_backend))
 
 
 def build_worker(settings: Settings) -> tuple[App, WorkerService]:

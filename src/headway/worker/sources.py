@@ -10,18 +10,24 @@ is the one a chunk naming no version gets.
   (``versions_for``): an alias's primary first, then what its split names (weights,
   pins, shadow), so a split or a rollout on the alias makes the worker load the
   candidate, and dropping it from the split lets the worker unload it.
+- ``RefusingSource``: around another, drops a version whose artifact was refused
+  (changed files, a bad or missing signature) from what is wanted, so the worker serves
+  the rest and is never ready for that one.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from headway.models.errors import ModelNotFoundError
+from headway.models.errors import ModelIntegrityError, ModelNotFoundError
 from headway.registry.model import Snapshot
 from headway.worker.backends.base import Backend
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +125,39 @@ def versions_for(snapshot: Snapshot, names: tuple[str, ...]) -> tuple[str, ...]:
             )
         ordered += [record.version, *sorted(snapshot.versions_of(name))]
     return tuple(dict.fromkeys(ordered))
+
+
+class RefusingSource:
+    """``inner``, less the versions whose artifacts it refused to load.
+
+    A refusal (``ModelIntegrityError``: a file that changed, a bad or missing signature)
+    is logged once, as one error line, and raised to the caller as any failed load is
+    (at start-up it stops the worker; on a registry poll it keeps what is held). From
+    then on the version is left out of ``wanted``, so the next poll holds the rest and
+    the worker never advertises it: it stays unready for that version, and nothing is
+    hashed again until a restart. Were every wanted version refused, ``wanted`` names
+    them all still, so the worker keeps what it holds rather than drop to nothing.
+    """
+
+    def __init__(self, inner: ModelSource) -> None:
+        self._inner = inner
+        self.refused: dict[str, ModelIntegrityError] = {}
+
+    def changes(self) -> int:
+        return self._inner.changes()
+
+    def wanted(self) -> Wanted:
+        wanted = self._inner.wanted()
+        kept = tuple(v for v in wanted.versions if v not in self.refused)
+        return Wanted(wanted.changes, kept or wanted.versions)
+
+    def load(self, version: str) -> LoadedModel:
+        refusal = self.refused.get(version)
+        if refusal is not None:  # a fresh error each time: the first's traceback stays as it is
+            raise type(refusal)(*refusal.args)
+        try:
+            return self._inner.load(version)
+        except ModelIntegrityError as exc:
+            self.refused[version] = exc
+            log.error("model version %s refused: %s", version[:12], exc)
+            raise

@@ -2,8 +2,10 @@
 
 A Kubernetes headless service answers its name with one A record per ready pod;
 every replica listens on the same port. ``DnsDiscovery`` turns the answer into
-base URLs. A name that does not exist (NXDOMAIN) is an empty pool; a lookup that
-fails (timeout, no server) is ``DiscoveryFailed``.
+base URLs: https:// ones with internal TLS, where the gateway checks each worker's
+certificate by the role name it carries, not by the pod address (``headway.tls.certs``).
+A name that does not exist (NXDOMAIN) is an empty pool; a lookup that fails (timeout,
+no server) is ``DiscoveryFailed``.
 """
 
 from __future__ import annotations
@@ -25,9 +27,16 @@ def parse_target(target: str) -> tuple[str, int]:
 
 class DnsDiscovery:
     def __init__(
-        self, target: str, *, nameserver: str | None = None, timeout_s: float = 1.0
+        self,
+        target: str,
+        *,
+        nameserver: str | None = None,
+        timeout_s: float = 1.0,
+        scheme: str = "http",
     ) -> None:
+        """``scheme``: https when the workers serve mutual TLS (``tls.ca`` set)."""
         self.name, self.port = parse_target(target)
+        self.scheme = scheme
         if nameserver is None:
             self._resolver = dns.asyncresolver.Resolver()
         else:
@@ -45,4 +54,4 @@ class DnsDiscovery:
             return []
         except (dns.exception.DNSException, OSError) as exc:
             raise DiscoveryFailed(f"resolving {self.name}: {type(exc).__name__}") from exc
-        return sorted(f"http://{record.address}:{self.port}" for record in answer)
+        return sorted(f"{self.scheme}://{record.address}:{self.port}" for record in answer)
