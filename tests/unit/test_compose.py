@@ -1,0 +1,189 @@
+"""compose.yaml: headway on one machine as containers, checked without running them.
+
+The file against the Compose Specification's JSON schema (vendored in
+deploy/kubernetes/schemas/compose, unknown keys refused); every headway command a real
+command of the CLI with options it has; every long-running service health-checked and
+started after what it needs is healthy; the environment made of real settings, loaded
+with the secrets file ``make-secrets.sh compose`` writes; no secret in the file itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from headway.settings import load_settings
+from tests.unit.test_manifests import check_command, setting_field
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose.yaml"
+SCHEMA = ROOT / "deploy" / "kubernetes" / "schemas" / "compose" / "compose-spec.json"
+HEADWAY_SERVICES = {
+    "models-import",
+    "gateway",
+    "embed-worker",
+    "rerank-worker",
+    "billing",
+    "executor",
+}
+SECRET_WORDS = re.compile(r"password|secret|token|key|credential", re.IGNORECASE)
+
+Doc = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def compose() -> Doc:
+    document: Doc = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    return document
+
+
+def services(compose: Doc) -> dict[str, Doc]:
+    found: dict[str, Doc] = compose["services"]
+    return found
+
+
+def headway_commands(service: Doc) -> list[list[str]]:
+    """The headway invocations a service runs: its command, or each ``headway ...`` of a
+    shell line (split at ``&&``, ``||`` and ``|``)."""
+    command = service["command"]
+    if service.get("entrypoint") != ["/bin/sh", "-c"]:
+        return [command]
+    (line,) = command
+    words = shlex.split(line)
+    runs: list[list[str]] = [[]]
+    for word in words:
+        if word in ("&&", "||", "|"):
+            runs.append([])
+        else:
+            runs[-1].append(word)
+    return [run[1:] for run in runs if run and run[0] == "headway"]
+
+
+def test_compose_matches_the_compose_specification(compose: Doc) -> None:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    errors = [
+        f"{'/'.join(map(str, error.path))}: {error.message}"
+        for error in jsonschema.Draft7Validator(schema).iter_errors(compose)
+    ]
+    assert not errors, "\n".join(errors)
+
+
+def test_it_runs_the_services_of_the_kubernetes_manifests(compose: Doc) -> None:
+    assert set(services(compose)) == HEADWAY_SERVICES | {"postgres", "redis", "nats"}
+    for name in HEADWAY_SERVICES:
+        service = services(compose)[name]
+        assert service["image"] == "headway:0.1.0" and service["build"] == "."
+        assert service["read_only"] is True and service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+    for name in ("postgres", "redis", "nats"):
+        image = services(compose)[name]["image"]
+        assert re.fullmatch(r"[a-z0-9./-]+:[\w.-]+@sha256:[0-9a-f]{64}", image), image
+
+
+def test_every_headway_command_exists_with_its_options(compose: Doc) -> None:
+    for name in HEADWAY_SERVICES:
+        runs = headway_commands(services(compose)[name])
+        assert runs, f"{name} runs no headway command"
+        for words in runs:
+            check_command(words)
+    import_runs = headway_commands(services(compose)["models-import"])
+    assert [run[:2] for run in import_runs] == [
+        ["models", "list"],
+        ["models", "verify"],
+        ["models", "import"],
+    ]
+
+
+def test_long_running_services_are_health_checked_and_wait_for_what_they_need(
+    compose: Doc,
+) -> None:
+    all_services = services(compose)
+    for name, service in all_services.items():
+        if name != "models-import":
+            test = service["healthcheck"]["test"]
+            assert test[0] == "CMD" and len(test) > 1, name
+        for needed, condition in service.get("depends_on", {}).items():
+            assert needed in all_services, f"{name} depends on {needed}"
+            wanted = condition["condition"]
+            if needed == "models-import":
+                assert wanted == "service_completed_successfully", name
+            else:
+                assert wanted == "service_healthy", f"{name} -> {needed}"
+                assert "healthcheck" in all_services[needed]
+    # The headway services' checks read their own /readyz on the port they listen on.
+    ports = {"gateway": 8080, "embed-worker": 9100, "rerank-worker": 9100}
+    ports |= {"billing": 9300, "executor": 9400}
+    for name, port in ports.items():
+        assert all_services[name]["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/readyz"
+    needs = {name: set(service.get("depends_on", {})) for name, service in all_services.items()}
+    assert {"postgres", "redis", "nats", "models-import"} <= needs["gateway"]
+    assert {"postgres", "models-import"} <= needs["embed-worker"]
+    assert {"postgres", "nats"} <= needs["billing"]
+    assert {"postgres", "nats", "gateway"} <= needs["executor"]
+
+
+def test_no_secret_is_in_the_file(compose: Doc) -> None:
+    """Secrets are files outside git (.headway/ is ignored), mounted as compose secrets."""
+    for name, service in services(compose).items():
+        for key, value in service.get("environment", {}).items():
+            if SECRET_WORDS.search(key):
+                assert key.endswith("_FILE") and value.startswith("/run/secrets/"), f"{name}: {key}"
+            assert "@" not in str(value), f"{name}: {key} carries credentials"
+    for secret in compose["secrets"].values():
+        assert secret["file"].startswith(".headway/"), secret
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert ".headway/" in ignored
+
+
+def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
+    compose: Doc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "compose"
+    run = subprocess.run(
+        [str(ROOT / "deploy" / "kubernetes" / "make-secrets.sh"), "compose", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert run.returncode == 0, run.stderr
+    # Readable by the containers' uid, in a folder no one else may enter.
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert (folder / "headway.toml").stat().st_mode & 0o777 == 0o644
+    for name in HEADWAY_SERVICES:
+        service = services(compose)[name]
+        for key in list(os.environ):
+            if key.startswith("HEADWAY_"):
+                monkeypatch.delenv(key)
+        for key, value in service["environment"].items():
+            assert setting_field(key), f"{name}: {key} is not a headway setting"
+            monkeypatch.setenv(key, value)
+        (secret,) = service["secrets"]
+        mounted = f"/run/secrets/{secret['target']}"
+        config_at = next(run for run in headway_commands(service) if "--config" in run)
+        assert config_at[config_at.index("--config") + 1] == mounted, name
+        settings = load_settings(config_file=folder / secret["target"])
+        assert settings.postgres_url is not None and "@postgres:5432/" in settings.postgres_url
+        assert settings.redis_url == "redis://redis:6379/0"
+        assert str(settings.data_dir) == "/var/lib/headway"
+        assert service["volumes"] == ["headway-data:/var/lib/headway"]
+        if name == "gateway":
+            assert settings.gateway.embed_dns == "embed-worker:9100"
+            assert settings.gateway.rerank_dns == "rerank-worker:9100"
+            assert settings.gateway.id == "gateway"
+            assert settings.batches.executor_token
+        if name == "executor":
+            assert settings.batches.executor.gateway_urls == ("http://gateway:8080",)
+    password = (folder / "postgres-password").read_text(encoding="utf-8")
+    assert password in (folder / "headway.toml").read_text(encoding="utf-8")
+    postgres = services(compose)["postgres"]
+    assert postgres["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password"
+    assert compose["secrets"]["postgres-password"]["file"].endswith("/postgres-password")
