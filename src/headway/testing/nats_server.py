@@ -49,13 +49,17 @@ def is_healthy(monitor_port: int, timeout_s: float = 0.5) -> bool:
 
 
 class NatsServer(ServerProcess):
-    """One ``nats-server`` process; ``url``, ports and store stay the same across restarts."""
+    """One ``nats-server`` process; ``url``, ports and store stay the same across restarts.
+    ``host``: the address clients connect to (monitoring stays on 127.0.0.1)."""
 
-    def __init__(self, port: int | None = None, start_timeout_s: float = 15.0) -> None:
+    def __init__(
+        self, port: int | None = None, start_timeout_s: float = 15.0, host: str = "127.0.0.1"
+    ) -> None:
         self._executable = find_nats_server()
+        self.host = host
         self.port = port if port is not None else free_port()
         self.monitor_port = free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
+        self.url = f"nats://{host}:{self.port}"
         self._start_timeout_s = start_timeout_s
         self._dir = tempfile.TemporaryDirectory(prefix="headway-nats-")
         self.store_dir = Path(self._dir.name) / "jetstream"
@@ -66,7 +70,7 @@ class NatsServer(ServerProcess):
         if self.running:
             raise NatsServerError(f"nats-server on port {self.port} is already running")
         self._config_path.write_text(
-            f"listen: 127.0.0.1:{self.port}\n"
+            f"listen: {self.host}:{self.port}\n"
             f"http: 127.0.0.1:{self.monitor_port}\n"
             "jetstream {\n"
             f'  store_dir: "{self.store_dir}"\n'

@@ -1,12 +1,13 @@
 """A throw-away PostgreSQL on a free port, for tests and checkers that need a real one.
 
 ``initdb`` into a temporary directory (trust authentication, superuser ``headway``),
-then ``postgres`` in its own process group, listening on 127.0.0.1 and a socket in
-that directory. ``stop()`` is a fast shutdown (clients are disconnected, a checkpoint
-is written); ``kill()`` SIGKILLs the whole group, postmaster and backends at once, as a
-machine crash would; ``start()`` after either comes back on the same port and data,
-recovering from the WAL. ``fsync=False`` trades that crash safety for speed in tests;
-a crash checker keeps the default.
+then ``postgres`` in its own process group, listening on 127.0.0.1 (or ``host``, whose
+subnet it then trusts too) and a socket in that directory. ``stop()`` is a fast
+shutdown (clients are disconnected, a checkpoint is written); ``kill()`` SIGKILLs the
+whole group, postmaster and backends at once, as a machine crash would; ``start()``
+after either comes back on the same port and data, recovering from the WAL.
+``fsync=False`` trades that crash safety for speed in tests; a crash checker keeps
+the default.
 
 Postgres refuses to run as root: under root the server and ``initdb`` run as
 ``nobody``, and the directory is handed to it.
@@ -64,8 +65,11 @@ class PostgresServer(ServerProcess):
         fsync: bool = True,
         start_timeout_s: float = 30.0,
         binaries: Path | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self._bin = binaries if binaries is not None else find_binaries()
+        self.host = host
+        """The address it listens on (another host's, in a network namespace)."""
         self.port = port if port is not None else free_port()
         self.fsync = fsync
         self._start_timeout_s = start_timeout_s
@@ -95,7 +99,7 @@ class PostgresServer(ServerProcess):
             "-k",
             str(self.socket_dir),
             "-c",
-            "listen_addresses=127.0.0.1",
+            f"listen_addresses={self.host}",
             "-c",
             f"fsync={'on' if self.fsync else 'off'}",
         ]
@@ -126,7 +130,7 @@ class PostgresServer(ServerProcess):
         self._kill_group()
 
     def url_of(self, database: str) -> str:
-        return f"postgresql://headway@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://headway@{self.host}:{self.port}/{database}"
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` with ``psql``, unaligned, tuples only; its output."""
@@ -183,6 +187,9 @@ class PostgresServer(ServerProcess):
             code = initdb.wait(self._start_timeout_s)
         if code != 0:
             raise PostgresServerError(f"initdb exited with {code}:\n" + self.log_tail())
+        if self.host != "127.0.0.1":  # initdb trusts loopback only; let the subnet in too
+            with (self.data_dir / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
         self._initialized = True
 
     def _spawn(self, argv: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
@@ -207,7 +214,7 @@ class PostgresServer(ServerProcess):
                 str(self._bin / "pg_isready"),
                 "-q",
                 "-h",
-                "127.0.0.1",
+                self.host,
                 "-p",
                 str(self.port),
                 "-U",

@@ -21,9 +21,9 @@ class RedisServerError(RuntimeError):
     """redis-server is missing, or did not start answering PING in time."""
 
 
-def answers_ping(port: int, timeout_s: float = 0.2) -> bool:
+def answers_ping(port: int, timeout_s: float = 0.2, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as conn:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
             conn.sendall(b"PING\r\n")
             return conn.recv(64).startswith(b"+PONG")
     except OSError:
@@ -31,17 +31,21 @@ def answers_ping(port: int, timeout_s: float = 0.2) -> bool:
 
 
 class RedisServer(ServerProcess):
-    """One ``redis-server`` process; ``url`` and ``port`` stay the same across restarts."""
+    """One ``redis-server`` process; ``url`` and ``port`` stay the same across restarts.
+    ``host``: the address it listens on (another host's, in a network namespace)."""
 
-    def __init__(self, port: int | None = None, start_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, port: int | None = None, start_timeout_s: float = 10.0, host: str = "127.0.0.1"
+    ) -> None:
         executable = shutil.which("redis-server")
         if executable is None:
             raise RedisServerError(
                 "redis-server is not on PATH; install it (apt-get install redis-server)"
             )
         self._executable = executable
+        self.host = host
         self.port = port if port is not None else free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = f"redis://{host}:{self.port}/0"
         self._start_timeout_s = start_timeout_s
         self._dir = tempfile.TemporaryDirectory(prefix="headway-redis-")
 
@@ -51,11 +55,13 @@ class RedisServer(ServerProcess):
         log_path = Path(self._dir.name) / "redis.log"
         options = {
             "port": str(self.port),
-            "bind": "127.0.0.1",
+            "bind": self.host,
             "save": "",
             "appendonly": "no",
             "dir": self._dir.name,
             "daemonize": "no",
+            # Its clients are on other hosts when it listens on one's address.
+            "protected-mode": "yes" if self.host == "127.0.0.1" else "no",
         }
         argv = [self._executable]
         for name, value in options.items():
@@ -65,7 +71,7 @@ class RedisServer(ServerProcess):
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         deadline = time.monotonic() + self._start_timeout_s
-        while not answers_ping(self.port):
+        while not answers_ping(self.port, host=self.host):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self._reap()
                 raise RedisServerError(
