@@ -9,8 +9,10 @@ import signal
 import sqlite3
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
+import aiohttp
 import httpx
 import msgspec
 import numpy as np
@@ -145,19 +147,23 @@ def _executor_pid(up: Up) -> int | None:
 
 
 async def _interactive(url: str, stop: threading.Event, results: list[tuple[int, float]]) -> None:
+    """The interactive tenant, open loop. aiohttp, not httpx: at ~0.2 ms of CPU a call
+    against httpx's 2-3 ms, the load generator takes far less of the two cores it shares
+    with the gateway, the workers and the executor."""
     headers = {"authorization": "Bearer demo-key-search-app", "x-timeout-ms": str(DEADLINE_MS)}
-    limits = httpx.Limits(max_connections=200)
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=200)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as client:
 
         async def one(i: int) -> None:
             started = time.perf_counter()
             texts = [f"interactive {i} part {j}" for j in range(INTERACTIVE_TEXTS)]
+            body = {"model": "synthetic", "input": texts}
             try:
-                response = await client.post(
-                    "/v1/embeddings", headers=headers, json={"model": "synthetic", "input": texts}
-                )
-                status = response.status_code
-            except httpx.HTTPError:
+                async with client.post("/v1/embeddings", headers=headers, json=body) as response:
+                    await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError):
                 status = 0
             results.append((status, time.perf_counter() - started))
 
@@ -217,7 +223,12 @@ def test_a_20k_line_batch_survives_two_sigkills_beside_interactive_traffic(tmp_p
     deadline_s = DEADLINE_MS / 1000
     within = sum(1 for status, seconds in results if status == 200 and seconds <= deadline_s)
     assert len(results) > 1000
-    assert within / len(results) >= 0.995, f"{within}/{len(results)} interactive within deadline"
+    outcomes = Counter(
+        status if seconds <= deadline_s else f"{status} late" for status, seconds in results
+    )
+    assert within / len(results) >= 0.995, (
+        f"{within}/{len(results)} interactive in time: {outcomes}"
+    )
 
 
 def _kill_executor_after(
