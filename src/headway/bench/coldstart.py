@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headway.bench.errors import ServingFailed
+from headway.bench.served import API_KEY, demo_registry
 from headway.catalog import ensure_default_model
-from headway.registry.keys import key_digest
-from headway.registry.sqlite import DEMO_ADMIN_KEY, Registry
+from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import load_settings
 
-API_KEY = "demo-key-search-app"
 DEADLINE_MS = 30_000
 READY_PREFIX = "headway is ready on "
 UP_TIMEOUT_S = 120.0
@@ -210,13 +209,7 @@ def run_coldstart_bench(data_dir: Path, *, trials: int, idle_stop_s: float) -> C
     if trials < 1:
         raise ValueError(f"trials must be at least 1, not {trials}")
     settings = load_settings(flags={"data_dir": str(data_dir)})
-    registry = Registry(settings.registry_path)
-    registry.seed_demo()
-    if key_digest(API_KEY) not in registry.snapshot().principals:
-        raise ServingFailed(
-            f"the registry in {data_dir} has tenants but not the demo key {API_KEY!r}, "
-            "which the benchmark uses; point --data-dir at a fresh directory"
-        )
+    registry = demo_registry(settings)
     record = ensure_default_model(settings, registry)
     results = [_trial(settings.data_dir, idle_stop_s) for _ in range(trials)]
     return ColdStartResults(results, idle_stop_s, record.version)

@@ -28,12 +28,26 @@ from headway.bench.raw import batches_of
 from headway.bench.stats import cpu_us_per_request, per_second
 from headway.loadgen import Body, ClosedLoopResult, RequestFailed, post, run_closed_loop
 from headway.loadgen.recorder import error_reason
+from headway.registry.keys import key_digest
+from headway.registry.sqlite import Registry
 from headway.settings import Settings, load_settings
 from headway.supervisor import Supervisor, with_executor_token, write_run_config
 
 API_KEY = "demo-key-search-app"  # a demo tenant's key: run `registry.seed_demo()` first
 WORKER, GATEWAY, CLIENT = "worker", "gateway", "client"
 CLIENT_TIMEOUT_S = 120.0  # a request not answered by then counts as a timeout
+
+
+def demo_registry(settings: Settings) -> Registry:
+    """The data dir's embedded registry with the demo tenants, whose key the benchmarks use."""
+    registry = Registry(settings.registry_path)
+    registry.seed_demo()
+    if key_digest(API_KEY) not in registry.snapshot().principals:
+        raise ServingFailed(
+            f"the registry in {settings.data_dir} has tenants but not the demo key "
+            f"{API_KEY!r}, which the benchmark uses; point --data-dir at a fresh directory"
+        )
+    return registry
 
 
 @dataclass(frozen=True, slots=True)

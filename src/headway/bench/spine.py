@@ -29,16 +29,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from headway.bench.errors import ServingFailed
 from headway.bench.raw import RawPoint, run_point
 from headway.bench.served import (
-    API_KEY,
     GATEWAY,
     WORKER,
     LoadPoint,
     Model,
     Overhead,
     bench_settings,
+    demo_registry,
     overhead,
     serving,
     throughput,
@@ -46,8 +45,6 @@ from headway.bench.served import (
 from headway.catalog import SYNTHETIC_ALIAS, ensure_default_model, synthetic_record
 from headway.loadgen.corpus import sentences
 from headway.models.store import ModelStore
-from headway.registry.keys import key_digest
-from headway.registry.sqlite import Registry
 from headway.settings import Settings
 
 BATCH_SIZES = (1, 8, 32)
@@ -75,13 +72,7 @@ def run_spine_bench(data_dir: Path, *, seconds: float) -> SpineResults:
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, not {seconds}")
     onnx_settings = bench_settings(data_dir, {"backend": "onnx"})
-    registry = Registry(onnx_settings.registry_path)
-    registry.seed_demo()
-    if key_digest(API_KEY) not in registry.snapshot().principals:
-        raise ServingFailed(
-            f"the registry in {data_dir} has tenants but not the demo key {API_KEY!r}, "
-            "which the benchmark uses; point --data-dir at a fresh directory"
-        )
+    registry = demo_registry(onnx_settings)
     record = ensure_default_model(onnx_settings, registry)
     model = Model(onnx_settings.embed_model, record.version, record.dimensions)
     corpus = sentences(CORPUS_SIZE)
