@@ -49,6 +49,12 @@ def waiting(stack) -> float:
     return value
 
 
+def cold_gauge(stack) -> float:
+    value = stack.gateway.metrics.registry.get_sample_value("headway_pool_cold", {"pool": "embed"})
+    assert value is not None
+    return value
+
+
 def waits(stack) -> float:
     value = stack.gateway.metrics.registry.get_sample_value(
         "headway_cold_start_wait_seconds_count", {"pool": "embed"}
@@ -60,6 +66,7 @@ def waits(stack) -> float:
 async def test_a_cold_gateway_is_ready_and_holds_the_request_until_a_replica_is(cold):
     ready = await cold.client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["pools"]["embed"]["ready"] == 0
+    assert cold_gauge(cold) == 1
     request = asyncio.create_task(embed(cold))
     await until(lambda: waiting(cold) == 1)
     cold.transport.down.update(WORKER_URLS)  # replicas appear, starting (not answering)
@@ -71,7 +78,7 @@ async def test_a_cold_gateway_is_ready_and_holds_the_request_until_a_replica_is(
     response = await request
     assert response.status_code == 200
     assert len(response.json()["data"]) == 1
-    assert (waiting(cold), waits(cold)) == (0, 1)
+    assert (waiting(cold), waits(cold), cold_gauge(cold)) == (0, 1, 0)
 
 
 async def test_a_replica_too_late_for_the_deadline_fails_with_retry_after(cold):
@@ -150,8 +157,10 @@ async def test_the_wake_hook_hears_of_a_held_request(tmp_path):
 
 
 async def test_a_pool_whose_replicas_crashed_fails_fast_and_is_unready(stack):
+    assert cold_gauge(stack) == 0  # ready
     stack.transport.down.update(WORKER_URLS)  # ready replicas gone without a word
     await stack.gateway.pools["embed"].poll_once()
+    assert cold_gauge(stack) == 0  # failing, not cold
     response = await embed(stack, timeout_ms=60_000)
     assert response.status_code == 503
     assert response.json()["error"]["type"] == "no_ready_replicas"

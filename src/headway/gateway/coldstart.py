@@ -81,6 +81,11 @@ class ColdStart:
         self._rediscover = rediscover
         self._discovered_at = -math.inf
 
+    @property
+    def holding(self) -> bool:
+        """The pool is cold and its requests wait for it (holding is on)."""
+        return self.policy.enabled and self.pool.cold
+
     async def hold(self, texts: int, deadline: Deadline) -> HoldRefusal | None:
         """None once the pool has a ready replica, or at once when it is failing or holding
         is off (what follows fails the request as it always did); a refusal otherwise."""
@@ -88,7 +93,7 @@ class ColdStart:
         if pool.ready_count:
             return None
         self.wanted = True
-        if not (self.policy.enabled and pool.cold):
+        if not self.holding:
             return None
         if self.held_requests and self.held_texts + texts > self.policy.max_held_texts:
             return HoldRefusal("held_full")

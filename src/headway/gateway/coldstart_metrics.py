@@ -1,5 +1,5 @@
-"""The metrics of cold pools: who waits now (KEDA's activation signal), how long they waited,
-and what the wake hook answered."""
+"""The metrics of cold pools: which pools are cold, who waits now (KEDA's activation
+signal), how long they waited, and what the wake hook answered."""
 
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ class ColdStartMetrics:
             "headway_pool_waiting_requests",
             "Requests held now for a pool's first ready replica (the pool is cold: scaled to "
             "zero or starting); above 0 at a pool of zero replicas, KEDA activates it.",
+            ["pool"],
+            registry=registry,
+        )
+        self._cold = Gauge(
+            "headway_pool_cold",
+            "1 while a pool has no ready replica and none failing (scaled to zero, or its "
+            "replicas starting or drained) and its requests wait for one "
+            "(gateway.cold_start_hold), 0 otherwise: a pool at zero on purpose, not down.",
             ["pool"],
             registry=registry,
         )
@@ -42,6 +50,7 @@ class ColdStartMetrics:
         for cold in cold_starts:
             name = cold.pool.name
             self._waiting.labels(name).set_function(_held(cold))
+            self._cold.labels(name).set_function(_cold(cold))
             self._wait.labels(name)
 
     def waited(self, pool: str, seconds: float) -> None:
@@ -53,3 +62,7 @@ class ColdStartMetrics:
 
 def _held(cold: ColdStart) -> Callable[[], float]:
     return lambda: cold.held_requests
+
+
+def _cold(cold: ColdStart) -> Callable[[], float]:
+    return lambda: float(cold.holding)
