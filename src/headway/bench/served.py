@@ -30,7 +30,7 @@ from headway.loadgen import Body, ClosedLoopResult, RequestFailed, post, run_clo
 from headway.loadgen.recorder import error_reason
 from headway.registry.keys import key_digest
 from headway.registry.sqlite import Registry
-from headway.settings import Settings, load_settings
+from headway.settings import EdgeLimits, Settings, load_settings
 from headway.supervisor import Supervisor, with_executor_token, write_run_config
 
 API_KEY = "demo-key-search-app"  # a demo tenant's key: run `registry.seed_demo()` first
@@ -77,12 +77,19 @@ def bench_settings(
     embed_replicas: int = 1,
 ) -> Settings:
     """Settings for a benchmark stack: quiet logs, an ephemeral gateway port, no rerank pool,
-    and no tenant quotas (the load comes from one demo tenant far above its quota)."""
+    no tenant quotas (the load comes from one demo tenant far above its quota), and no
+    per-client connection cap below the process's (the load comes from one address)."""
+    one_client = {"max_connections_per_client": EdgeLimits().max_connections}
     return load_settings(
         flags={
             "data_dir": str(data_dir),
             "log_level": "warning",
-            "gateway": {"port": 0, "quota": {"enabled": False}, **(gateway or {})},
+            "gateway": {
+                "port": 0,
+                "quota": {"enabled": False},
+                "edge": one_client,
+                **(gateway or {}),
+            },
             "worker": dict(worker),
             "up": {"embed_replicas": embed_replicas, "rerank_replicas": 0},
         }
