@@ -63,8 +63,10 @@ async def test_outcomes_are_classified_and_the_run_stops_by_itself(scripted: Scr
     started = loop.time()
     result = await run_load(scripted.url, workload, schedule, client_timeout_s=0.5)
     elapsed = loop.time() - started
-    # The last hung request was due at ~0.49 s and is given up 0.5 s later.
-    assert 0.95 + LEAD_S <= elapsed < 1.6
+    # The last hung request was due at ~0.49 s and is given up 0.5 s later. The "hang"
+    # class is never answered: a run that did not give up would never end, so the upper
+    # bound only has to be finite (1.6 s failed once on a loaded 2-core machine: 1.79 s).
+    assert 0.95 + LEAD_S <= elapsed < 5.0
     by_class = {s.name: s for s in result.report.classes}
     assert all(by_class[key].offered > 0 for key in keys)
     assert sum(s.offered for s in by_class.values()) == 90
