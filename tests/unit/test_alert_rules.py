@@ -46,6 +46,14 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def check_queries(queries: list[str], path: Path, prefix: str) -> subprocess.CompletedProcess[str]:
+    """promtool's parse of PromQL ``queries`` (it has no offline query check): written to
+    ``path`` as recording rules ``<prefix>:query_<n>`` and checked as a rules file."""
+    rules = [{"record": f"{prefix}:query_{i}", "expr": query} for i, query in enumerate(queries)]
+    path.write_text(yaml.safe_dump({"groups": [{"name": prefix, "rules": rules}]}), "utf-8")
+    return promtool("check", "rules", str(path))
+
+
 def rules() -> list[dict[str, Any]]:
     document = yaml.safe_load((PROMETHEUS / "rules.yml").read_text(encoding="utf-8"))
     return [rule for group in document["groups"] for rule in group["rules"]]

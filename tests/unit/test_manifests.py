@@ -44,6 +44,7 @@ import yaml
 from headway.cli import app as headway_cli
 from headway.gateway.discovery.dns_name import parse_target
 from headway.settings import Settings, load_settings
+from tests.unit.test_alert_rules import check_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -890,13 +891,6 @@ def declared_metrics() -> set[str]:
     return names
 
 
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail("promtool is not installed (Debian package prometheus): `make prerequisites`")
-    return found
-
-
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_scaled_objects_read_metrics_the_code_exports(
     rendered: dict[str, list[Doc]],
@@ -950,22 +944,7 @@ def test_scaled_objects_read_metrics_the_code_exports(
                 assert monitoring in {p["port"] for p in nats["spec"]["ports"]}
             else:
                 assert endpoint is None and "authenticationRef" in lag
-    rules = {
-        "groups": [
-            {
-                "name": "keda",
-                "rules": [
-                    {"record": f"keda:query{index}", "expr": query}
-                    for index, query in enumerate(queries)
-                ],
-            }
-        ]
-    }
-    path = tmp_path / "keda-queries.yml"
-    path.write_text(yaml.safe_dump(rules), encoding="utf-8")
-    run = subprocess.run(
-        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
-    )
+    run = check_queries(queries, tmp_path / "keda-queries.yml", "keda")
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -27,7 +27,7 @@ from headway.cli import app
 from headway.gateway.console.pages import PAGES
 from headway.logs import ACCESS_FIELDS, ACCESS_LOGGER, JsonFormatter
 from headway.settings import Settings
-from tests.unit.test_alert_rules import ROOT, alerts, dashboard, promtool, rules
+from tests.unit.test_alert_rules import ROOT, alerts, check_queries, dashboard, rules
 
 RUNBOOK = ROOT / "docs" / "runbook.md"
 RUNBOOK_URL = "docs/runbook.md#{anchor}"
@@ -318,30 +318,15 @@ def test_each_section_has_what_on_call_needs_and_the_rules_severity() -> None:
 def test_every_promql_query_parses(tmp_path: Path) -> None:
     found = queries()
     assert len(found) >= 2 * len(alerts())
-    document = {
-        "groups": [
-            {
-                "name": "runbook",
-                "rules": [
-                    {"record": f"runbook:query_{index}", "expr": query}
-                    for index, query in enumerate(found)
-                ],
-            }
-        ]
-    }
-    path = tmp_path / "runbook-queries.yml"
-    path.write_text(yaml.safe_dump(document), encoding="utf-8")
-    checked = promtool("check", "rules", str(path))
+    checked = check_queries(found, tmp_path / "runbook-queries.yml", "runbook")
     numbered = "\n".join(f"runbook:query_{index}: {query}" for index, query in enumerate(found))
     assert checked.returncode == 0, checked.stdout + checked.stderr + "\n" + numbered
     assert f"SUCCESS: {len(found)} rules found" in checked.stdout
 
 
 def test_the_promql_check_refuses_a_broken_query(tmp_path: Path) -> None:
-    path = tmp_path / "broken.yml"
-    rule = {"record": "runbook:broken", "expr": "sum by (pool (rate(headway_shed_total[5m]))"}
-    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [rule]}]}), "utf-8")
-    assert promtool("check", "rules", str(path)).returncode != 0
+    broken = ["sum by (pool (rate(headway_shed_total[5m]))"]
+    assert check_queries(broken, tmp_path / "broken.yml", "runbook").returncode != 0
 
 
 def test_every_query_reads_series_and_labels_the_code_exports() -> None:
