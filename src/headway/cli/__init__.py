@@ -11,7 +11,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.command()(serve.up)
 app.command()(serve.gateway)
 app.command()(serve.worker)
-app.command()(loadgen.loadgen)
+app.add_typer(loadgen.loadgen_app, name="loadgen")
 weights.register(catalog.models_app)  # fetch, verify, keygen, sign
 app.add_typer(catalog.models_app, name="models")
 app.add_typer(catalog.tenants_app, name="tenants")

@@ -10,9 +10,13 @@ the order a run uses them:
 - ``schedule``: intended send times (fixed spacing or Poisson, in rate steps)
 - ``workload``: weighted request classes, with bodies built before the clock starts
   from the words of ``corpus``
+- ``plan``: what a run sends, timed requests; a workload on a schedule becomes one
+- ``trace``: a recorded load as JSON lines (offsets, tenants, text lengths; no texts,
+  no keys), and ``replay``: a trace → a plan (replay) and a plan → a trace (record);
+  ``usage_trace``: the ledger's usage rows → a trace
 - ``client``: a keep-alive connection pool with per-request deadlines, over
   ``connection``: one HTTP/1.1 connection that parses its responses in place
-- ``run``: fires each request at its time and records what came back
+- ``run``: fires each plan's request at its time and records what came back
 - ``recorder``: per-request records → summaries (overall, per class, per second)
 - ``report``: a summary as a plain-text table or a JSON-able dict
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from headway.loadgen.closed import Body, ClosedLoopResult, post, run_closed_loop
 from headway.loadgen.errors import InvalidSpec, LoadgenError, MalformedReport, RequestFailed
+from headway.loadgen.plan import Plan, TimedRequest, plan_schedule
 from headway.loadgen.recorder import (
     ClientStats,
     Outcome,
@@ -34,10 +39,12 @@ from headway.loadgen.recorder import (
     Summary,
     summarize,
 )
+from headway.loadgen.replay import plan_trace, trace_of
 from headway.loadgen.report import from_json, render_text, to_json
-from headway.loadgen.run import LoadResult, run_load, run_load_sync
+from headway.loadgen.run import LoadResult, run_load, run_load_sync, run_plan, run_plan_sync
 from headway.loadgen.schedule import Schedule, Step
 from headway.loadgen.spec import LoadSpec, load_spec, parse_range, parse_spec, spec_from_args
+from headway.loadgen.trace import Trace, TraceRequest, load_trace, parse_trace, write_trace
 from headway.loadgen.workload import RequestClass, Workload
 
 __all__ = [
@@ -50,6 +57,7 @@ __all__ = [
     "LoadgenError",
     "MalformedReport",
     "Outcome",
+    "Plan",
     "Record",
     "Records",
     "Report",
@@ -58,17 +66,28 @@ __all__ = [
     "Schedule",
     "Step",
     "Summary",
+    "TimedRequest",
+    "Trace",
+    "TraceRequest",
     "Workload",
     "from_json",
     "load_spec",
+    "load_trace",
     "parse_range",
     "parse_spec",
+    "parse_trace",
+    "plan_schedule",
+    "plan_trace",
     "post",
     "render_text",
     "run_closed_loop",
     "run_load",
     "run_load_sync",
+    "run_plan",
+    "run_plan_sync",
     "spec_from_args",
     "summarize",
     "to_json",
+    "trace_of",
+    "write_trace",
 ]

@@ -1,12 +1,13 @@
 """An open-loop run: every request leaves at its intended time, whatever came back before.
 
-All request bytes are built, and a few connections opened, before the clock
-starts. The scheduler then sleeps until the next intended time (at least
-``TICK_S``) and fires every request that is due, each stamped with the moment
-it actually left; it yields to the event loop after ``BURST`` requests so that
-answers are read even when it is behind. Each request's deadline is its
-intended time plus the client timeout, so the run ends by itself at the
-schedule's end plus that timeout (or sooner, once every request is answered).
+A run sends a ``Plan`` (``plan.py``): a synthetic workload on a schedule and a
+replayed trace are the same thing to it. All request bytes are built, and a few
+connections opened, before the clock starts. The scheduler then sleeps until the
+next intended time (at least ``TICK_S``) and fires every request that is due, each
+stamped with the moment it actually left; it yields to the event loop after
+``BURST`` requests so that answers are read even when it is behind. Each request's
+deadline is its intended time plus the client timeout, so the run ends by itself at
+the schedule's end plus that timeout (or sooner, once every request is answered).
 
 The cyclic garbage collector is paused while the clock runs (and what was
 built before is frozen out of its sight): a full collection over a run's
@@ -38,6 +39,7 @@ from headway.loadgen.client import (
     request_head,
 )
 from headway.loadgen.connection import Failure, Response, Result
+from headway.loadgen.plan import Plan, plan_schedule
 from headway.loadgen.recorder import (
     ClientStats,
     Records,
@@ -67,23 +69,17 @@ class LoadResult:
     report: Report
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    requests: list[bytes]
-    class_index: NDArray[np.int32]
-    texts: NDArray[np.int32]
-
-
-def _prepare(workload: Workload, target: Target, count: int) -> _Prepared:
-    heads = [request_head("POST", target, workload.path, c.headers()) for c in workload.classes]
-    requests: list[bytes] = []
-    class_index = np.empty(count, dtype=np.int32)
-    texts = np.empty(count, dtype=np.int32)
-    for i, prepared in enumerate(workload.prepare(count)):
-        requests.append(encode_request(heads[prepared.class_index], prepared.body))
-        class_index[i] = prepared.class_index
-        texts[i] = prepared.texts
-    return _Prepared(requests, class_index, texts)
+def _encode(plan: Plan, target: Target) -> list[bytes]:
+    """Each request's bytes; requests that share a sender, path and deadline share a head."""
+    heads: dict[tuple[str, str, int], bytes] = {}
+    encoded = []
+    for request in plan.requests:
+        which = (request.key, request.path, request.timeout_ms)
+        head = heads.get(which)
+        if head is None:
+            head = heads[which] = request_head("POST", target, request.path, request.headers())
+        encoded.append(encode_request(head, request.body))
+    return encoded
 
 
 class _Tally:
@@ -147,9 +143,25 @@ async def run_load(
     max_connections: int | None = None,
 ) -> LoadResult:
     """Send ``workload`` to ``base_url`` on ``schedule`` and record every request."""
+    return await run_plan(
+        base_url,
+        plan_schedule(workload, schedule),
+        client_timeout_s=client_timeout_s,
+        max_connections=max_connections,
+    )
+
+
+async def run_plan(
+    base_url: str,
+    plan: Plan,
+    *,
+    client_timeout_s: float,
+    max_connections: int | None = None,
+) -> LoadResult:
+    """Send ``plan``'s requests to ``base_url``, each at its offset, and record every one."""
     target = parse_base_url(base_url)
-    offsets = np.fromiter(schedule.offsets(), dtype=np.float64)
-    prepared = _prepare(workload, target, len(offsets))
+    offsets = np.array([r.offset_s for r in plan.requests], dtype=np.float64)
+    requests = _encode(plan, target)
     pool = ConnectionPool(
         target.host, target.port, timeout_s=client_timeout_s, max_connections=max_connections
     )
@@ -164,8 +176,8 @@ async def run_load(
         cpu_started = time.process_time()
         start = clock() + LEAD_S
         due_at = start + offsets
-        await _fire(pool, prepared.requests, due_at.tolist(), tally)
-        await asyncio.sleep(max(0.0, start + schedule.duration_s - clock()))
+        await _fire(pool, requests, due_at.tolist(), tally)
+        await asyncio.sleep(max(0.0, start + plan.duration_s - clock()))
         last_deadline = float(due_at[-1]) + client_timeout_s if len(due_at) else start
         await asyncio.wait([tally.all_answered], timeout=last_deadline - clock() + _GRACE_S)
     finally:
@@ -175,7 +187,7 @@ async def run_load(
             gc.enable()
     client = ClientStats(
         target=base_url,
-        arrivals=schedule.arrivals,
+        arrivals=plan.arrivals,
         wall_s=clock() - start,
         cpu_s=time.process_time() - cpu_started,
         requests=len(offsets),
@@ -184,16 +196,12 @@ async def run_load(
         connect_failures=pool.connect_failures,
         waited_for_connection=pool.waited_at_limit,
     )
-    records = _records(workload, offsets, due_at, prepared, tally)
-    return LoadResult(records, summarize(records, schedule.duration_s, client))
+    records = _records(plan, offsets, due_at, tally)
+    return LoadResult(records, summarize(records, plan.duration_s, client))
 
 
 def _records(
-    workload: Workload,
-    offsets: NDArray[np.float64],
-    due_at: NDArray[np.float64],
-    prepared: _Prepared,
-    tally: _Tally,
+    plan: Plan, offsets: NDArray[np.float64], due_at: NDArray[np.float64], tally: _Tally
 ) -> Records:
     status = np.asarray(tally.status, dtype=np.int32)
     timed_out = np.zeros(len(offsets), dtype=bool)
@@ -203,17 +211,16 @@ def _records(
             timed_out[index] = True
         else:
             errors[index] = failure.detail
-    deadlines = np.array([c.deadline_s for c in workload.classes], dtype=np.float64)
     return Records(
-        class_names=workload.class_names,
-        class_index=prepared.class_index,
+        class_names=plan.class_names,
+        class_index=np.array([r.class_index for r in plan.requests], dtype=np.int32),
         intended_s=offsets,
         lag_s=np.asarray(tally.sent, dtype=np.float64) - due_at,
         latency_s=np.asarray(tally.answered, dtype=np.float64) - due_at,
         status=status,
         outcome=outcomes(status, timed_out),
-        texts=prepared.texts,
-        deadline_s=deadlines[prepared.class_index],
+        texts=np.array([r.texts for r in plan.requests], dtype=np.int32),
+        deadline_s=np.array([r.deadline_s for r in plan.requests], dtype=np.float64),
         errors=errors,
     )
 
@@ -227,12 +234,24 @@ def run_load_sync(
     max_connections: int | None = None,
 ) -> LoadResult:
     """``run_load`` on a fresh event loop (uvloop's when it is installed)."""
-    main = run_load(
+    return run_plan_sync(
         base_url,
-        workload,
-        schedule,
+        plan_schedule(workload, schedule),
         client_timeout_s=client_timeout_s,
         max_connections=max_connections,
+    )
+
+
+def run_plan_sync(
+    base_url: str,
+    plan: Plan,
+    *,
+    client_timeout_s: float,
+    max_connections: int | None = None,
+) -> LoadResult:
+    """``run_plan`` on a fresh event loop (uvloop's when it is installed)."""
+    main = run_plan(
+        base_url, plan, client_timeout_s=client_timeout_s, max_connections=max_connections
     )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(main)

@@ -105,8 +105,7 @@ class Workload:
 
     def serial_words(self, count: int) -> int:
         """Words that number each text of a ``count``-request run uniquely."""
-        most_texts = count * max(c.texts[1] for c in self.classes)
-        return max(1, math.ceil(math.log(max(most_texts, 2), len(WORDS))))
+        return serial_words(count * max(c.texts[1] for c in self.classes))
 
     def prepare(self, count: int) -> Iterator[PreparedRequest]:
         """``count`` requests, lazily, so a caller can keep only what it sends."""
@@ -119,15 +118,24 @@ class Workload:
             cum_weights.append(running)
         picks = rng.choices(range(len(self.classes)), cum_weights=cum_weights, k=count)
         digits = self.serial_words(count)
-        base = len(WORDS)
         serial = 0
         for index in picks:
             cls = self.classes[index]
             texts = []
             for _ in range(rng.randint(*cls.texts)):
-                length = max(rng.randint(*cls.words), digits)
-                words = [WORDS[serial // base**d % base] for d in range(digits)]
-                words += rng.choices(WORDS, k=length - digits)
-                texts.append(" ".join(words))
+                texts.append(numbered_text(serial, rng.randint(*cls.words), digits, rng))
                 serial += 1
             yield PreparedRequest(index, len(texts), msgspec.json.encode(_Body(cls.model, texts)))
+
+
+def serial_words(most_texts: int) -> int:
+    """Words that number ``most_texts`` texts uniquely (at least one)."""
+    return max(1, math.ceil(math.log(max(most_texts, 2), len(WORDS))))
+
+
+def numbered_text(serial: int, length: int, digits: int, rng: random.Random) -> str:
+    """A text of ``length`` words (at least ``digits``) whose first ``digits`` spell ``serial``."""
+    base = len(WORDS)
+    words = [WORDS[serial // base**d % base] for d in range(digits)]
+    words += rng.choices(WORDS, k=max(length, digits) - digits)
+    return " ".join(words)
