@@ -35,7 +35,7 @@ from headway.settings import GatewaySettings, Settings
 from headway.tls.hops import internal_client
 from headway.tls.names import WORKER_NAME
 from headway.tracing.setup import process_tracing
-from headway.transport.default import AiohttpTransport
+from headway.transport.http1 import Http1Transport
 
 
 def discovery(settings: GatewaySettings, scheme: str = "http") -> dict[str, Discovery]:
@@ -99,7 +99,7 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     service = GatewayService(
         settings.gateway,
         registry,
-        AiohttpTransport(internal_client(settings.tls), server_hostname=WORKER_NAME),
+        Http1Transport(internal_client(settings.tls), server_hostname=WORKER_NAME),
         discovery(settings.gateway, "https" if settings.tls.internal else "http"),
         quota=quota,
         quota_heartbeat=heartbeat,

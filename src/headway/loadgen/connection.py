@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, cast
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -27,6 +27,8 @@ class Response:
     status: int
     retry_after_s: float | None
     body: bytes
+    head: bytes = field(default=b"", compare=False)
+    """The status line and headers as they came (no final blank line); not compared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class Connection(asyncio.Protocol):
         "body_start",
         "buffer",
         "close_after",
+        "head",
         "length",
         "owner",
         "pending",
@@ -94,6 +97,7 @@ class Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self.buffer = bytearray()
         self.status = 0  # 0 until the head is parsed
+        self.head = b""
         self.body_start = 0
         self.length = 0
         self.retry_after: float | None = None
@@ -163,7 +167,8 @@ class Connection(asyncio.Protocol):
             self.status = int(data[9:12])
         except ValueError:
             return "bad status line"
-        head = bytes(data[:end]).lower()
+        self.head = bytes(data[:end])
+        head = self.head.lower()
         self.body_start = end + 4
         self.close_after = data[7:8] == b"0" or _header(head, b"connection") == b"close"
         length = _header(head, b"content-length")
@@ -190,7 +195,7 @@ class Connection(asyncio.Protocol):
     def _complete(self, body: bytes) -> None:
         pending = self.pending
         assert pending is not None
-        response = Response(self.status, self.retry_after, body)
+        response = Response(self.status, self.retry_after, body, self.head)
         self.pending = None
         if self.close_after:
             self.abort()
@@ -213,7 +218,7 @@ class Connection(asyncio.Protocol):
         if pending is not None and not pending.done:
             if self.status and self.length == _BODY_UNTIL_CLOSE:
                 body = bytes(self.buffer[self.body_start :])
-                pending.finish(Response(self.status, self.retry_after, body))
+                pending.finish(Response(self.status, self.retry_after, body, self.head))
             else:
                 pending.finish(Failure("error", f"connection lost: {exc or 'closed by peer'}"))
         self.owner.lost(self)
