@@ -147,3 +147,48 @@ async def test_a_new_version_never_reads_the_old_versions_rows(tmp_path):
         assert first != second
     finally:
         await stack.close()
+
+
+async def test_a_full_pool_refuses_before_parsing_until_the_cache_answers_whole_requests(
+    tmp_path,
+):
+    from headway.settings import AdmissionSettings
+    from tests.fakes import until
+    from tests.service.test_admission import Gate
+
+    gate = Gate()
+    stack = await make_stack(
+        tmp_path,
+        cache=cache_of(),
+        sleep=gate.sleep,
+        admission=AdmissionSettings(static_limit_texts=1),
+    )
+    try:
+        gate.open.set()
+        await embed(stack, ["known"])  # computed and stored: no whole hit yet
+        await asyncio.sleep(0)
+        gate.open.clear()
+        holder = asyncio.ensure_future(embed(stack, ["holds the pool"]))
+        pool = stack.gateway.pools["embed"]
+        await until(lambda: pool.admission.outstanding == 1)
+        broken = await stack.client.post(
+            "/v1/embeddings", headers=auth("demo-key-search-app"), content=b'{"model": '
+        )
+        assert broken.status_code == 503  # refused before the body was read as JSON
+        gate.open.set()
+        await holder
+        assert (await embed(stack, ["known"]))["data"]  # a whole hit, with room
+        gate.open.clear()
+        holder = asyncio.ensure_future(embed(stack, ["holds it again"]))
+        await until(lambda: pool.admission.outstanding == 1)
+        served = await embed(stack, ["known"])  # the pool is full, the cache answers
+        assert len(served["data"]) == 1
+        broken = await stack.client.post(
+            "/v1/embeddings", headers=auth("demo-key-search-app"), content=b'{"model": '
+        )
+        assert broken.status_code == 400  # parsed, since the cache might have answered
+        gate.open.set()
+        await holder
+    finally:
+        gate.open.set()
+        await stack.close()

@@ -85,7 +85,9 @@ async def test_the_answer_waits_until_the_event_is_durable(tmp_path):
         await stack.close()
 
 
-async def test_client_errors_leave_no_event_and_our_failures_a_not_billable_one(tmp_path):
+async def test_client_errors_and_shed_work_leave_no_event_and_our_failures_a_not_billable_one(
+    tmp_path,
+):
     gate = Gate()
     sink = MemorySink()
     stack = await make_stack(
@@ -100,11 +102,18 @@ async def test_client_errors_leave_no_event_and_our_failures_a_not_billable_one(
         await until(lambda: pool.admission.outstanding == 3)
         shed = await embed(stack, ["b"] * 2)  # past the precheck, charged, refused: refunded
         assert shed.status_code == 503
+        assert sink.events == []  # nothing was sent to a worker: nothing to record
+        late = await stack.client.post(
+            "/v1/embeddings",
+            headers={**auth(KEY), "X-Timeout-Ms": "50"},
+            json={"model": "synthetic", "input": ["c"]},
+        )
+        assert late.status_code == 504  # sent, waited on, given up: our failure
         gate.open.set()
         assert (await holder).status_code == 200
         refunded = [e for e in sink.events if not e.billable]
         assert [(e.request_id, e.outcome, e.tokens) for e in refunded] == [
-            (shed.headers["x-request-id"], "overloaded", 0)
+            (late.headers["x-request-id"], "deadline_exceeded", 0)
         ]
         assert [e.tenant for e in sink.events if e.billable] == ["support-bot"]
     finally:

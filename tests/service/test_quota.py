@@ -83,3 +83,22 @@ async def test_quotas_can_be_switched_off(tmp_path):
         assert [(await embed(stack, 10)).status_code for _ in range(3)] == [200, 200, 200]
     finally:
         await stack.close()
+
+
+async def test_a_tenant_whose_bucket_is_empty_is_refused_before_its_body_is_parsed(tmp_path):
+    stack = await tiny_stack(tmp_path)
+    try:
+        assert (await embed(stack, 10)).status_code == 200  # the whole burst
+        assert (await embed(stack, 1)).status_code == 429  # found empty: remembered
+        broken = await stack.client.post("/v1/embeddings", headers=auth(TINY), content=b"{")
+        assert broken.status_code == 429  # not 400: refused before the JSON was read
+        assert broken.json()["error"]["type"] == "quota_exceeded"
+        assert broken.headers["x-ratelimit-remaining"] == "0"
+        assert broken.headers["x-ratelimit-limit"] == "10"
+        assert int(broken.headers["retry-after"]) >= 1  # one text back at 0.5 texts/s: 2 s
+        other = await stack.client.post(
+            "/v1/embeddings", headers=auth("demo-key-search-app"), content=b"{"
+        )
+        assert other.status_code == 400  # other tenants are parsed as ever
+    finally:
+        await stack.close()

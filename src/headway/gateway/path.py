@@ -9,8 +9,9 @@ and counts it. Then, top to bottom, one line each in ``serve``:
                  executor's routes, the tenant it runs a line for)     gateway/batches/lines.py
     deadline     X-Timeout-Ms, within the tier's default and maximum   stages/deadline.py
     precheck     a full pool refuses here, before the body is parsed   stages/admit.py
-                 (unless the cache may answer), and so does a full     stages/meter.py
-                 usage outbox
+                 (unless the cache may answer), and so do a tenant     stages/quota.py
+                 whose bucket is known to be empty and a full usage    stages/meter.py
+                 outbox
     parse        strict decoding and limits → the endpoint's request   endpoints/*.py
     hold         a cold pool (scaled to zero, starting): wait for a     stages/hold.py
                  ready replica, within the deadline
@@ -37,8 +38,10 @@ pool cannot take is refused (and its texts refunded). The version is chosen once
 in resolve, and every chunk goes to it; the shadow copy leaves beside dispatch and
 is handed the primary's answer to compare with, never awaited. The cache answers
 after the quota (a cached text is charged and billed like a computed one) and
-before admission (a hit takes no permit); while the cache may answer a tenant, the
-precheck is skipped, since a full pool can still serve every text it has seen. A
+before admission (a hit takes no permit); while the cache may answer a tenant (it
+answered a whole request within the last second), the pool's precheck is skipped,
+since a full pool can still serve every text it has seen. A refusal by admission
+leaves no usage event: no work was done (the texts are refunded). A
 request the cache answered whole is not counted for the version's rollout analysis
 (it says nothing about the model). A request for a cold pool waits in hold: after
 parsing (a malformed request never waits), before resolve (choosing the version needs
@@ -81,7 +84,7 @@ from headway.gateway.stages.meter import MeterParts, UsageMeter, check_meter
 from headway.gateway.stages.parse import check_media_type
 from headway.gateway.stages.plan import plan
 from headway.gateway.stages.quality import watch_quality
-from headway.gateway.stages.quota import QuotaCharge
+from headway.gateway.stages.quota import EmptyBuckets, QuotaCharge
 from headway.gateway.stages.resolve import Target, resolve
 from headway.gateway.stages.shadow import Shadows
 from headway.http.asgi import Request, Response
@@ -107,6 +110,8 @@ class PathParts:
     shadows: Shadows
     cache: RequestCache
     quality: QualityMonitor
+    empty_buckets: EmptyBuckets
+    """Tenants refused before their bodies are parsed: their buckets were found empty."""
 
 
 async def serve(
@@ -128,8 +133,10 @@ async def serve(
         timeouts = settings.interactive if tier == "interactive" else settings.batch
         deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
         ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
-        if not parts.cache.serves(tenant_name):
+        if not parts.cache.may_answer(tenant_name):
             precheck(parts.pools.for_route(endpoint.route), tier, parts.metrics.refused)
+        if parts.quota is not None:
+            parts.empty_buckets.check(ctx)
         check_meter(parts.meter.sink)
         work = endpoint.parse(request.body, settings.limits)
         cold = parts.cold_starts.for_route(endpoint.route)
@@ -138,7 +145,7 @@ async def serve(
         version = target.record.version
         work.check(target.record)
         async with UsageMeter(parts.meter, ctx, caller, target, work.texts, started) as meter:
-            async with QuotaCharge(parts.quota, ctx, work.texts):
+            async with QuotaCharge(parts.quota, ctx, work.texts, parts.empty_buckets):
                 cached = await parts.cache.look_up(work, tenant_name, target.record)
                 todo = cached.todo
                 computed = None if todo is None else await compute(todo, ctx, target, parts)

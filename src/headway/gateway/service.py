@@ -44,6 +44,7 @@ from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.cache import RequestCache
 from headway.gateway.stages.meter import MeterParts
+from headway.gateway.stages.quota import EmptyBuckets
 from headway.gateway.stages.shadow import Shadows
 from headway.gateway.wake import HttpWakeHook, WakeHook, Waker
 from headway.metering.sink import MemorySink, Metering
@@ -109,6 +110,7 @@ class GatewayService:
         self.meter = MeterParts(self.metering, gateway_id, wall_clock, clock, self.recorder.outcome)
         self.shadows = Shadows(self.recorder, settings.chunk_texts, clock)
         self.cache = RequestCache(cache)
+        self.empty_buckets = EmptyBuckets()
         self._quality_store = quality_store
         self.quality = QualityMonitor(
             self.observability.quality,
@@ -184,6 +186,7 @@ class GatewayService:
             self.shadows,
             self.cache,
             self.quality,
+            self.empty_buckets,
         )
 
     async def start(self) -> None:

@@ -25,6 +25,11 @@ Shed = Callable[[str, str], None]
 """Counts a refusal: ``shed(pool, reason)``."""
 
 
+class AdmissionRefused(Overloaded):
+    """Admission refused the work before any of it was sent: nothing was done, so the
+    usage meter records no event for it (the quota stage refunds its texts)."""
+
+
 def precheck(pool: ReplicaPool | None, tier: Tier, shed: Shed) -> None:
     if pool is None:
         return
@@ -57,9 +62,9 @@ class AdmissionPermit:
         self._pool.admission.release(self._permit, completed=exc is None)
 
 
-def _overloaded(pool: ReplicaPool, refused: Refusal, shed: Shed) -> Overloaded:
+def _overloaded(pool: ReplicaPool, refused: Refusal, shed: Shed) -> AdmissionRefused:
     shed(pool.name, refused.reason)
-    return Overloaded(
+    return AdmissionRefused(
         f"model pool {pool.name!r} is at capacity ({refused.reason}); retry later",
         retry_after_s=refused.retry_after_s,
     )

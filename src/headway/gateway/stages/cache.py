@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -74,12 +76,21 @@ class Lookup(Generic[W]):
         return len(self.keys) - len(self.misses)
 
 
+WHOLE_HIT_WINDOW_S = 1.0
+"""How long after the cache last answered a whole request a full pool still lets requests
+be parsed and looked up (``may_answer``)."""
+
+
 class RequestCache:
     """The gateway's side of the cache: ``look_up`` before admission, ``complete`` after."""
 
-    def __init__(self, cache: ResultsCache | None) -> None:
+    def __init__(
+        self, cache: ResultsCache | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """``cache`` None: the cache is off (every request goes to the workers)."""
         self._cache = cache
+        self._clock = clock
+        self._whole_hit_at = -math.inf
         self._filling: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -95,8 +106,15 @@ class RequestCache:
         if cache is not None and cache.scope_of(tenant) == tenant:
             await cache.drop_scope(tenant)
 
-    def serves(self, tenant: str) -> bool:
-        return self._cache is not None and self._cache.enabled_for(tenant)
+    def may_answer(self, tenant: str) -> bool:
+        """Whether a request of ``tenant`` might be answered by the cache alone, so a full
+        pool should not refuse it before it is parsed: the cache serves the tenant and
+        answered a whole request within the last ``WHOLE_HIT_WINDOW_S``. Where texts
+        rarely repeat, a full pool then refuses before the body is parsed, as without
+        a cache; where they do, a request whose every text is known is still served."""
+        if self._cache is None or not self._cache.enabled_for(tenant):
+            return False
+        return self._clock() - self._whole_hit_at < WHOLE_HIT_WINDOW_S
 
     async def look_up(self, work: W, tenant: str, record: ModelRecord) -> Lookup[W]:
         cache = self._cache
@@ -112,6 +130,7 @@ class RequestCache:
             misses = [index for index, entry in enumerate(found) if entry is None]
             looked.set("headway.cache.misses", len(misses))
         if not misses:
+            self._whole_hit_at = self._clock()
             return Lookup(None, scope, keys, found, misses)
         todo = work if len(misses) == len(keys) else work.only(misses)
         return Lookup(todo, scope, keys, found, misses)

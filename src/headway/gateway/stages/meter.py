@@ -5,13 +5,15 @@ path calls ``served(merged)``, which returns only once the event is durable (the
 outbox committed and fsynced it; see ``metering/outbox.py``) — so every 200 has an
 event, and a gateway that dies after the 200 has it on disk for the relay.
 
-When the work fails on our side (a 5xx: shed after the charge, our deadline, every
-replica failed, a bug) the quota stage refunds the texts, and the meter records
-an event with ``billable`` False: the operator sees the work we did and gave back,
-no invoice ever does. The client's own mistakes (4xx) did no work and leave no
-event. A client that disconnects after the model ran is billed: the event is
-written before the answer is sent, so the work done is recorded whether or not
-the client reads it (documented in README, "Billing").
+When the work fails on our side (a 5xx: our deadline, every replica failed, a bug)
+the quota stage refunds the texts, and the meter records an event with ``billable``
+False: the operator sees the work we did and gave back, no invoice ever does. The
+client's own mistakes (4xx) did no work and leave no event, and neither does a
+request that admission refused (``AdmissionRefused``): nothing was sent to a worker,
+and under overload an event per refusal would cost a durable write per shed request.
+A client that disconnects after the model ran is billed: the event is written before
+the answer is sent, so the work done is recorded whether or not the client reads it
+(documented in README, "Billing").
 
 A batch line comes again under the same request id on every attempt (its own, so
 the ledger bills it once: ``gateway/batches/lines.py``); the not-billable event of
@@ -32,6 +34,7 @@ from types import TracebackType
 
 from headway.errors import HeadwayError, MeteringUnavailable
 from headway.gateway.context import RequestContext
+from headway.gateway.stages.admit import AdmissionRefused
 from headway.gateway.stages.authenticate import Caller
 from headway.gateway.stages.merge import Merged
 from headway.gateway.stages.resolve import Target
@@ -93,7 +96,9 @@ class UsageMeter:
     ) -> None:
         if self._done or not isinstance(exc, Exception):
             return
-        if isinstance(exc, HeadwayError) and exc.status < 500:
+        if isinstance(exc, AdmissionRefused) or (
+            isinstance(exc, HeadwayError) and exc.status < 500
+        ):
             return
         outcome = exc.type if isinstance(exc, HeadwayError) else "internal_error"
         self._tell(False)
