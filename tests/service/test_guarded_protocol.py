@@ -14,6 +14,7 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
+from headway.http.asgi import DISCONNECT_EXTENSION, Disconnect
 from headway.http.connection_caps import Refusal
 from headway.http.connection_metrics import TimeoutPhase
 from headway.http.guard import EdgeGuard, guarded_protocol
@@ -44,14 +45,21 @@ class HeldApp:
 
     entered: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    disconnect: Disconnect | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
         assert scope["type"] == "http"
         while (await receive()).get("more_body"):
             pass
         if scope["path"] == "/hold":
+            self.disconnect = scope["extensions"][DISCONNECT_EXTENSION]
             self.entered.set()
-            await self.release.wait()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", b"2")]})  # fmt: skip
         await send({"type": "http.response.body", "body": b"ok"})
@@ -243,3 +251,27 @@ async def test_headers_past_the_limit_get_a_json_431_while_a_large_body_is_read(
         answer = await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)
         assert answer.startswith(b"HTTP/1.1 200")
         assert served.observer.refusals == {"max_header_bytes": 1}
+
+
+async def test_a_client_that_leaves_mid_request_has_its_task_marked_and_cancelled():
+    async with serving(EdgeLimits()) as served:
+        _, writer = await served.connect()
+        writer.write(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.wait_for(served.app.entered.wait(), WAIT_S)
+        assert served.app.disconnect is not None and not served.app.disconnect.happened
+        writer.close()
+        await asyncio.wait_for(served.app.cancelled.wait(), WAIT_S)
+        assert served.app.disconnect.happened  # what tells the app it was the client
+
+
+async def test_a_request_answered_in_full_is_never_marked():
+    async with serving(EdgeLimits()) as served:
+        reader, writer = await served.connect()
+        writer.write(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.wait_for(served.app.entered.wait(), WAIT_S)
+        served.app.release.set()
+        assert (await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)).endswith(b"ok")
+        writer.close()
+        await served.until(lambda: served.guard.caps.open == 0, "the connection closed")
+        assert served.app.disconnect is not None and not served.app.disconnect.happened
+        assert not served.app.cancelled.is_set()

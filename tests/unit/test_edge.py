@@ -4,9 +4,17 @@ import asyncio
 import logging
 
 import msgspec
+import pytest
 
 from headway.errors import Overloaded
-from headway.http.asgi import App, Request, Response, json_response
+from headway.http.asgi import (
+    DISCONNECT_EXTENSION,
+    App,
+    Disconnect,
+    Request,
+    Response,
+    json_response,
+)
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.logs import RequestFields
@@ -84,6 +92,42 @@ async def test_a_client_that_disconnects_cancels_its_handler_and_is_counted():
     assert cancelled.is_set()
     assert sent == []  # nobody is left to answer
     assert answers.seen == [("work", 499, "client_disconnected")]
+
+
+async def test_under_a_server_that_cancels_on_disconnect_a_marked_cancel_is_a_499():
+    started = asyncio.Event()
+
+    async def slow(request: Request) -> Response:
+        started.set()
+        await asyncio.Event().wait()
+        return json_response({})
+
+    app, answers = app_of(Route("POST", "/work", "work", slow))
+    disconnect = Disconnect()
+    marked = scope() | {"extensions": {DISCONNECT_EXTENSION: disconnect}}
+    task = asyncio.ensure_future(call(app, s=marked))
+    await started.wait()
+    disconnect.happened = True  # as the server does, then it cancels the task
+    task.cancel()
+    assert await task == []
+    assert answers.seen == [("work", 499, "client_disconnected")]
+
+
+async def test_a_cancel_the_server_did_not_mark_stays_a_cancel():
+    started = asyncio.Event()
+
+    async def slow(request: Request) -> Response:
+        started.set()
+        await asyncio.Event().wait()
+        return json_response({})
+
+    app, _ = app_of(Route("POST", "/work", "work", slow))
+    marked = scope() | {"extensions": {DISCONNECT_EXTENSION: Disconnect()}}
+    task = asyncio.ensure_future(call(app, s=marked))
+    await started.wait()
+    task.cancel()  # a shutdown, say: not the client
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 async def test_unexpected_errors_become_a_bare_500_with_a_request_id_and_a_log_line(caplog):

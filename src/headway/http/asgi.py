@@ -223,14 +223,41 @@ class App:
                 return
 
 
-async def unless_disconnected(work: Awaitable[Response], receive: Receive) -> Response:
+DISCONNECT_EXTENSION = "headway.disconnect"
+"""The ASGI scope extension of a server that cancels a request's task itself when its
+client disconnects (``http/guard.py``): a ``Disconnect`` the server marks first."""
+
+
+class Disconnect:
+    """Set by the server before it cancels the request's task: the client is gone."""
+
+    __slots__ = ("happened",)
+
+    def __init__(self) -> None:
+        self.happened = False
+
+
+async def unless_disconnected(work: Awaitable[Response], request: Request) -> Response:
     """Await ``work`` in this task; if the client disconnects first, cancel it (body read).
 
-    One watcher task per request, which cancels this one on ``http.disconnect``.
+    Under headway's own server the server cancels the task (``DISCONNECT_EXTENSION``):
+    nothing to start per request. Elsewhere one watcher task per request cancels this
+    one on ``http.disconnect``.
     """
     handler_task = asyncio.current_task()
     assert handler_task is not None
+    extensions = request.scope.get("extensions")
+    marked = extensions.get(DISCONNECT_EXTENSION) if extensions else None
+    if isinstance(marked, Disconnect):
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if marked.happened:
+                handler_task.uncancel()
+                raise ClientDisconnected from None
+            raise
     disconnected = False
+    receive = request.receive
 
     async def watch() -> None:
         nonlocal disconnected

@@ -111,7 +111,7 @@ class Edge:
                         trace.set("http.route", matched.path)
                     limit = matched.max_body_bytes or self._max_body_bytes
                     request.body = await read_body(request, limit)
-                    response = await unless_disconnected(matched.handler(request), request.receive)
+                    response = await unless_disconnected(matched.handler(request), request)
                 except ClientDisconnected:
                     self._answered(request, trace, route, CLIENT_CLOSED, started, DISCONNECTED)
                     raise

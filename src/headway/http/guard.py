@@ -19,6 +19,9 @@ connection is always in one phase, and each phase but one runs a timer:
   connection is closed without a word (a client reusing it will open another).
 - A request line and headers past ``max_header_bytes`` (httptools sets no bound) are
   answered 431 and the connection closed.
+- A client that disconnects while its request is being served has that request's task
+  cancelled here, its ``Disconnect`` (the scope's ``DISCONNECT_EXTENSION``) marked first,
+  so the app needs no watcher task per request to learn of it (``http/asgi.py``).
 - A connection over a cap (``ConnectionCaps``) is answered 503 with ``Connection: close``
   and a JSON error and closed at once, before anything it sends is read: it costs an
   accept, a protocol object and a write; no timer is armed and nothing is parsed.
@@ -33,13 +36,15 @@ from __future__ import annotations
 import asyncio
 import json
 from asyncio import TimerHandle
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from prometheus_client import CollectorRegistry
+from uvicorn._types import ASGI3Application, ASGIReceiveCallable, Scope
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
+from headway.http.asgi import DISCONNECT_EXTENSION, Disconnect
 from headway.http.connection_caps import ConnectionCaps, Refusal
 from headway.http.connection_metrics import (
     ConnectionMetrics,
@@ -134,6 +139,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._request_begun = False
         self._header_bytes = 0  # received while the current request's headers are not all in
         self._admitted_client: str | None = None  # its slot in the caps, until closed
+        self._serving: tuple[RequestResponseCycle, asyncio.Task[None], Disconnect] | None = None
 
     # Connection lifetime: a slot in the caps, or a refusal.
 
@@ -152,6 +158,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        if self.cycle is not None and not self.cycle.response_complete:
+            _disconnect_of(self.cycle).happened = True
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            cycle, task, disconnect = serving
+            if not cycle.response_complete and not task.done():
+                disconnect.happened = True
+                task.cancel()
         if self._admitted_client is not None:
             self.edge_guard.caps.release(self._admitted_client)
             self._admitted_client = None
@@ -192,7 +206,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         self._request_begun = False
         self._header_bytes = 0
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+        extensions[DISCONNECT_EXTENSION] = Disconnect()
         super().on_headers_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        """uvicorn's, with the task remembered as it starts (to cancel it if the client
+        leaves); a request whose client left before its task started is not run."""
+        disconnect = _disconnect_of(cycle)
+
+        async def remembered(scope: Scope, receive: ASGIReceiveCallable, send: Any) -> None:
+            if disconnect.happened:
+                return
+            task = asyncio.current_task()
+            assert task is not None
+            self._serving = (cycle, task, disconnect)
+            await app(scope, receive, send)
+
+        super()._start_asgi_task(cycle, remembered)
 
     def _arm_header_timer(self) -> None:
         self._header_timer = self.loop.call_later(
@@ -228,6 +259,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.edge_guard.observer.timed_out("idle")
         super().timeout_keep_alive_handler()
+
+
+def _disconnect_of(cycle: RequestResponseCycle) -> Disconnect:
+    return cast(Disconnect, cycle.scope["extensions"][DISCONNECT_EXTENSION])
 
 
 def measured_guard(limits: EdgeLimits, metrics_registry: CollectorRegistry | None) -> EdgeGuard:
