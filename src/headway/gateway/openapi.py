@@ -167,3 +167,6 @@ def _state_limits(
     rerank["top_n"]["default"] = None
     rerank["documents"]["items"]["anyOf"][0] = text
     components["RerankDocument"]["properties"]["text"] = text
+    # The answer's rows are written as raw JSON arrays (``msgspec.Raw``): say what they are.
+    floats = {"type": "array", "items": {"type": "number"}}
+    components["Embedding"]["properties"]["embedding"] = {"anyOf": [floats, {"type": "string"}]}

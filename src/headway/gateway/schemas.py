@@ -42,7 +42,8 @@ class RerankRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 class Embedding(msgspec.Struct):
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | str | msgspec.Raw
+    """Floats, or base64 of little-endian float32; written as ``Raw`` JSON (an array)."""
     object: str = "embedding"
 
 
