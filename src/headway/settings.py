@@ -337,6 +337,12 @@ class WorkerSettings(_Section):
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill.")
     max_queue_texts: int = Field(1024, gt=0, description="Queue bound in texts; full answers 503.")
     inference_threads: int = Field(1, gt=0, description="ONNX Runtime intra-op threads per worker.")
+    mapped_weights: bool = Field(
+        True,
+        description="Run each model from its prepared copy (`<data_dir>/models/.prepared/`), "
+        "whose weights, pre-packed ones included, are memory-mapped: workers holding one "
+        "version share one copy in the page cache. Off: each worker copies them onto its heap.",
+    )
     drain_delay_s: float = Field(
         1.5,
         ge=0,

@@ -7,6 +7,7 @@
     ├── ModelIntegrityError
     │   └── ModelSignatureError
     ├── ModelImportError
+    ├── ModelPreparationError
     ├── WeightsUnavailable
     └── SigningKeyInvalid
 """
@@ -32,6 +33,10 @@ class ModelSignatureError(ModelIntegrityError):
 
 class ModelImportError(ModelError):
     """A source checkpoint could not be turned into an artifact."""
+
+
+class ModelPreparationError(ModelError):
+    """An artifact's prepared (memory-mapped) copy could not be built."""
 
 
 class WeightsUnavailable(ModelError):

@@ -72,11 +72,14 @@ def model_source(settings: Settings) -> ModelSource:
     registry = open_registry(settings)
     loader = artifact_loader(settings)
     threads = settings.worker.inference_threads
+    mapped = settings.worker.mapped_weights
 
     def load_backend(version: str) -> Backend:
         from headway.worker.backends.onnx import OnnxBackend
 
-        return OnnxBackend.load(loader.load(version), intra_op_threads=threads)
+        return OnnxBackend.load(
+            loader.load(version), intra_op_threads=threads, mapped_weights=mapped
+        )
 
     names = model_names_for(settings, registry)
     return RefusingSource(RegistrySource(registry, names, load_backend))

@@ -10,22 +10,32 @@ declares are fed (a graph may take no ``token_type_ids``, say). A graph whose
 output is token embeddings is pooled here as its manifest says (mean over the
 attention mask, or the first token), and rows are L2-normalised here when the
 manifest asks, as sentence-transformers' ``Pooling`` and ``Normalize`` do.
+
+The session runs over the artifact's prepared copy (``models.prepared``): the same
+optimized graph with its weights, pre-packed ones included, memory-mapped from one
+file, so every process holding a version shares one copy of its weights.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
+from headway.models.errors import ModelPreparationError
 from headway.models.manifest import ModelManifest
+from headway.models.prepared import ensure_prepared
 from headway.models.store import StoredModel
 from headway.models.tokenizer import load_tokenizer
 from headway.worker.backends.base import Encoded, ModelKind
+
+log = logging.getLogger(__name__)
 
 _PAD_TOKEN = "[PAD]"
 CALL_OVERHEAD_TOKENS = 8
@@ -46,14 +56,20 @@ class OnnxBackend:
         self._pad_id = 0 if pad_id is None else pad_id
 
     @classmethod
-    def load(cls, model: StoredModel, *, intra_op_threads: int = 1) -> OnnxBackend:
+    def load(
+        cls, model: StoredModel, *, intra_op_threads: int = 1, mapped_weights: bool = True
+    ) -> OnnxBackend:
+        """A session over the artifact's prepared copy (``models.prepared``: weights mapped,
+        shared by every process holding the version), or over the artifact itself when
+        ``mapped_weights`` is off or the copy cannot be made."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        graph = _mapped_graph(model) if mapped_weights else model.onnx_path
         session = ort.InferenceSession(
-            str(model.onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
+            str(graph), sess_options=options, providers=["CPUExecutionProvider"]
         )
         tokenizer = load_tokenizer(model.tokenizer_path, model.manifest.max_tokens)
         return cls(session, tokenizer, model.manifest)
@@ -92,6 +108,16 @@ class OnnxBackend:
             return sigmoid(np.asarray(output[:, 0], dtype=np.float32))
         rows = pool(np.asarray(output, dtype=np.float32), feeds["attention_mask"], self._manifest)
         return np.ascontiguousarray(l2_normalize(rows) if self._manifest.normalize else rows)
+
+
+def _mapped_graph(model: StoredModel) -> Path:
+    try:
+        return ensure_prepared(model)
+    except (OSError, ModelPreparationError) as exc:
+        log.warning(
+            "no mapped copy of %s (%s); loading the artifact onto the heap", model.version, exc
+        )
+        return model.onnx_path
 
 
 def pool(
