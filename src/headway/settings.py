@@ -335,6 +335,12 @@ class WorkerSettings(_Section):
         8192, gt=0, description="Most padded tokens (texts x longest) in one model call."
     )
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill.")
+    batch_wait: Literal["adaptive", "fixed"] = Field(
+        "adaptive",
+        description="adaptive: an idle model waits for a batch to fill only as long as the "
+        "arrival rate and the model's per-call cost say it pays (at most max_wait_ms); "
+        "fixed: it always waits up to max_wait_ms for a batch that is not full.",
+    )
     max_queue_texts: int = Field(1024, gt=0, description="Queue bound in texts; full answers 503.")
     inference_threads: int = Field(1, gt=0, description="ONNX Runtime intra-op threads per worker.")
     mapped_weights: bool = Field(

@@ -241,3 +241,123 @@ async def test_close_fails_what_is_still_queued():
     closing = asyncio.ensure_future(batcher.close())
     await closing
     assert queued.done()  # type: ignore[union-attr]
+
+
+class FakeSleep:
+    """A batch-fill wait on the fake clock: records each wait asked for; with ``gated``, a
+    wait lasts until the test opens the gate, then the clock moves on by its length."""
+
+    def __init__(self, clock: FakeClock, *, gated: bool = False) -> None:
+        self.clock = clock
+        self.waits: list[float] = []
+        self.gate = asyncio.Event()
+        if not gated:
+            self.gate.set()
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await self.gate.wait()
+        self.clock.advance(seconds)
+
+
+FILL = BatchLimits(max_batch_size=8, max_wait_s=0.002)
+
+
+def filling(
+    backend: RecordingBackend, limits: BatchLimits, clock: FakeClock, sleep: FakeSleep
+) -> Batcher:
+    """A batcher whose model costs 50 ms a call + 5 ms a text, as the synthetic one."""
+    batcher = Batcher(backend, limits, clock=clock, sleep=sleep)
+    for texts in (8, 1, 8, 1):
+        batcher.cost.observe(texts, 0.050 + 0.005 * texts)
+    batcher.start(Background(on_fatal=never_fatal))
+    return batcher
+
+
+def arriving_fast(batcher: Batcher, clock: FakeClock) -> None:
+    """Chunks have been arriving 1 ms apart: about 1,000 texts/s."""
+    for i in range(5):
+        batcher.arrivals.observe(clock.now - 0.005 + i * 0.001, 1)
+
+
+async def test_an_idle_model_with_nothing_more_expected_runs_a_lone_chunk_at_once():
+    backend, clock = RecordingBackend(), FakeClock()
+    sleep = FakeSleep(clock)
+    batcher = filling(backend, FILL, clock, sleep)
+    await batcher.submit(texts(1), deadline=2000)  # type: ignore[misc]
+    assert sleep.waits == [] and backend.calls == [[1]]
+    await batcher.close()
+
+
+async def test_with_work_arriving_an_idle_model_waits_and_the_batch_fills():
+    backend, clock = RecordingBackend(), FakeClock()
+    sleep = FakeSleep(clock, gated=True)
+    batcher = filling(backend, FILL, clock, sleep)
+    arriving_fast(batcher, clock)
+    first = batcher.submit(texts(1), deadline=2000)
+    waited = [pytest.approx(0.002)]  # max_wait_s: every other bound is looser
+    await until(lambda: sleep.waits == waited)
+    second = batcher.submit(texts(*range(2, 9)), deadline=2000)  # the batch is full: it runs
+    await asyncio.gather(first, second)  # type: ignore[arg-type]
+    assert backend.calls == [list(range(1, 9))] and sleep.waits == waited
+    await batcher.close()
+
+
+async def test_a_wait_that_passes_with_nothing_new_runs_what_is_queued():
+    backend, clock = RecordingBackend(), FakeClock()
+    sleep = FakeSleep(clock, gated=True)
+    batcher = filling(backend, FILL, clock, sleep)
+    arriving_fast(batcher, clock)
+    lone = batcher.submit(texts(1), deadline=2000)
+    waited = [pytest.approx(0.002)]
+    await until(lambda: sleep.waits == waited)
+    sleep.gate.set()
+    await lone  # type: ignore[misc]
+    assert backend.calls == [[1]] and sleep.waits == waited  # waited once, not again
+    await batcher.close()
+
+
+async def test_a_model_whose_cost_is_per_text_does_not_wait_however_fast_work_comes():
+    backend, clock = RecordingBackend(), FakeClock()
+    sleep = FakeSleep(clock)
+    batcher = Batcher(backend, FILL, clock=clock, sleep=sleep)
+    for n in (8, 1, 8, 1):
+        batcher.cost.observe(n, 0.010 * n)
+    batcher.start(Background(on_fatal=never_fatal))
+    arriving_fast(batcher, clock)
+    await batcher.submit(texts(1), deadline=2000)  # type: ignore[misc]
+    assert sleep.waits == [] and backend.calls == [[1]]
+    await batcher.close()
+
+
+async def test_work_that_queued_while_the_model_ran_runs_next_without_a_wait():
+    backend, clock = RecordingBackend(gated=True), FakeClock()
+    sleep = FakeSleep(clock)
+    batcher = filling(backend, BatchLimits(max_batch_size=4, max_wait_s=0.002), clock, sleep)
+    running = batcher.submit(texts(0), deadline=2000)
+    await wait_entered(backend)
+    queued = [batcher.submit(texts(i), deadline=2000) for i in (1, 2)]  # not a full batch
+    backend.gate.set()
+    await asyncio.gather(running, *queued)  # type: ignore[arg-type]
+    assert backend.calls == [[0], [1, 2]] and sleep.waits == []
+    await batcher.close()
+
+
+async def test_the_fixed_rule_waits_for_a_batch_to_fill_even_at_idle():
+    backend, clock = RecordingBackend(), FakeClock()
+    sleep = FakeSleep(clock)
+    limits = BatchLimits(max_batch_size=8, max_wait_s=0.002, batch_wait="fixed")
+    batcher = filling(backend, limits, clock, sleep)
+    await batcher.submit(texts(1), deadline=2000)  # type: ignore[misc]
+    assert sleep.waits == [pytest.approx(0.002)] and backend.calls == [[1]]
+    await batcher.close()
+
+
+async def test_the_batches_that_run_teach_the_cost_fit():
+    backend, clock = RecordingBackend(), FakeClock()
+    batcher = await started(backend, BatchLimits(max_wait_s=0), clock)
+    await batcher.run_now(texts(1, 2, 3))
+    await batcher.submit(texts(4), deadline=2000)  # type: ignore[misc]
+    assert batcher.cost.cost.per_call_s == 0.0  # the fake clock never moved: nothing costs
+    assert batcher.arrivals.texts == 1.0
+    await batcher.close()

@@ -35,3 +35,10 @@ def test_unknown_and_ill_typed_settings_are_refused(tmp_path):
         load_settings(config_file=config)
     with pytest.raises(ValidationError):
         load_settings(flags={"worker": {"backend": "tensorflow"}})
+
+
+def test_the_batch_fill_wait_is_adaptive_unless_set_fixed():
+    assert load_settings(flags={}).worker.batch_wait == "adaptive"
+    assert load_settings(flags={"worker": {"batch_wait": "fixed"}}).worker.batch_wait == "fixed"
+    with pytest.raises(ValidationError):
+        load_settings(flags={"worker": {"batch_wait": "sometimes"}})

@@ -4,9 +4,11 @@ One owner task takes chunks from a heap ordered by priority (the lower number
 first: interactive before batch), then by deadline (earliest first); a batch of
 only background work (batch tier, shadow) is kept small, so interactive work that
 arrives meanwhile waits little (``max_background_batch_size``),
-waits at most ``max_wait_s`` for a batch to fill, drops chunks whose deadline
-has passed or cannot be met by the current service-time estimate, skips chunks
-whose caller has left, and runs each batch on the single inference thread.
+waits for a batch to fill only when the model was idle and a wait is expected to pay
+(``fill.adaptive_wait_s``: work arriving, a per-call cost to share; never more than
+``max_wait_s``), drops chunks whose deadline has passed or cannot be met by the
+current service-time estimate, skips chunks whose caller has left, and runs each
+batch on the single inference thread.
 Submitting never blocks: a chunk that would overflow the queue bound (counted
 in texts) is refused at once with ``QueueFull``, a value, not an exception.
 If a batch fails, every chunk in it gets the error.
@@ -19,19 +21,23 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from headway.background import Background
 from headway.worker.backends.base import Backend, Encoded
+from headway.worker.estimates import ArrivalRate, CostFit
+from headway.worker.fill import Queued, adaptive_wait_s, fixed_wait_s
 from headway.worker.planning import padded_tokens, plan_runs
 
 Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+BatchWait = Literal["adaptive", "fixed"]
 Values = npt.NDArray[np.float32]
 
 
@@ -105,6 +111,7 @@ class _Job:
     priority: int
     deadline: float
     seq: int
+    queued_at: float = field(compare=False)
     encoded: list[Encoded] = field(compare=False)
     future: asyncio.Future[Values] = field(compare=False)
     timing: RunTiming | None = field(default=None, compare=False)
@@ -134,6 +141,10 @@ class BatchLimits:
     interactive_quiet_s: float = 1.0
     max_batch_tokens: int = 8192
     max_wait_s: float = 0.002
+    """The longest a batch waits to fill, counted from its oldest arrival."""
+    batch_wait: BatchWait = "adaptive"
+    """``adaptive``: wait only as long as it is expected to pay (``fill``); ``fixed``: wait
+    up to ``max_wait_s`` whenever the batch is not full."""
     max_queue_texts: int = 1024
 
 
@@ -157,12 +168,15 @@ class Batcher:
         clock: Clock = time.monotonic,
         observer: BatchObserver | None = None,
         executor: ThreadPoolExecutor | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         """``executor``: the inference thread, when the worker shares one between the
-        batchers of the versions it holds (theirs to shut down, not this batcher's)."""
+        batchers of the versions it holds (theirs to shut down, not this batcher's);
+        ``sleep``: how a batch-fill wait passes (tests pass one on their own clock)."""
         self._backend = backend
         self._limits = limits
         self._clock = clock
+        self._sleep = sleep
         self._observer = observer or NoObserver()
         self._heap: list[_Job] = []
         self._seq = itertools.count()
@@ -178,6 +192,8 @@ class Batcher:
         )
         self._task: asyncio.Task[None] | None = None
         self.service_time = ServiceTime()
+        self.arrivals = ArrivalRate()
+        self.cost = CostFit()
 
     @property
     def queued_texts(self) -> int:
@@ -211,7 +227,7 @@ class Batcher:
         values, _ = await asyncio.get_running_loop().run_in_executor(
             self._executor, self._compute, list(encoded)
         )
-        self.service_time.observe(self._clock() - started)
+        self._observe_run(len(encoded), self._clock() - started)
         return values
 
     def submit(
@@ -228,11 +244,13 @@ class Batcher:
         if self._queued_texts + texts > self._limits.max_queue_texts:
             return QueueFull(self._queued_texts, self._limits.max_queue_texts)
         future: asyncio.Future[Values] = asyncio.get_running_loop().create_future()
+        now = self._clock()
         if timing is not None:
-            timing.queued_at = self._clock()
-        job = _Job(priority, deadline, next(self._seq), encoded, future, timing)
+            timing.queued_at = now
+        job = _Job(priority, deadline, next(self._seq), now, encoded, future, timing)
         if priority == 0:
-            self._interactive_at = self._clock()
+            self._interactive_at = now
+        self.arrivals.observe(now, texts)
         heapq.heappush(self._heap, job)
         self._queued_texts += texts
         self._idle.clear()
@@ -242,13 +260,17 @@ class Batcher:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
+        ran = False  # whether what is queued gathered while the model ran a batch
         while True:
             if not self._heap:
                 self._idle.set()
                 self._wakeup.clear()
                 await self._wakeup.wait()
+                ran = False
+            if not ran:
                 await self._fill()
             pieces = self._take()
+            ran = bool(pieces)
             if not pieces:
                 continue
             encoded = [item for p in pieces for item in p.job.encoded[p.start : p.stop]]
@@ -265,7 +287,7 @@ class Batcher:
             finally:
                 self._running_texts = 0
             finished = self._clock()
-            self.service_time.observe(finished - started)
+            self._observe_run(len(encoded), finished - started)
             offset = 0
             for piece in pieces:
                 job, size = piece.job, piece.stop - piece.start
@@ -281,18 +303,44 @@ class Batcher:
                 elif not job.future.done():
                     job.future.set_result(np.concatenate([*job.done, rows]) if job.done else rows)
 
+    def _observe_run(self, texts: int, seconds: float) -> None:
+        self.service_time.observe(seconds)
+        self.cost.observe(texts, seconds)
+
     async def _fill(self) -> None:
-        """Give a batch that is not yet full up to ``max_wait_s`` to fill."""
-        fill_until = self._clock() + self._limits.max_wait_s
-        while self._queued_texts < self._limits.max_batch_size:
-            remaining = fill_until - self._clock()
-            if remaining <= 0:
-                return
+        """On an idle model, wait while the policy says waiting pays: until it says run
+        (asked again on each arrival), or until a wait passes with nothing new."""
+        while (wait_s := self._wait_s()) > 0:
             self._wakeup.clear()
+            arrival = asyncio.ensure_future(self._wakeup.wait())
+            timer = asyncio.ensure_future(self._sleep(wait_s))
             try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
-            except TimeoutError:
+                done, _ = await asyncio.wait((arrival, timer), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                arrival.cancel()
+                timer.cancel()
+            if arrival not in done:
                 return
+
+    def _wait_s(self) -> float:
+        """Seconds to wait for more work before running what is queued (``fill``)."""
+        limits = self._limits
+        queued = Queued(
+            self._queued_texts,
+            min(job.queued_at for job in self._heap),
+            min(job.deadline for job in self._heap),
+        )
+        now = self._clock()
+        if limits.batch_wait == "fixed":
+            return fixed_wait_s(now, queued, limits.max_batch_size, limits.max_wait_s)
+        return adaptive_wait_s(
+            now,
+            queued,
+            self.arrivals.texts_per_s,
+            self.cost.cost,
+            limits.max_batch_size,
+            limits.max_wait_s,
+        )
 
     def _take(self) -> list[_Piece]:
         """The next batch in queue order, dropping what cannot be served in time.

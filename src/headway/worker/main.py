@@ -92,6 +92,7 @@ def build_worker(settings: Settings) -> tuple[App, WorkerService]:
         max_background_batch_size=worker.max_background_batch_size,
         max_batch_tokens=worker.max_batch_tokens,
         max_wait_s=worker.max_wait_ms / 1000,
+        batch_wait=worker.batch_wait,
         max_queue_texts=worker.max_queue_texts,
     )
     metrics = WorkerMetrics(worker.pool)
