@@ -74,6 +74,23 @@ def bench_spine(
     _publish(render(results, machine, _command(), seconds), SECTION, out)
 
 
+@bench_app.command("batching")
+def bench_batching(
+    seconds: BenchSeconds = 10.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Saturation throughput of one synthetic replica at max batch 1, 8 and 32 vs its bound."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.batching import run_batching_bench
+    from headway.bench.batching_report import SECTION, render
+
+    with _running() as machine:
+        results = run_batching_bench(settings.data_dir, seconds=seconds)
+    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+
 @bench_app.command("path")
 def bench_path(
     seconds: BenchSeconds = 10.0,
