@@ -8,6 +8,14 @@ chunk arrives) and its priority: a worker's queue serves the lower number
 first (interactive before batch), earliest deadline first within one priority.
 A shadow chunk (a copy for comparison, never awaited by a client) runs only in
 spare capacity: a worker refuses it at once unless its queue is nearly empty.
+
+Every answer with a result also carries ``COMPLETED_HEADER``: the texts of
+interactive and batch chunks the worker has completed since it started, a counter
+that only grows. A gateway reads how much the whole pool completes from it, every
+gateway's share included, so that with several gateways each sizes its admission
+for its own share of the pool (``gateway/admission/``). It is a header, not a
+``ChunkResult`` field, so that either side may predate it: a gateway that does not
+read it, or a worker that does not send it, works as before.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 CONTENT_TYPE = "application/msgpack"
+COMPLETED_HEADER = "x-headway-completed-texts"
 
 
 class Priority(IntEnum):
@@ -78,6 +87,13 @@ class ChunkResult(msgspec.Struct):
     def array(self) -> npt.NDArray[np.float32]:
         flat = np.frombuffer(self.values, dtype="<f4")
         return flat.reshape(self.rows, self.dimensions) if self.dimensions > 1 else flat
+
+
+def completed_texts(value: str | None) -> int | None:
+    """The counter ``COMPLETED_HEADER`` carries; None when absent or not a count."""
+    if value is None or not (value.isascii() and value.isdigit()):
+        return None
+    return int(value)
 
 
 def with_budget(chunk: Chunk, timeout_ms: float) -> bytes:

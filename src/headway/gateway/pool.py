@@ -8,8 +8,9 @@ that refuses a connection is marked unready at once and comes back with the
 next successful poll. The next chunk goes to the replica with the shorter
 expected wait (texts outstanding from this gateway x recent latency), by power
 of two choices among replicas that are ready and not ejected. Each pool has its
-own admission controller, sized by the replicas that are ready, its own retry
-budget, and its own record of recent chunk latency (the hedging threshold).
+own admission controller, sized by the replicas that are ready and by what their
+answers say the whole pool completes (``observe_reply``), its own retry budget, and
+its own record of recent chunk latency (the hedging threshold).
 
 A pool with no ready replica is either **cold** or **failing**. Cold: none of its
 replicas is lost or ejected; it has no address at all (scaled to zero), or its
@@ -36,12 +37,13 @@ from typing import Literal
 
 import msgspec
 
+from headway import wire
 from headway.gateway.admission.controller import AdmissionConfig, AdmissionController
 from headway.gateway.routing.ejection import EjectionPolicy, Health, after_failure, after_success
 from headway.gateway.routing.hedging import LatencyQuantile
 from headway.gateway.routing.p2c import choose
 from headway.gateway.routing.retry_budget import RetryBudget
-from headway.transport.base import Transport, TransportError, UpstreamRequest
+from headway.transport.base import Reply, Transport, TransportError, UpstreamRequest
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,8 @@ class Replica:
     lost: bool = False
     """It was ready, then stopped answering without first saying it was not ready (a
     crash): the pool is failing, not cold, until it answers ``/readyz`` again."""
+    completed_texts: int | None = None
+    """Its completed-texts counter as its last answer to this gateway said; None before."""
 
 
 class ReplicaPool:
@@ -266,6 +270,17 @@ class ReplicaPool:
                 self.name,
                 replica.health.ejected_until - now,
             )
+
+    def observe_reply(self, replica: Replica, reply: Reply) -> None:
+        """Feed admission with how far the replica's completed-texts counter moved since its
+        last answer here (``wire.COMPLETED_HEADER``: every gateway's work). A counter that
+        went back is a restarted worker: what it counts is all new."""
+        counter = wire.completed_texts(reply.headers.get(wire.COMPLETED_HEADER))
+        if counter is None:
+            return
+        last, replica.completed_texts = replica.completed_texts, counter
+        if last is not None:
+            self.admission.pool_completed(counter - last if counter >= last else counter)
 
     def state(self, replica: Replica) -> Literal["ready", "unready", "ejected"]:
         if replica.health.ejected(self.clock()):

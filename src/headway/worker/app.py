@@ -105,6 +105,8 @@ class WorkerService:
         self._poll: asyncio.Task[None] | None = None
         self.ready = False
         self.draining = False
+        self.completed_texts = 0
+        """Texts of interactive and batch chunks served since start (``wire.COMPLETED_HEADER``)."""
 
     # lifecycle ---------------------------------------------------------------
 
@@ -282,9 +284,12 @@ class WorkerService:
                 retry_after_s=drain_s,
             )
         try:
-            return await outcome
+            values = await outcome
         except DeadlineMissed as exc:
             raise DeadlineExceeded(f"dropped before running: {exc}") from exc
+        if chunk.priority != wire.Priority.SHADOW:
+            self.completed_texts += len(encoded)
+        return values
 
     @staticmethod
     def _result(
@@ -323,11 +328,11 @@ def build_worker_app(
 
     async def embed(request: Request) -> Response:
         chunk = _decode(wire.embed_decoder, request.body)
-        return _msgpack(await service.embed(chunk))
+        return _msgpack(await service.embed(chunk), service.completed_texts)
 
     async def score(request: Request) -> Response:
         chunk = _decode(wire.score_decoder, request.body)
-        return _msgpack(await service.score(chunk))
+        return _msgpack(await service.score(chunk), service.completed_texts)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -383,5 +388,9 @@ def _decode(decoder: msgspec.msgpack.Decoder[T], body: bytes) -> T:
         raise InvalidRequest(f"malformed chunk: {exc}") from exc
 
 
-def _msgpack(result: wire.ChunkResult) -> Response:
-    return Response(wire.encode(result), content_type=wire.CONTENT_TYPE)
+def _msgpack(result: wire.ChunkResult, completed_texts: int) -> Response:
+    return Response(
+        wire.encode(result),
+        content_type=wire.CONTENT_TYPE,
+        headers={wire.COMPLETED_HEADER: str(completed_texts)},
+    )

@@ -110,3 +110,54 @@ def test_admission_switched_off_still_keeps_shadow_work_to_spare_room():
     ctl = controller(FakeClock(), enabled=False, static_limit=20)
     assert isinstance(ctl.try_admit("t", "interactive", 15), Permit)
     assert not ctl.try_spare(1)
+
+
+def test_gateways_sharing_a_pool_split_its_floor_instead_of_each_taking_it_whole():
+    # three gateways on one pool of 2 replicas (floor 10 texts each), lightly loaded: each
+    # completes 3 texts a window, so Little's law (24 texts/s x 0.5 s = 12 in all) is below
+    # the floor, and the workers' counters say the pool completed 9
+    clock = FakeClock()
+    gateways = [controller(clock, replicas=2) for _ in range(3)]
+    assert sum(g.limit for g in gateways) == 60  # before any counter: a whole floor each
+    for _ in range(8):
+        permits = [(g, g.try_admit("t", "interactive", 3)) for g in gateways]
+        clock.advance(0.25)
+        for g, permit in permits:
+            assert isinstance(permit, Permit)
+            g.pool_completed(9)
+            g.release(permit, completed=True)
+    assert all(abs(g.share - 1 / 3) < 0.01 for g in gateways)
+    assert sum(g.limit for g in gateways) == 3 * 7  # one floor of 20, rounded up per gateway
+
+
+def test_an_idle_gateway_keeps_its_share_of_what_the_pool_does_while_the_others_work():
+    clock = FakeClock()
+    ctl = controller(clock, replicas=2)
+    ctl.share = 0.5
+    for _ in range(4):
+        ctl.pool_completed(100)  # 400 texts/s, all of it another gateway's
+        clock.advance(0.25)
+        ctl.precheck("interactive")  # rolls the window
+    assert ctl.share == 0.5
+    assert ctl.throughput == 400
+    assert ctl.limit == 100  # half of the pool's 400 x 0.5 s
+    assert ctl.retry_after_s() == 0.0
+
+
+def test_the_pools_throughput_comes_from_the_counters_once_heard():
+    # a gateway alone with its pool: its own completions are the pool's until a counter is
+    # heard, and then the counters say the same
+    clock = FakeClock()
+    ctl = controller(clock, replicas=2)
+    saturate(ctl, clock, completed_per_window=50, windows=12)
+    assert 195 < ctl.throughput < 205
+    for _ in range(4):
+        permit = ctl.try_admit("t", "interactive", 60)
+        assert isinstance(permit, Permit)
+        ctl.pool_completed(60)
+        clock.advance(0.25)
+        ctl.release(permit, completed=True)
+    # its first sample (50 own of 60 in the window of the switch) is smoothed away toward 1
+    assert 0.97 < ctl.share < 1.0
+    assert ctl.throughput == 240
+    assert 116 <= ctl.limit <= 120

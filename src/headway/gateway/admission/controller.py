@@ -2,9 +2,13 @@
 
 ``try_admit`` returns a ``Permit`` or a ``Refusal`` (a value; only the HTTP
 edge turns it into 503). Every permit is released exactly once, saying whether
-its work completed; completions feed the throughput estimate, which rolls
-forward lazily on each call (no timer task). All calls happen on the gateway's
-event loop, which is the single owner of this state.
+its work completed. ``pool_completed`` hears what the pool's workers completed for
+every gateway (their counters' growth): the pool's throughput is learned from that,
+and this gateway's share of it from its own completions, so its limit is its share
+of the pool's (``estimate.py``). Until a counter is heard (workers that send none)
+its own completions are the pool's and its share is 1, as for a gateway alone. The
+estimates roll forward lazily on each call (no timer task). All calls happen on
+the gateway's event loop, which is the single owner of this state.
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from headway.gateway.admission.estimate import Window, admission_limit, next_throughput
+from headway.gateway.admission.estimate import (
+    Window,
+    admission_limit,
+    floor_texts,
+    next_share,
+    next_throughput,
+)
 from headway.gateway.admission.policy import (
     Occupancy,
     RefusalReason,
@@ -55,6 +65,7 @@ class _WindowCounters:
     started: float
     least_outstanding: int
     completed_texts: int = 0
+    pool_completed_texts: int = 0
 
 
 @dataclass
@@ -63,18 +74,27 @@ class AdmissionController:
     ready_replicas: Callable[[], int]
     clock: Callable[[], float] = time.monotonic
     throughput: float = 0.0
+    """The pool's, every gateway's work included: texts per second."""
+    share: float | None = None
+    """This gateway's share of the pool's completions; None before its first sample
+    (alone, or no counter heard), when it counts as 1."""
     outstanding: int = 0
     shadow_outstanding: int = 0
     """Texts of shadow copies in flight: never in ``outstanding`` (they take no one's room)."""
     _by_tier: Counter[str] = field(default_factory=Counter)
     _by_tenant: dict[str, Counter[str]] = field(default_factory=dict)
     _window: _WindowCounters | None = None
+    _counters_heard: bool = False
 
     @property
     def limit(self) -> int:
-        floor = max(1, self.ready_replicas()) * self.config.floor_texts_per_replica
+        """This gateway's share of the pool's limit (the whole of it when alone)."""
+        share = self._share()
+        floor = floor_texts(self.ready_replicas(), self.config.floor_texts_per_replica, share)
         mean_latency_s = self.config.latency_budget_s * self.config.mean_latency_share
-        return admission_limit(self.throughput, mean_latency_s, floor, self.config.static_limit)
+        return admission_limit(
+            share * self.throughput, mean_latency_s, floor, self.config.static_limit
+        )
 
     def precheck(self, tier: Tier) -> Refusal | None:
         """Made before the body is parsed: is there room for even one text of this tier?"""
@@ -118,6 +138,11 @@ class AdmissionController:
         if completed:
             window.completed_texts += permit.texts
 
+    def pool_completed(self, texts: int) -> None:
+        """The pool's workers completed ``texts`` more, this gateway's work among them."""
+        self._roll(self.clock()).pool_completed_texts += texts
+        self._counters_heard = True
+
     def try_spare(self, texts: int) -> bool:
         """A shadow copy of ``texts``: taken only into room nothing else uses, below
         ``shares.shadow`` of the limit counting all outstanding work (shadow included), so a
@@ -133,24 +158,38 @@ class AdmissionController:
         self.shadow_outstanding -= texts
 
     def retry_after_s(self) -> float:
-        """Backlog ÷ drain rate: when the work outstanding now should be done."""
-        if self.throughput <= 0:
+        """Backlog ÷ drain rate: when the work outstanding now should be done (this
+        gateway's, drained at its share of the pool's rate)."""
+        drain = self._share() * self.throughput
+        if drain <= 0:
             return self.config.latency_budget_s
-        return self.outstanding / self.throughput
+        return self.outstanding / drain
+
+    def _share(self) -> float:
+        return 1.0 if self.share is None else self.share
 
     def _roll(self, now: float) -> _WindowCounters:
         window = self._window
         if window is not None and now - window.started < self.config.window_s:
             return window
         if window is not None:
+            pool_completed = (
+                window.pool_completed_texts if self._counters_heard else window.completed_texts
+            )
             self.throughput = next_throughput(
                 self.throughput,
                 Window(
                     seconds=now - window.started,
-                    completed_texts=window.completed_texts,
+                    completed_texts=pool_completed,
                     least_outstanding=window.least_outstanding,
                     limit=self.limit,
                 ),
+                self.config.alpha,
+            )
+            self.share = next_share(
+                self.share,
+                window.completed_texts,
+                window.pool_completed_texts,
                 self.config.alpha,
             )
         self._window = _WindowCounters(now, least_outstanding=self.outstanding)

@@ -17,10 +17,24 @@ Time is cut into windows (250 ms by default). At the end of a window the rate
 
 With ``alpha = 0.5`` and 250 ms windows a loss of capacity is 94% followed
 within four windows, one second.
+
+**Several gateways.** A gateway that learned only the texts *it* completes, and took
+the whole floor, would size its limit for a pool of its own: with 3 gateways on 2
+synthetic replicas the limits added up to 192 texts against a single gateway's 91
+(p95 660 ms against a 500 ms budget). So the samples are the **pool's**: every
+worker answer carries its completed-texts counter (``wire.COMPLETED_HEADER``), and
+what the counters moved in a window is what the pool completed, every gateway's
+work included. The gateway's **share** is what it completed itself over that,
+smoothed like the throughput, and its limit is its share of the pool's (floor
+included), so the limits of all gateways add up to one. The share counts as 1 until
+its first sample (one gateway, or workers that send no counter: the limit as
+before) and changes only in windows where this gateway completed work, so an idle
+gateway keeps its last share instead of sinking to zero.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -61,3 +75,29 @@ def admission_limit(
     if static is not None:
         return static
     return max(floor, int(throughput * mean_latency_s))
+
+
+def next_share(
+    current: float | None, own_completed: int, pool_completed: int, alpha: float
+) -> float | None:
+    """This gateway's share of the pool's completed texts after a window (see the module doc).
+
+    ``None``: no sample yet (the share counts as 1); the first sample is taken whole,
+    not smoothed from 1, because gateways started together under load each admit a
+    whole limit until it arrives. Unchanged by a window where this gateway or the pool
+    completed nothing; a sample above 1 (this gateway's completions are counted when its
+    requests finish, the pool's when the chunks do, so a window may see more of the
+    first) counts as 1.
+    """
+    if own_completed <= 0 or pool_completed <= 0:
+        return current
+    sample = min(1.0, own_completed / pool_completed)
+    if current is None:
+        return sample
+    return current + alpha * (sample - current)
+
+
+def floor_texts(ready_replicas: int, per_replica: int, share: float) -> int:
+    """The least limit: ``per_replica`` texts for each ready replica (at least one), times
+    this gateway's share of the pool, and never below one text."""
+    return max(1, math.ceil(max(1, ready_replicas) * per_replica * share))

@@ -19,9 +19,9 @@ nothing it sees feeds the pool's latency or ejection records.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -87,10 +87,12 @@ async def send_chunk(
     if first is None:
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
     send = _Attempt(pool, chunk, deadline)
+    hedge_after_s = pool.hedge_after_s()
+    if hedge_after_s is None:
+        return await _without_hedge(send, first)
     loop = asyncio.get_running_loop()
     running = {send.start(first, "first"): first}
-    hedge_after_s = pool.hedge_after_s()
-    hedge_at = None if hedge_after_s is None else loop.time() + hedge_after_s
+    hedge_at: float | None = loop.time() + hedge_after_s
     spare = True  # the one extra attempt, not yet spent
     hedge: asyncio.Task[wire.ChunkResult] | None = None
     try:
@@ -100,7 +102,6 @@ async def send_chunk(
                 running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             if not done:  # the hedge is due
-                assert hedge_after_s is not None
                 other = pool.pick(version, exclude=first, max_latency_s=hedge_after_s)
                 if other is not None and pool.retry_budget.try_retry():
                     hedge_at = None
@@ -134,13 +135,29 @@ async def send_chunk(
         await asyncio.gather(*running, return_exceptions=True)
 
 
+async def _without_hedge(send: _Attempt, first: Replica) -> wire.ChunkResult:
+    """``send_chunk`` where nothing is hedged: each attempt runs in the caller's task, one
+    after the other (no task, no wait per chunk), with at most one retry."""
+    pool, version = send.pool, send.chunk.message.model_version
+    replica, kind = first, "first"
+    while True:
+        try:
+            return await send.run(replica, kind)
+        except _Retryable as failed:
+            retry = _retry_target(pool, version, replica, failed) if kind == "first" else None
+            if retry is None or not pool.retry_budget.try_retry():
+                raise failed.error from None
+            pool.counts.retries += 1
+            replica, kind = retry, "retry"
+
+
 async def send_once(chunk: Chunk, pool: ReplicaPool, deadline: Deadline) -> wire.ChunkResult:
     """One attempt on a replica serving the chunk's version, unobserved (see module doc)."""
     replica = pool.pick(chunk.message.model_version)
     if replica is None:
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
     try:
-        return await _Attempt(pool, chunk, deadline, observe=False).start(replica, "shadow")
+        return await _Attempt(pool, chunk, deadline, observe=False).run(replica, "shadow")
     except _Retryable as failed:
         raise failed.error from None
 
@@ -178,19 +195,31 @@ class _Attempt:
     """Feed the pool's latency and ejection records (not for a shadow copy)."""
 
     def start(self, replica: Replica, kind: str) -> asyncio.Task[wire.ChunkResult]:
-        """Counted as the replica's outstanding work at once, so that the next pick (the
-        request's next chunk, say) sees it, and until the call ends, however it ends.
-        ``kind``: first, retry, hedge or shadow (the attempt's span says which)."""
+        """The attempt as a task of its own, counted as the replica's outstanding work at
+        once, so that the next pick (the request's next chunk, say) sees it, and until the
+        call ends, however it ends. ``kind``: first, retry, hedge or shadow (the attempt's
+        span says which)."""
         texts = self.chunk.texts
         replica.outstanding_texts += texts
-        now = current()
-        if now is not None and now.recording:
-            attempt = self._traced(replica, kind)
-        else:  # passed on as it came (or nothing to pass on)
-            attempt = self._send(replica, None if now is None else traceparent_of(now))
-        task = asyncio.get_running_loop().create_task(attempt)
+        task = asyncio.get_running_loop().create_task(self._attempt(replica, kind))
         task.add_done_callback(lambda _: _release(replica, texts))
         return task
+
+    async def run(self, replica: Replica, kind: str) -> wire.ChunkResult:
+        """The attempt in the caller's task, counted as ``start`` counts it."""
+        texts = self.chunk.texts
+        replica.outstanding_texts += texts
+        try:
+            return await self._attempt(replica, kind)
+        finally:
+            _release(replica, texts)
+
+    def _attempt(self, replica: Replica, kind: str) -> Coroutine[Any, Any, wire.ChunkResult]:
+        now = current()
+        if now is not None and now.recording:
+            return self._traced(replica, kind)
+        # passed on as it came (or nothing to pass on)
+        return self._send(replica, None if now is None else traceparent_of(now))
 
     async def _traced(self, replica: Replica, kind: str) -> wire.ChunkResult:
         """The attempt as a CLIENT span of the request's trace (semantic conventions of an
@@ -224,7 +253,9 @@ class _Attempt:
         )
         started = pool.clock()
         try:
-            result = _interpret(await pool.transport.send(request), replica, self.chunk)
+            reply = await pool.transport.send(request)
+            pool.observe_reply(replica, reply)
+            result = _interpret(reply, replica, self.chunk)
         except TransportTimeout as exc:
             raise DeadlineExceeded("deadline passed while the work ran") from exc
         except ConnectFailed as exc:
