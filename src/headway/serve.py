@@ -12,6 +12,7 @@ from types import FrameType
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from headway.heap import settle_heap
 from headway.http.asgi import App
 from headway.http.guard import guarded_protocol, measured_guard
 from headway.settings import EdgeLimits
@@ -94,6 +95,7 @@ def serve(
     # TCP_NODELAY is set where the socket is made. uvicorn is handed the socket itself, not
     # a descriptor it would duplicate: on shutdown it closes it, and nothing else holds it
     # open, so new connections are refused while in-flight requests finish.
+    app.add_startup_hook(settle_heap)  # once started: see headway/heap.py
     sock = listening_socket(host, port) if fd is None else socket.socket(fileno=fd)
     edge = edge or EdgeLimits()
     config = uvicorn.Config(

@@ -198,6 +198,10 @@ class App:
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
+    def add_startup_hook(self, hook: Hook) -> None:
+        """Run ``hook`` after the hooks the app was built with."""
+        self._on_startup.append(hook)
+
     async def startup(self) -> None:
         for hook in self._on_startup:
             await hook()
