@@ -13,7 +13,7 @@ import pytest
 
 from headway.bench import int8, overload_report, path, quota, routing_report, spine_report, tracing
 from headway.bench.host import Machine
-from headway.bench.overload import OverloadResults, Point, Settling
+from headway.bench.overload import GATEWAYS_SCENARIO, OverloadResults, Point, Settling
 from headway.bench.raw import RawPoint
 from headway.bench.routing import (
     SLOW_REPLICAS,
@@ -145,6 +145,66 @@ def test_the_spine_section_is_the_published_one(tmp_path):
     assert "| through the gateway | 250 | 400 | 3,600 | 200 | 0 |" in section
 
 
+def test_the_spine_replica_and_memory_tables(tmp_path):
+    """Sections 4 and 5 render when measured (the published run predates them)."""
+    from dataclasses import replace
+
+    from headway.bench.memory import ProcessMemory
+
+    mb = 2**20
+    one = LoadPoint(
+        GATEWAY,
+        32,
+        8,
+        closed(32, [400.0] * 100),
+        {WORKER: 10.0, GATEWAY: 0.2, CLIENT: 0.1},
+        "1 embed replica",
+    )
+    two = LoadPoint(
+        GATEWAY,
+        32,
+        8,
+        closed(32, [200.0] * 190),
+        {WORKER: 9.5, "worker-1": 9.5, GATEWAY: 0.4, CLIENT: 0.2},
+        "2 embed replicas",
+    )
+    heap = [
+        ProcessMemory("embed-worker-0", 246 * mb, 195 * mb, 174 * mb, 21 * mb),
+        ProcessMemory("gateway", 103 * mb, 71 * mb, 66 * mb, 5 * mb),
+    ]
+    mapped = [
+        ProcessMemory("embed-worker-0", 200 * mb, 122 * mb, 77 * mb, 45 * mb),
+        ProcessMemory("gateway", 103 * mb, 70 * mb, 66 * mb, 4 * mb),
+    ]
+    results = replace(
+        spine_results(tmp_path), replicas=[one, two], memory=[("heap", heap), ("mapped", mapped)]
+    )
+    section = spine_report.render(results, MACHINE, COMMAND, 10.0)
+    assert "### 4. Embed replicas on this machine" in section
+    assert "| 1 embed replica | 320 | 1.00× | 400.00 | 400.00 | 1.00 | 0.02 | 0.01 | 0 |" in section
+    assert (
+        "| 2 embed replicas | 608 | 1.90× | 200.00 | 200.00 | 1.90 | 0.04 | 0.02 | 0 |" in section
+    )
+    assert "| embed-worker-0 | heap | 246.0 | 195.0 | 174.0 | 21.0 |" in section
+    assert "| **all** | **mapped** | **303.0** | **192.0** | **143.0** | **49.0** |" in section
+
+
+def test_the_spine_refusal_table(tmp_path):
+    from dataclasses import replace
+
+    from headway.bench.refusals import RefusalPoint
+
+    refusals = [
+        RefusalPoint("429, quota used up", 30_000, Counter({"status 429": 30_000}), 41.25, 20, 10),
+        RefusalPoint("503, pool full", 25_000, Counter({"status 503": 25_000}), 38.0, 21, 10),
+    ]
+    section = spine_report.render(
+        replace(spine_results(tmp_path), refusals=refusals), MACHINE, COMMAND, 10.0
+    )
+    assert "| 429, quota used up | 30,000 | 3,000 | 41.2 | 20.0 |" in section
+    assert "| 503, pool full | 25,000 | 2,500 | 38.0 | 21.0 |" in section
+
+
 def test_spine_refuses_to_run_for_no_time(tmp_path):
     from headway.bench.spine import run_spine_bench
 
@@ -194,6 +254,12 @@ def overload_results() -> OverloadResults:
         for scenario, x in (("synthetic, 2 replicas", 2.0), ("real model, 1 replica", 2.0))
         for admission in (True, False)
     ]
+    cores = {"gateway": 1.1, "worker": 0.3, "client": 0.4}
+    points += [
+        Point(GATEWAYS_SCENARIO, True, capacity["synthetic"], x, served, gateways, cores)
+        for gateways in (1, 3, 5)
+        for x in (2.0, 5.0)
+    ]
     points += [
         Point("noisy neighbour", a, capacity["synthetic"], 3.5, mixed) for a in (True, False)
     ]
@@ -213,6 +279,9 @@ def test_the_overload_section_is_the_published_one():
     assert_like_the_published(section, overload_report.SECTION)
     assert "| off | never | 140.0 req/s (97.1%) | 1.25 s |" in section
     assert "| on | batch | 50.0 | 25.0 | 0.0% | 50.0% | 0 |" in section
+    assert (
+        "| 3 | 5× | 100 | 90.0 | 62.4% | 10.0% | 0 | 0 | 200 | 200 | 40.0% | 1.10 / 0.30 / 0.40 |"
+    ) in section
 
 
 # routing ----------------------------------------------------------------------------

@@ -4,7 +4,8 @@ The gateway app is driven through ASGI directly, as uvicorn would call it, and i
 one replica is a ``MockTransport`` that answers every chunk with a canned result of
 the right shape. What is timed is therefore the gateway's Python alone: the edge,
 every stage of the request path, JSON in and out, quotas and admission on (as
-``headway up`` runs them), for a tenant whose quota is never short. Each kind of
+``headway up`` runs them), for a tenant whose quota is never short, and the heap settled
+once started as a served gateway's is (``headway/heap.py``). Each kind of
 request runs ``REPEATS`` times for a fifth of ``seconds``, after a warm-up; the
 report gives the median CPU µs per request (``time.process_time``) and the range.
 
@@ -32,6 +33,7 @@ from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.gateway.app import build_gateway_app
 from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService
+from headway.heap import settle_heap
 from headway.http.asgi import App, Message
 from headway.registry.sqlite import Registry
 from headway.settings import GatewaySettings, SyntheticSettings
@@ -182,6 +184,7 @@ async def _run(registry: Registry, seconds: float) -> PathResults:
     )
     app = build_gateway_app(service, (SYNTHETIC_ALIAS,))
     await app.startup()
+    await settle_heap()  # as a served gateway does (headway/heap.py)
     try:
         return PathResults([await _measure(app, case, seconds) for case in cases()])
     finally:

@@ -1,6 +1,6 @@
 """``headway bench spine``: the request path's throughput and overhead, from the model out.
 
-Three measurements on this machine, each read against the one before it:
+Five measurements on this machine, the first three each read against the one before it:
 
 1. **Raw ONNX Runtime** (``raw``): the default model in this process, one
    intra-op thread, at batch 1, 8 and 32 (length-planned as the worker does)
@@ -16,7 +16,15 @@ Three measurements on this machine, each read against the one before it:
    cost, so what remains is the cost of serving. Latency of 1-text requests
    sent one at a time straight to the worker and through the gateway (the
    difference is what the gateway adds), then CPU microseconds per request of
-   each process at ``CPU_CONCURRENCY`` requests outstanding.
+   each process at ``CPU_CONCURRENCY`` requests outstanding, every text new (the
+   results cache misses: each request is computed); then what a refusal costs the
+   gateway, a 429 of a tenant whose bucket is empty and a 503 of a full pool
+   (``refusals``).
+4. **Embed replicas** (``replicas``): the gateway path at ``REPLICA_TEXTS`` texts
+   with 1 and then 2 embed workers: what a second worker process adds on this machine.
+5. **Memory** (``memory``): RSS and PSS of every process of ``headway up``'s default
+   stack, with each worker copying the model's weights onto its heap and with both
+   workers mapping the one prepared copy (``worker.mapped_weights``, the default).
 
 ``run_spine_bench`` measures and returns ``SpineResults``; ``spine_report.render``
 writes them as the Markdown section ``spine``.
@@ -29,7 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from headway.bench.raw import RawPoint, run_point
+from headway.bench.memory import ProcessMemory, default_stack_settings, stack_memory
+from headway.bench.raw import RawPoint, batches_of, run_point
+from headway.bench.refusals import RefusalPoint, measure_refusals
+from headway.bench.replicas import replica_points
 from headway.bench.served import (
     GATEWAY,
     WORKER,
@@ -52,6 +63,10 @@ CONCURRENCY = 4
 CPU_CONCURRENCY = 16
 LATENCY_REQUESTS = 2000
 CORPUS_SIZE = 2048
+OVERHEAD_CORPUS_SIZE = 100_000  # more 1-text requests than a run sends: none is a cache hit
+REPLICA_TEXTS = 32
+REPLICA_CONCURRENCY = 8  # enough outstanding chunks to keep two replicas busy
+MEMORY_MODES = (("heap", False), ("mapped", True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +80,13 @@ class SpineResults:
     raw: Sequence[RawPoint]
     served: Sequence[LoadPoint]
     overhead: Overhead
+    refusals: Sequence[RefusalPoint] = ()
+    replicas: Sequence[LoadPoint] = ()
+    memory: Sequence[tuple[str, Sequence[ProcessMemory]]] = ()
 
 
 def run_spine_bench(data_dir: Path, *, seconds: float) -> SpineResults:
-    """The three measurements, ``seconds`` per throughput point, on fresh processes."""
+    """The five measurements, ``seconds`` per throughput point, on fresh processes."""
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, not {seconds}")
     onnx_settings = bench_settings(data_dir, {"backend": "onnx"})
@@ -111,19 +129,46 @@ def run_spine_bench(data_dir: Path, *, seconds: float) -> SpineResults:
     )
     synthetic = synthetic_record(zero_cost.worker.synthetic)
     registry.add_model(synthetic, (SYNTHETIC_ALIAS,))  # before the gateway reads the registry
+    unique = sentences(OVERHEAD_CORPUS_SIZE, seed=CORPUS_SIZE)
     with serving(zero_cost) as processes:
         costs = asyncio.run(
             overhead(
                 processes,
                 Model(SYNTHETIC_ALIAS, synthetic.version, synthetic.dimensions),
-                corpus,
+                unique,
                 latency_requests=LATENCY_REQUESTS,
                 cpu_concurrency=CPU_CONCURRENCY,
                 seconds=seconds,
             )
         )
 
-    return SpineResults(ort_version, model, onnx_settings, token_lengths, raw, served, costs)
+    refusals = measure_refusals(
+        data_dir, batches_of(unique, 1), concurrency=CPU_CONCURRENCY, seconds=seconds
+    )
+    replicas = replica_points(
+        data_dir,
+        model,
+        corpus,
+        texts=REPLICA_TEXTS,
+        concurrency=REPLICA_CONCURRENCY,
+        seconds=seconds,
+    )
+    memory = [
+        (label, stack_memory(default_stack_settings(data_dir, mapped_weights=mapped)))
+        for label, mapped in MEMORY_MODES
+    ]
+    return SpineResults(
+        ort_version,
+        model,
+        onnx_settings,
+        token_lengths,
+        raw,
+        served,
+        costs,
+        refusals,
+        replicas,
+        memory,
+    )
 
 
 def _raw(

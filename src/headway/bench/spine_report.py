@@ -6,9 +6,18 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from headway.bench.host import Machine
+from headway.bench.memory import WARM_REQUESTS, WARM_TEXTS, ProcessMemory, total
 from headway.bench.raw import RawPoint
+from headway.bench.replicas import worker_cores
 from headway.bench.served import CLIENT, GATEWAY, WORKER, LoadPoint
-from headway.bench.spine import BATCH_SIZES, CONCURRENCY, CPU_CONCURRENCY, SpineResults
+from headway.bench.spine import (
+    BATCH_SIZES,
+    CONCURRENCY,
+    CPU_CONCURRENCY,
+    REPLICA_CONCURRENCY,
+    REPLICA_TEXTS,
+    SpineResults,
+)
 from headway.bench.stats import fmt_ms, fmt_rate, fmt_ratio, markdown_table
 from headway.loadgen import ClosedLoopResult
 from headway.loadgen.corpus import DEFAULT_SEED
@@ -32,6 +41,9 @@ def render(results: SpineResults, machine: Machine, command: str, seconds: float
             _latency_table(results.overhead.latency),
             _cpu_intro(seconds),
             _cpu_table(results.overhead.cpu),
+            *_refusal_section(results, seconds),
+            *_replica_section(results, machine),
+            *_memory_section(results),
         ]
     )
 
@@ -142,8 +154,9 @@ def _latency_intro(r: SpineResults) -> str:
     return (
         f"Latency of 1-text requests sent one at a time ({n:,} or more per path): straight to "
         "the worker (msgpack, as the gateway sends them) and through the gateway (JSON, "
-        "authenticated). Both include the worker's batch-fill wait of up to "
-        f"{r.settings.worker.max_wait_ms:g} ms, so the difference is what the gateway adds."
+        f"authenticated). The worker's batch wait is {r.settings.worker.batch_wait} (at most "
+        f"{r.settings.worker.max_wait_ms:g} ms; adaptive waits nothing at idle); both paths "
+        "include it, so the difference is what the gateway adds."
     )
 
 
@@ -168,7 +181,8 @@ def _cpu_intro(seconds: float) -> str:
     return (
         f"CPU per request at {CPU_CONCURRENCY} requests outstanding, 1 text each, "
         f"{seconds:g} s per path: utime + stime of each process from `/proc/<pid>/stat`, "
-        "divided by the requests completed."
+        "divided by the requests completed. Every text is new, so every request is computed "
+        "(the results cache looks each up and misses)."
     )
 
 
@@ -195,3 +209,107 @@ def _cpu_table(cpu: Mapping[str, LoadPoint]) -> str:
         "errors",
     ]
     return markdown_table(header, rows, "l" + "r" * 5)
+
+
+def _refusal_section(r: SpineResults, seconds: float) -> list[str]:
+    """What a refusal costs, when it was measured."""
+    if not r.refusals:
+        return []
+    intro = (
+        f"CPU per refusal, {CPU_CONCURRENCY} requests of 1 text outstanding, {seconds:g} s "
+        "each, every answer a refusal, on fresh stacks: a tenant whose bucket is empty "
+        "(rate 0.001 texts/s, burst 1, spent first) refused before its body is parsed, and a "
+        "pool held full by one long request (admission's static limit of 1 text), refused "
+        "likewise. The CPU of the gateway and of the client (this benchmark) divided by the "
+        "answers."
+    )
+    rows = [
+        [
+            p.kind,
+            f"{p.answers:,}",
+            fmt_rate(p.per_second),
+            f"{p.gateway_us:,.1f}",
+            f"{p.client_us:,.1f}",
+        ]
+        for p in r.refusals
+    ]
+    header = ["refusal", "answers", "answers/s", "gateway µs/answer", "client µs/answer"]
+    return [intro, markdown_table(header, rows, "l" + "r" * 4)]
+
+
+def _replica_section(r: SpineResults, m: Machine) -> list[str]:
+    """Section 4, when it was measured."""
+    if not r.replicas:
+        return []
+    intro = (
+        f"Fresh stacks of 1 and of 2 embed workers behind one gateway (admission off), a "
+        f"closed loop of {REPLICA_CONCURRENCY} requests of {REPLICA_TEXTS} texts outstanding. "
+        "Each worker runs one intra-op thread: a busy worker is one core, and no thread "
+        f"spins waiting for work. On {m.nproc} cores, *vs 1 replica* would ideally read "
+        f"{min(m.nproc, len(r.replicas)):.2f}×; *worker cores* adds up every worker."
+    )
+    return ["### 4. Embed replicas on this machine", intro, _replica_table(r.replicas)]
+
+
+def _replica_table(points: Sequence[LoadPoint]) -> str:
+    one = points[0].sentences_per_s
+    rows = [
+        [
+            p.note,
+            fmt_rate(p.sentences_per_s),
+            fmt_ratio(p.sentences_per_s / one),
+            _latency(p.result, 0.50),
+            _latency(p.result, 0.99),
+            f"{worker_cores(p):.2f}",
+            f"{p.cores(GATEWAY):.2f}",
+            f"{p.cores(CLIENT):.2f}",
+            _errors(p.result),
+        ]
+        for p in points
+    ]
+    header = [
+        "stack",
+        "sentences/s",
+        "vs 1 replica",
+        "p50 ms",
+        "p99 ms",
+        "worker cores",
+        "gateway cores",
+        "client cores",
+        "errors",
+    ]
+    return markdown_table(header, rows, "l" + "r" * 8)
+
+
+def _memory_section(r: SpineResults) -> list[str]:
+    """Section 5, when it was measured."""
+    if not r.memory:
+        return []
+    intro = (
+        "Every process of `headway up`'s default stack (one embed and one rerank worker; "
+        "without a cross-encoder the rerank pool scores by cosine over the same embedding "
+        f"model version), after {WARM_REQUESTS} embed and {WARM_REQUESTS} rerank requests "
+        f"of {WARM_TEXTS} texts, from `/proc/<pid>/smaps_rollup`. PSS divides each shared "
+        "page among the processes that map it, so it sums to what the stack holds; *anon* "
+        "is heap, *file* is code and mapped weights. *heap*: each worker copies the "
+        "model's weights and MLAS's pre-packed ones onto its heap "
+        "(`worker.mapped_weights = false`); *mapped* (the default): both map the version's "
+        "one prepared copy."
+    )
+    return ["### 5. Memory of the default stack", intro, _memory_table(r.memory)]
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def _memory_table(modes: Sequence[tuple[str, Sequence[ProcessMemory]]]) -> str:
+    rows = []
+    for label, processes in modes:
+        for p in processes:
+            rows.append([p.name, label, _mb(p.rss), _mb(p.pss), _mb(p.pss_anon), _mb(p.pss_file)])
+        whole = total(processes)
+        figures = (whole.rss, whole.pss, whole.pss_anon, whole.pss_file)
+        rows.append(["**all**", f"**{label}**", *(f"**{_mb(n)}**" for n in figures)])
+    header = ["process", "weights", "RSS MB", "PSS MB", "PSS anon MB", "PSS file MB"]
+    return markdown_table(header, rows, "llrrrr")

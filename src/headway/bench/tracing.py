@@ -29,6 +29,7 @@ from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.gateway.app import build_gateway_app
 from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService
+from headway.heap import settle_heap
 from headway.http.asgi import App
 from headway.quantile import quantile
 from headway.registry.sqlite import Registry
@@ -104,6 +105,7 @@ async def _gateway(registry: Registry, tracing: ProcessTracing) -> App:
     )
     app = build_gateway_app(service, (SYNTHETIC_ALIAS,), tracing=tracing)
     await app.startup()
+    await settle_heap()  # as a served gateway does (headway/heap.py)
     return app
 
 
