@@ -9,11 +9,13 @@ puts the encoded event and a future on a queue and awaits the future; the writer
 everything waiting (up to ``max_group``), writes it in one ``BEGIN IMMEDIATE`` …
 ``COMMIT``, and only then settles every future of the group, through
 ``loop.call_soon_threadsafe``. Requests arriving together share one fsync; one
-arriving alone pays one. A commit that fails settles every future of its group with
-``OutboxError``: no waiter hangs, and none is told its event is durable when it is not.
-``remove`` goes through the same queue, so the gateway's own relay never competes with
-the request path for SQLite's write lock (it would wait in SQLite's busy handler, whose
-sleeps start at milliseconds).
+arriving alone pays one. The queue is an ``_Inbox``: a command is appended to a deque
+and the writer woken only if it is waiting, so a burst of events costs one wake-up
+(a futex and a handoff of the GIL) rather than one per event. A commit that fails
+settles every future of its group with ``OutboxError``: no waiter hangs, and none is
+told its event is durable when it is not. ``remove`` goes through the same queue, so
+the gateway's own relay never competes with the request path for SQLite's write lock
+(it would wait in SQLite's busy handler, whose sleeps start at milliseconds).
 
 **Depth** is the number of events not yet removed. The writer keeps it exactly for its
 own inserts and removals, and re-reads it from the file at most every ``refresh_s``
@@ -36,10 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +197,41 @@ _Command = _Append | _Remove
 _STOP = None  # put last by close(): the writer commits what came before it and ends
 
 
+class _Inbox:
+    """Commands from the event loop to the writer thread (see the module docstring).
+
+    ``put`` appends to a deque (atomic) and sets an event, which wakes the writer only
+    if it waits on it. The writer clears the event before it takes, so a command put
+    while it takes either is taken now or sets the event again: none is left behind,
+    at worst a wake-up finds nothing."""
+
+    def __init__(self) -> None:
+        self._items: deque[_Command | None] = deque()
+        self._ready = threading.Event()
+
+    def put(self, item: _Command | None) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once something may be there; False after ``timeout_s`` of nothing."""
+        return self._ready.wait(timeout_s)
+
+    def take(self, limit: int | None) -> tuple[list[_Command], bool]:
+        """Up to ``limit`` commands (None: all), in order, and whether ``_STOP`` came."""
+        self._ready.clear()
+        taken: list[_Command] = []
+        items = self._items
+        while items and (limit is None or len(taken) < limit):
+            item = items.popleft()
+            if item is _STOP:
+                return taken, True
+            taken.append(item)
+        if items:
+            self._ready.set()  # the rest, next time round
+        return taken, False
+
+
 class Outbox:
     """The usage sink of one gateway (see the module docstring); ``start`` before use."""
 
@@ -214,7 +251,7 @@ class Outbox:
         self._refresh_s = refresh_s
         self._lock_timeout_s = lock_timeout_s
         self._clock = clock
-        self._queue: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
+        self._queue = _Inbox()
         self._reader = OutboxFile(path)
         self._conn: sqlite3.Connection | None = None
         self._writer: threading.Thread | None = None
@@ -287,24 +324,13 @@ class Outbox:
         assert self._conn is not None
         try:
             while True:
-                try:
-                    first = self._queue.get(timeout=self._refresh_s)
-                except queue.Empty:
+                if not self._queue.wait(self._refresh_s):
                     self._refresh_depth()
                     continue
-                group: list[_Command] = []
-                item = first
-                while item is not _STOP:
-                    group.append(item)
-                    if len(group) >= self._max_group:
-                        break
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
+                group, stop = self._queue.take(self._max_group)
                 if group:
                     self._commit(group)
-                if item is _STOP:
+                if stop:
                     return
                 if time.monotonic() - self._refreshed_at >= self._refresh_s:
                     self._refresh_depth()
@@ -397,14 +423,7 @@ class Outbox:
             )
 
     def _fail_leftovers(self) -> None:
-        leftovers: list[_Command] = []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not _STOP:
-                leftovers.append(item)
+        leftovers, _ = self._queue.take(None)
         _settle(
             [(c.loop, c.done, None) for c in leftovers],
             f"the usage outbox {self.path} is closed",
