@@ -190,6 +190,26 @@ def bench_rollout(
     _publish(render(results, machine, _command()), SECTION, out)
 
 
+@bench_app.command("profile")
+def bench_profile(
+    seconds: Annotated[float, typer.Option(help="Seconds of load to sample.")] = 20.0,
+    out_dir: Annotated[
+        Path, typer.Option(help="Where gateway.svg and gateway.folded are written.")
+    ] = Path("docs/profiles"),
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """The gateway under 1-text load, sampled by py-spy: a flame graph and collapsed stacks."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.profile import run_profile
+
+    profile = run_profile(settings.data_dir, out_dir, seconds=seconds)
+    cpu = ", ".join(f"{name} {us:,.0f} µs" for name, us in profile.cpu_us.items())
+    typer.echo(f"{profile.requests_per_s:,.0f} requests/s; CPU per request: {cpu}")
+    for path in profile.files:
+        typer.echo(f"wrote {path}")
+
+
 @bench_app.command("overload")
 def bench_overload(
     seconds: Annotated[
