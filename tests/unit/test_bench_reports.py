@@ -133,7 +133,7 @@ def spine_results(tmp_path) -> SpineResults:
 
 
 def test_the_spine_section_is_the_published_one(tmp_path):
-    section = spine_report.render(spine_results(tmp_path), MACHINE, COMMAND, 10.0)
+    section = spine_report.render(full_spine(tmp_path), MACHINE, COMMAND, 10.0)
     assert_like_the_published(section, spine_report.SECTION)
     assert "| worker | 8 | 80.0 | 1.00× | 400.00 | 400.00 | 0.90 | 0.10 | 0.05 | 0 |" in section
     assert (
@@ -145,13 +145,7 @@ def test_the_spine_section_is_the_published_one(tmp_path):
     assert "| through the gateway | 250 | 400 | 3,600 | 200 | 0 |" in section
 
 
-def test_the_spine_replica_and_memory_tables(tmp_path):
-    """Sections 4 and 5 render when measured (the published run predates them)."""
-    from dataclasses import replace
-
-    from headway.bench.memory import ProcessMemory
-
-    mb = 2**20
+def replica_points() -> list[LoadPoint]:
     one = LoadPoint(
         GATEWAY,
         32,
@@ -168,6 +162,13 @@ def test_the_spine_replica_and_memory_tables(tmp_path):
         {WORKER: 9.5, "worker-1": 9.5, GATEWAY: 0.4, CLIENT: 0.2},
         "2 embed replicas",
     )
+    return [one, two]
+
+
+def memory_rows():
+    from headway.bench.memory import ProcessMemory
+
+    mb = 2**20
     heap = [
         ProcessMemory("embed-worker-0", 246 * mb, 195 * mb, 174 * mb, 21 * mb),
         ProcessMemory("gateway", 103 * mb, 71 * mb, 66 * mb, 5 * mb),
@@ -176,10 +177,31 @@ def test_the_spine_replica_and_memory_tables(tmp_path):
         ProcessMemory("embed-worker-0", 200 * mb, 122 * mb, 77 * mb, 45 * mb),
         ProcessMemory("gateway", 103 * mb, 70 * mb, 66 * mb, 4 * mb),
     ]
-    results = replace(
-        spine_results(tmp_path), replicas=[one, two], memory=[("heap", heap), ("mapped", mapped)]
+    return [("heap", heap), ("mapped", mapped)]
+
+
+def refusal_points():
+    from headway.bench.refusals import RefusalPoint
+
+    return [
+        RefusalPoint("429, quota used up", 30_000, Counter({"status 429": 30_000}), 41.25, 20, 10),
+        RefusalPoint("503, pool full", 25_000, Counter({"status 503": 25_000}), 38.0, 21, 10),
+    ]
+
+
+def full_spine(tmp_path) -> SpineResults:
+    from dataclasses import replace
+
+    return replace(
+        spine_results(tmp_path),
+        refusals=refusal_points(),
+        replicas=replica_points(),
+        memory=memory_rows(),
     )
-    section = spine_report.render(results, MACHINE, COMMAND, 10.0)
+
+
+def test_the_spine_replica_and_memory_tables(tmp_path):
+    section = spine_report.render(full_spine(tmp_path), MACHINE, COMMAND, 10.0)
     assert "### 4. Embed replicas on this machine" in section
     assert "| 1 embed replica | 320 | 1.00× | 400.00 | 400.00 | 1.00 | 0.02 | 0.01 | 0 |" in section
     assert (
@@ -190,17 +212,7 @@ def test_the_spine_replica_and_memory_tables(tmp_path):
 
 
 def test_the_spine_refusal_table(tmp_path):
-    from dataclasses import replace
-
-    from headway.bench.refusals import RefusalPoint
-
-    refusals = [
-        RefusalPoint("429, quota used up", 30_000, Counter({"status 429": 30_000}), 41.25, 20, 10),
-        RefusalPoint("503, pool full", 25_000, Counter({"status 503": 25_000}), 38.0, 21, 10),
-    ]
-    section = spine_report.render(
-        replace(spine_results(tmp_path), refusals=refusals), MACHINE, COMMAND, 10.0
-    )
+    section = spine_report.render(full_spine(tmp_path), MACHINE, COMMAND, 10.0)
     assert "| 429, quota used up | 30,000 | 3,000 | 41.2 | 20.0 |" in section
     assert "| 503, pool full | 25,000 | 2,500 | 38.0 | 21.0 |" in section
 
@@ -244,7 +256,7 @@ def test_the_quota_section_is_the_published_one():
 
 
 def overload_results() -> OverloadResults:
-    capacity = {"synthetic": 144.2, "onnx": 79.2}
+    capacity = {"synthetic": 144.2, "onnx": 79.2, "onnx, 2 replicas": 120.0}
     served = load_result([("interactive", 0.2, 200)] * 90 + [("interactive", 0.01, 503)] * 10, 1)
     mixed = load_result(
         [("interactive", 0.2, 200)] * 50 + [("batch", 2.0, 200), ("batch", 0.01, 503)] * 25, 1

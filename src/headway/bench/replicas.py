@@ -49,7 +49,10 @@ def replica_points(
     points = []
     for count in REPLICAS:
         settings = bench_settings(
-            data_dir, {"backend": "onnx"}, {"admission": {"enabled": False}}, embed_replicas=count
+            data_dir,
+            {"backend": "onnx"},
+            {"admission": {"enabled": False}, "cache": {"enabled": False}},
+            embed_replicas=count,
         )
         with supervised(settings) as supervisor:
             gateway = supervisor.gateways[0]

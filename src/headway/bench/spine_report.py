@@ -93,7 +93,8 @@ def _served_intro(r: SpineResults) -> str:
 def _admission(r: SpineResults) -> str:
     admission = r.settings.gateway.admission
     text = (
-        "The gateway rows run with admission control off, so they show the cost of the path alone."
+        "The gateway rows run with admission control off, so they show the cost of the path alone, "
+        "and all of them with the results cache off (the corpus is sent again and again)."
     )
     if not admission.enabled:
         return text
@@ -242,7 +243,8 @@ def _replica_section(r: SpineResults, m: Machine) -> list[str]:
     if not r.replicas:
         return []
     intro = (
-        f"Fresh stacks of 1 and of 2 embed workers behind one gateway (admission off), a "
+        f"Fresh stacks of 1 and of 2 embed workers behind one gateway (admission and the "
+        "results cache off), a "
         f"closed loop of {REPLICA_CONCURRENCY} requests of {REPLICA_TEXTS} texts outstanding. "
         "Each worker runs one intra-op thread: a busy worker is one core, and no thread "
         f"spins waiting for work. On {m.nproc} cores, *vs 1 replica* would ideally read "

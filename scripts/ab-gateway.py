@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Side by side: the gateway's CPU per served request and per refusal, at REV and here.
+
+    .venv/bin/python scripts/ab-gateway.py REV [TURNS] [SECONDS]
+
+REV is checked out into a temporary worktree; each turn runs, for REV and then for this
+tree, in a fresh process with that tree first on ``PYTHONPATH`` (so the gateway and worker
+processes it starts run that code): a closed loop of 1-text requests at 16 outstanding to
+a zero-cost synthetic worker, every text new, then the 429 and 503 refusals of ``bench
+spine`` (``headway/bench/refusals.py``, copied into REV's tree when it has none: the
+measuring code is this tree's, the measured code REV's). Medians of the turns are printed
+last. Timings on a shared machine are noisy: compare the two columns of one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+TURN = r"""
+import asyncio, json, sys, tempfile
+from pathlib import Path
+from headway.bench.raw import batches_of
+from headway.bench.refusals import measure_refusals
+from headway.bench.served import (
+    GATEWAY, WORKER, Model, bench_settings, demo_registry, gateway_traffic, measure, serving,
+    API_KEY,
+)
+from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
+from headway.loadgen.corpus import sentences
+
+seconds = float(sys.argv[1])
+data = Path(tempfile.mkdtemp())
+settings = bench_settings(data, {"backend": "synthetic", "synthetic": {"call_ms": 0, "text_ms": 0}})
+registry = demo_registry(settings)
+synthetic = synthetic_record(settings.worker.synthetic)
+registry.add_model(synthetic, (SYNTHETIC_ALIAS,))
+texts = sentences(100_000, seed=9)
+out = {}
+with serving(settings) as processes:
+    traffic = gateway_traffic(processes.gateway_url, batches_of(texts, 1), SYNTHETIC_ALIAS, API_KEY)
+
+    async def served():
+        await traffic.run(concurrency=16, requests=500)
+        return await measure(traffic, processes, path=GATEWAY, texts_per_request=1,
+                             concurrency=16, warmup=0, duration_s=seconds)
+
+    point = asyncio.run(served())
+    out["served: gateway µs/request"] = point.cpu_us_per_request(GATEWAY)
+    out["served: worker µs/request"] = point.cpu_us_per_request(WORKER)
+    out["served: requests/s"] = point.requests_per_s
+for refusal in measure_refusals(
+    Path(tempfile.mkdtemp()), batches_of(texts[:512], 1), concurrency=16, seconds=seconds
+):
+    out[f"{refusal.kind}: gateway µs/answer"] = refusal.gateway_us
+    out[f"{refusal.kind}: answers/s"] = refusal.per_second
+print(json.dumps(out))
+"""
+
+
+def turn(src: Path, seconds: str) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    done = subprocess.run(
+        [sys.executable, "-c", TURN, seconds], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"a turn at {src} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    rev, turns, seconds = (
+        sys.argv[1],
+        int(sys.argv[2] if len(sys.argv) > 2 else 3),
+        (sys.argv[3] if len(sys.argv) > 3 else "8"),
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        old = Path(scratch) / "rev"
+        subprocess.run(["git", "-C", str(HERE), "worktree", "add", "-q", str(old), rev], check=True)
+        try:
+            measuring = old / "src/headway/bench/refusals.py"
+            if not measuring.exists():
+                shutil.copy(HERE / "src/headway/bench/refusals.py", measuring)
+            trees = {rev: old / "src", "this tree": HERE / "src"}
+            seen: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+            for i in range(turns):
+                for name, src in trees.items():
+                    seen[name].append(turn(src, seconds))
+                    print(f"turn {i + 1}, {name}: {seen[name][-1]}", flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(old)])
+    print(f"\nmedians of {turns} turns of {seconds} s")
+    for key in seen[rev][0]:
+        values = {name: statistics.median(r[key] for r in runs) for name, runs in seen.items()}
+        print(f"{key:40} " + "  ".join(f"{name}: {v:,.1f}" for name, v in values.items()))
+
+
+if __name__ == "__main__":
+    main()
