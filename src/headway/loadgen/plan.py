@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from headway.loadgen.errors import InvalidSpec
 from headway.loadgen.schedule import Schedule
-from headway.loadgen.workload import Workload
+from headway.loadgen.workload import Workload, request_headers
 
 
 class TimedRequest(NamedTuple):
@@ -44,11 +44,7 @@ class TimedRequest(NamedTuple):
         return self.timeout_ms / 1000
 
     def headers(self) -> tuple[tuple[str, str], ...]:
-        return (
-            ("Authorization", f"Bearer {self.key}"),
-            ("Content-Type", "application/json"),
-            ("X-Timeout-Ms", str(self.timeout_ms)),
-        )
+        return request_headers(self.key, self.timeout_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,11 +63,16 @@ class RequestClass:
         return self.timeout_ms / 1000
 
     def headers(self) -> tuple[tuple[str, str], ...]:
-        return (
-            ("Authorization", f"Bearer {self.key}"),
-            ("Content-Type", "application/json"),
-            ("X-Timeout-Ms", str(self.timeout_ms)),
-        )
+        return request_headers(self.key, self.timeout_ms)
+
+
+def request_headers(key: str, timeout_ms: int) -> tuple[tuple[str, str], ...]:
+    """What every generated request carries: the tenant's key, JSON, its deadline."""
+    return (
+        ("Authorization", f"Bearer {key}"),
+        ("Content-Type", "application/json"),
+        ("X-Timeout-Ms", str(timeout_ms)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
