@@ -67,7 +67,7 @@ class _Origin:
         self._idle: list[tuple[Connection, float, ssl.SSLContext | None]] = []
         self._loop = asyncio.get_running_loop()
 
-    async def connection(self, timeout_s: float) -> tuple[Connection, ssl.SSLContext | None]:
+    async def connection(self, timeout_s: float) -> Connection:
         """An idle connection still fit for use, or a new one within ``timeout_s``."""
         context = self._tls()
         now = self.clock()
@@ -75,7 +75,7 @@ class _Origin:
         while idle:
             connection, since, made_with = idle.pop()
             if connection.usable and made_with is context and now - since < self._keepalive_s:
-                return connection, context
+                return connection
             connection.abort()
         try:
             async with asyncio.timeout(timeout_s):
@@ -88,7 +88,7 @@ class _Origin:
                 )
         except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"{self.host}:{self.port}: {type(exc).__name__}: {exc}") from exc
-        return connection, context
+        return connection
 
     def release(self, connection: Connection) -> None:
         assert isinstance(connection, _Pooled)
@@ -142,7 +142,7 @@ class Http1Transport:
         what = f"{request.method} {request.url}"
         started = self._clock()
         try:
-            connection, _ = await origin.connection(request.timeout_s)
+            connection = await origin.connection(request.timeout_s)
         except TimeoutError as exc:
             raise TransportTimeout(f"{what} timed out connecting") from exc
         loop = asyncio.get_running_loop()
