@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
+from headway.durable import fsync_dir
+
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -89,7 +91,7 @@ class DirectoryFileStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
             raise
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return digest
 
     def read(self, digest: str) -> bytes:
@@ -115,12 +117,4 @@ class DirectoryFileStore:
             missing.append(level)
         for level in reversed(missing):
             level.mkdir(exist_ok=True)
-            _fsync_dir(level.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsync_dir(level.parent)

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from headway.durable import fsync_dir
 from headway.models.errors import ModelPreparationError
 from headway.models.store import StoredModel
 
@@ -98,7 +99,7 @@ def ensure_prepared(model: StoredModel) -> Path:
                 raise
             log.info("prepared copy of %s built concurrently; using that one", model.version)
         else:
-            _fsync(target.parent)
+            fsync_dir(target.parent)
             log.info("prepared a mapped copy of %s in %s", model.version, target)
     finally:
         if staging.exists():  # the copy that lost the race, or a failed build
@@ -138,14 +139,6 @@ def write_copy(source: Path, into: Path) -> None:
             os.fsync(f.fileno())
         path.chmod(0o444)
     into.chmod(0o555)
-
-
-def _fsync(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 if __name__ == "__main__":  # the child of ``_build_in_child``

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from headway.durable import fsync_dir
 from headway.models.errors import ModelIntegrityError, ModelNotFoundError
 from headway.models.manifest import ModelManifest
 
@@ -132,7 +133,7 @@ class ModelStore:
                 raise
             _remove_staging(staging_dir)  # a concurrent put of the same content won
         self._record(version, hashes)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return self.get(version)
 
     def _adopt(self, foreign_dir: Path) -> Path:
@@ -195,7 +196,7 @@ class ModelStore:
         self.get(version)
         path = self.root / f"{version}{_SIGNATURE_SUFFIX}"
         _write_beside(path, signature + "\n")
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return path
 
     def _record(self, version: str, hashes: Mapping[str, str]) -> None:
@@ -244,14 +245,6 @@ def _fsync_and_freeze(path: Path) -> None:
     finally:
         os.close(fd)
     path.chmod(0o444)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove_staging(staging_dir: Path) -> None:
