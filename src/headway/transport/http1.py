@@ -139,12 +139,11 @@ class Http1Transport:
         origin = self._origins.get(request.base_url)
         if origin is None:
             origin = self._origins[request.base_url] = self._origin(request.base_url)
-        what = f"{request.method} {request.url}"
         started = self._clock()
         try:
             connection = await origin.connection(request.timeout_s)
         except TimeoutError as exc:
-            raise TransportTimeout(f"{what} timed out connecting") from exc
+            raise TransportTimeout(f"{_what(request)} timed out connecting") from exc
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
         pending = Pending(_encode(request, origin), _settler(future), 0)
@@ -162,8 +161,8 @@ class Http1Transport:
             timer.cancel()
         if isinstance(result, Failure):
             if result.reason == "timeout":
-                raise TransportTimeout(f"{what} timed out")
-            raise TransportError(f"{what}: {result.detail}")
+                raise TransportTimeout(f"{_what(request)} timed out")
+            raise TransportError(f"{_what(request)}: {result.detail}")
         return Reply(result.status, result.body, _headers(result))
 
     async def close(self) -> None:
@@ -195,6 +194,11 @@ def _encode(request: UpstreamRequest, origin: _Origin) -> bytes:
     if request.traceparent is not None:
         head += f"traceparent: {request.traceparent}\r\n"
     return (head + "\r\n").encode("latin-1") + request.body
+
+
+def _what(request: UpstreamRequest) -> str:
+    """The call, for an error's message (built only when there is one)."""
+    return f"{request.method} {request.url}"
 
 
 def _settler(future: asyncio.Future[Result]) -> Callable[[int, Result], None]:
