@@ -331,7 +331,7 @@ def _gateway(registry: Registry, version: str, metering: Metering) -> App:
     service = GatewayService(
         GatewaySettings(health_interval_s=3600, dns_interval_s=3600, registry_refresh_s=3600),
         registry,
-        MockTransport(Replica(version)),
+        MockTransport(Replica(version), keep=False),
         {"embed": StaticDiscovery([REPLICA])},
         metering=metering,
     )

@@ -34,7 +34,7 @@ from headway.gateway.app import build_gateway_app
 from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService
 from headway.heap import settle_heap
-from headway.http.asgi import App, Message
+from headway.http.asgi import DISCONNECT_EXTENSION, App, Disconnect, Message
 from headway.registry.sqlite import Registry
 from headway.settings import GatewaySettings, SyntheticSettings
 from headway.transport.base import Reply, UpstreamRequest
@@ -127,10 +127,18 @@ class Replica:
 
 
 async def call_gateway(app: App, case: Case) -> None:
+    """One request through ASGI as headway's own server makes it (``http/guard.py``): with
+    the connection's addresses and the disconnect extension, so no watcher task is
+    started (here one would never run: nothing in this loop waits on I/O)."""
     scope = {
         "type": "http",
         "method": "POST",
         "path": case.path,
+        "scheme": "http",
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 8080),
+        "client": ("127.0.0.1", 40000),
+        "extensions": {DISCONNECT_EXTENSION: Disconnect()},
         "headers": [
             (b"authorization", f"Bearer {KEY}".encode()),
             (b"content-type", b"application/json"),
@@ -179,7 +187,7 @@ async def _run(registry: Registry, seconds: float) -> PathResults:
     service = GatewayService(
         GatewaySettings(health_interval_s=3600, dns_interval_s=3600, registry_refresh_s=3600),
         registry,
-        MockTransport(Replica(record.version)),
+        MockTransport(Replica(record.version), keep=False),
         {"embed": StaticDiscovery([REPLICA])},
     )
     app = build_gateway_app(service, (SYNTHETIC_ALIAS,))

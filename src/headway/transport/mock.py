@@ -2,7 +2,8 @@
 
 The handler gets the ``UpstreamRequest`` and returns a ``Reply`` (or an awaitable of
 one), or raises a ``TransportError`` to stand for a replica that cannot be reached.
-Every request is kept in ``requests``, in the order sent.
+Every request is kept in ``requests``, in the order sent (unless ``keep=False``: a
+benchmark's replica, answering millions).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ Handler = Callable[[UpstreamRequest], Reply | Awaitable[Reply]]
 
 
 class MockTransport:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, keep: bool = True) -> None:
         self.handler = handler
         self.requests: list[UpstreamRequest] = []
+        self._keep = keep
 
     async def send(self, request: UpstreamRequest) -> Reply:
-        self.requests.append(request)
+        if self._keep:
+            self.requests.append(request)
         reply = self.handler(request)
         if inspect.isawaitable(reply):
             return await reply
