@@ -1,29 +1,55 @@
 """``headway bench tracing``: what tracing costs the gateway, off, sampled at 1% and at 100%.
 
-The gateway of ``bench path`` (ASGI called directly, a ``MockTransport`` replica that
-answers at once) is built three times: tracing off, and on with ``sample_ratio`` 0.01
-and 1.0, each exporting to a collector in another process (an HTTP server that reads
-and drops each post), so the export's encoding and posting count in the gateway's
-CPU while the collector's does not. The three run in turns (off, 1%, 100%, off, ...)
-so that drift of the machine falls on all alike; each turn ends only once the
-exporter has posted what the turn made. Reported per request kind: CPU µs per request
-(median of the turns) and the p99 of the time each call took.
+Two measures, each of three gateways: tracing off, and on with ``sample_ratio`` 0.01 and
+1.0, exporting to a collector in another process (an HTTP server that reads and drops
+each post), so the export's encoding and posting count in the gateway's CPU while the
+collector's does not. The three run in turns, so that drift of the machine falls on
+all alike.
+
+- **Served**: three stacks as ``headway up`` starts them (a gateway process and a
+  zero-cost synthetic worker each), driven over HTTP by a closed loop of 1-text requests
+  (every text new) at 16 outstanding; the gateway process's CPU per request from
+  ``/proc`` and the client's p99. The order of the three rotates every turn and the
+  first turn is a warm-up. This is what a gateway spends: the server, its sockets and
+  the durable usage write are in the denominator.
+- **In process**: the gateway of ``bench path`` (ASGI called directly, a
+  ``MockTransport`` replica that answers at once), per request kind; each turn ends
+  only once the exporter has posted what the turn made. Without the server and its
+  sockets the denominator is smaller, so the same microseconds are a larger share.
+
+Reported: CPU µs per request (median of the turns, and their range) and the p99.
 """
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import uvloop
 
 from headway.bench.errors import BenchError
 from headway.bench.host import Machine
 from headway.bench.path import KEY, REPLICA, WIDTH, Case, Replica, call_gateway, cases
+from headway.bench.raw import batches_of
+from headway.bench.served import (
+    API_KEY,
+    GATEWAY,
+    Processes,
+    Traffic,
+    bench_settings,
+    demo_registry,
+    gateway_traffic,
+    measure,
+    serving,
+)
 from headway.bench.stats import markdown_table
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.gateway.app import build_gateway_app
@@ -31,9 +57,15 @@ from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService
 from headway.heap import settle_heap
 from headway.http.asgi import App
+from headway.loadgen.corpus import sentences
 from headway.quantile import quantile
 from headway.registry.sqlite import Registry
-from headway.settings import GatewaySettings, SyntheticSettings
+from headway.settings import (
+    GatewaySettings,
+    ObservabilitySettings,
+    SyntheticSettings,
+    TracingSettings,
+)
 from headway.tracing.otlp import OtlpExporter
 from headway.tracing.setup import ProcessTracing
 from headway.tracing.spans import Tracer
@@ -43,6 +75,7 @@ SECTION = "tracing"
 TURNS = 5
 WARMUP = 300
 MODES = (("off", None), ("on, 1% sampled", 0.01), ("on, 100% sampled", 1.0))
+ZERO_COST = {"call_ms": 0, "text_ms": 0}
 
 COLLECTOR = """
 import http.server, sys
@@ -78,6 +111,9 @@ class ModePoint:
 @dataclass(frozen=True, slots=True)
 class TracingResults:
     points: Sequence[ModePoint]
+    """In process, by request kind and mode."""
+    served: Sequence[ModePoint]
+    """Served, by mode (``cpu_us``: the gateway process's, per turn)."""
     spans_exported: int
 
 
@@ -89,8 +125,9 @@ async def _turn(app: App, exporter: OtlpExporter | None, point: ModePoint, secon
         await call_gateway(app, point.case)
         point.latency_s.append(clock() - before)
         requests += 1
+        await asyncio.sleep(0)  # a turn of the event loop, as a server has per request
     if exporter is not None:
-        exporter.flush()  # the turn pays for posting what it made
+        await exporter.flush()  # the turn pays for posting what it made
     point.cpu_us.append((time.process_time() - started_cpu) / requests * 1e6)
     point.requests += requests
 
@@ -100,7 +137,7 @@ async def _gateway(registry: Registry, tracing: ProcessTracing) -> App:
     service = GatewayService(
         GatewaySettings(health_interval_s=3600, dns_interval_s=3600, registry_refresh_s=3600),
         registry,
-        MockTransport(Replica(record.version)),
+        MockTransport(Replica(record.version), keep=False),
         {"embed": StaticDiscovery([REPLICA])},
     )
     app = build_gateway_app(service, (SYNTHETIC_ALIAS,), tracing=tracing)
@@ -109,7 +146,7 @@ async def _gateway(registry: Registry, tracing: ProcessTracing) -> App:
     return app
 
 
-async def _run(registry: Registry, endpoint: str, seconds: float) -> TracingResults:
+async def _run(registry: Registry, endpoint: str, seconds: float) -> _InProcess:
     registry.add_model(synthetic_record(SyntheticSettings(dimensions=WIDTH)), (SYNTHETIC_ALIAS,))
     built: list[tuple[str, App, OtlpExporter | None]] = []
     for mode, ratio in MODES:
@@ -131,10 +168,17 @@ async def _run(registry: Registry, endpoint: str, seconds: float) -> TracingResu
         for _, app, _ in built:
             await app.shutdown()
     exported = sum(exporter.exported for _, _, exporter in built if exporter is not None)
-    return TracingResults(points, exported)
+    return _InProcess(points, exported)
+
+
+@dataclass(frozen=True, slots=True)
+class _InProcess:
+    points: list[ModePoint]
+    spans_exported: int
 
 
 def run_tracing_bench(*, seconds: float) -> TracingResults:
+    """``seconds`` of in-process turns, then as many of served ones."""
     collector = subprocess.Popen(
         [sys.executable, "-c", COLLECTOR], stdout=subprocess.PIPE, text=True
     )
@@ -149,18 +193,98 @@ def run_tracing_bench(*, seconds: float) -> TracingResults:
             registry.add_tenant(
                 "bench-tracing", "interactive", rate_texts_per_s=1e12, burst_texts=1e12, key=KEY
             )
-            import uvloop
-
-            return uvloop.run(_run(registry, endpoint, seconds))
+            in_process = uvloop.run(_run(registry, endpoint, seconds))
+        served = _served(endpoint, seconds)
     finally:
         collector.kill()
         collector.wait()
+    return TracingResults(in_process.points, served, in_process.spans_exported)
+
+
+SERVED_TURNS = 9  # the first of them a warm-up
+SERVED_CONCURRENCY = 16
+
+
+def _served(endpoint: str, seconds: float) -> list[ModePoint]:
+    """Three stacks, one per mode, measured in rotating turns (see the module docstring)."""
+    case = Case("served, 1 text", "/v1/embeddings", b"", 1)
+    corpus = sentences(600_000, seed=11)
+    share = len(corpus) // len(MODES)
+    with ExitStack() as stacks:
+        running: list[tuple[ModePoint, Processes, Traffic]] = []
+        for n, (mode, ratio) in enumerate(MODES):
+            data_dir = Path(stacks.enter_context(tempfile.TemporaryDirectory()))
+            settings = bench_settings(data_dir, {"backend": "synthetic", "synthetic": ZERO_COST})
+            if ratio is not None:
+                tracing = TracingSettings(otlp_endpoint=endpoint, sample_ratio=ratio)
+                settings = settings.model_copy(
+                    update={"observability": ObservabilitySettings(tracing=tracing)}
+                )
+            demo_registry(settings).add_model(
+                synthetic_record(settings.worker.synthetic), (SYNTHETIC_ALIAS,)
+            )
+            processes = stacks.enter_context(serving(settings))
+            texts = batches_of(corpus[n * share : (n + 1) * share], 1)  # every text new
+            traffic = gateway_traffic(processes.gateway_url, texts, SYNTHETIC_ALIAS, API_KEY)
+            running.append((ModePoint(mode, case), processes, traffic))
+
+        async def turns() -> None:
+            for turn in range(SERVED_TURNS):
+                order = running[turn % len(running) :] + running[: turn % len(running)]
+                for point, processes, traffic in order:
+                    measured = await measure(
+                        traffic,
+                        processes,
+                        path=GATEWAY,
+                        texts_per_request=1,
+                        concurrency=SERVED_CONCURRENCY,
+                        warmup=0,
+                        duration_s=seconds / (SERVED_TURNS * len(MODES)),
+                    )
+                    if turn == 0:
+                        continue  # warm-up
+                    point.cpu_us.append(measured.cpu_us_per_request(GATEWAY))
+                    point.latency_s.extend(measured.result.latencies_s)
+                    point.requests += measured.result.requests
+
+        asyncio.run(turns())
+    return [point for point, _, _ in running]
 
 
 def render(results: TracingResults, machine: Machine, command: str, seconds: float) -> str:
+    served = _rows({"served, 1 text": list(results.served)})
     by_case: dict[str, list[ModePoint]] = {}
     for point in results.points:
         by_case.setdefault(point.case.name, []).append(point)
+    headers = ["request", "tracing", "CPU µs/request", "range", "vs off", "p99 ms", "requests"]
+    return "\n\n".join(
+        [
+            "## Tracing: what spans cost the gateway",
+            f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; Python {machine.python}; "
+            f"1-minute load average {machine.load_average:.2f} at start.",
+            "Three gateways: tracing off, on with 1% and with 100% of traces sampled, "
+            "exporting OTLP/JSON to a collector in another process, measured in turns. A "
+            f"1-text request makes 6 spans on the gateway (its SERVER span, authenticate, "
+            "quota, admit, the chunk attempt, the usage event; a worker's 5 are the worker's "
+            f"own CPU). {results.spans_exported:,} spans exported in process.",
+            "**Served**: three stacks as `headway up` runs them (gateway process, zero-cost "
+            f"synthetic worker), a closed loop of 1-text requests at {SERVED_CONCURRENCY} "
+            f"outstanding, every text new; {SERVED_TURNS - 1} turns each in rotating order "
+            "after a warm-up turn. The gateway process's CPU per request (from /proc: the "
+            "server, its sockets, the durable usage write and the export included) and the "
+            "client's p99.",
+            markdown_table(headers, served, "llrrrrr"),
+            "**In process**: the gateway of `bench path` (ASGI called directly, a replica "
+            f"answering at once), {TURNS} turns each per request kind after {WARMUP} warm-up "
+            "requests; each turn ended once its spans were posted. Without the server and its "
+            "sockets the denominator is smaller, so the same microseconds are a larger share.",
+            markdown_table(headers, _rows(by_case), "llrrrrr"),
+        ]
+    )
+
+
+def _rows(by_case: dict[str, list[ModePoint]]) -> list[list[str]]:
     rows = []
     for name, points in by_case.items():
         off = points[0].median_us
@@ -176,25 +300,4 @@ def render(results: TracingResults, machine: Machine, command: str, seconds: flo
                     f"{point.requests:,}",
                 ]
             )
-    return "\n\n".join(
-        [
-            "## Tracing: what spans cost the gateway",
-            f"Command: `{command}`  \nDate: {machine.date}  \n"
-            f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; Python {machine.python}; "
-            f"1-minute load average {machine.load_average:.2f} at start.",
-            "The gateway of `bench path` (ASGI in process, a replica answering at once), built "
-            "three times: tracing off, on with 1% and with 100% of traces sampled, exporting "
-            "OTLP/JSON to a collector in another process. The three ran in turns "
-            f"({TURNS} each per request kind, after {WARMUP} warm-up requests); each turn "
-            "ended once its spans were posted, so the export is in its CPU. CPU time of the "
-            "process per request (median of the turns) and the p99 of one call's time. "
-            f"{results.spans_exported:,} spans exported in all; a 1-text request makes 6 on "
-            "the gateway (its SERVER span, authenticate, quota, admit, the chunk attempt, the "
-            "usage event; a worker's 5 are the worker's own CPU).",
-            markdown_table(
-                ["request", "tracing", "CPU µs/request", "range", "vs off", "p99 ms", "requests"],
-                rows,
-                "llrrrrr",
-            ),
-        ]
-    )
+    return rows

@@ -103,7 +103,7 @@ def build_gateway_app(
 
         closing.append(close_batch_store)
     closing.append(tracing.close)
-    return App(edge, on_startup=[service.start], on_shutdown=closing)
+    return App(edge, on_startup=[service.start, tracing.start], on_shutdown=closing)
 
 
 def gateway_routes(

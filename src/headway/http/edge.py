@@ -91,12 +91,10 @@ class Edge:
         started = time.perf_counter()
         method, path = request.method, request.path
         tracer = self._untraced if path in PROBES else self._tracer
-        attributes = (
-            http_server_attributes(method, path, request.scope, request.headers)
-            if tracer.enabled
-            else None
-        )
-        trace = tracer.server(request.headers.get("traceparent"), method, attributes)
+        trace = tracer.server(request.headers.get("traceparent"), method)
+        if trace.recording:
+            assert isinstance(trace, Span)
+            trace.attributes = http_server_attributes(method, path, request.scope, request.headers)
         logged = serving.set(request)
         route = UNMATCHED
         error: str | None = None
@@ -108,7 +106,7 @@ class Edge:
                     if trace.recording:
                         assert isinstance(trace, Span)
                         trace.name = f"{method} {matched.path}"
-                        trace.set("http.route", matched.path)
+                        trace.attributes["http.route"] = matched.path
                     limit = matched.max_body_bytes or self._max_body_bytes
                     request.body = await read_body(request, limit)
                     response = await unless_disconnected(matched.handler(request), request)
@@ -156,15 +154,17 @@ class Edge:
         seconds = time.perf_counter() - started
         self._observer.answered(route, status, seconds, error)
         if trace.recording:
-            trace.set("http.response.status_code", status)
+            assert isinstance(trace, Span)
+            attributes = trace.attributes
+            attributes["http.response.status_code"] = status
             if error is not None:
-                trace.set("headway.error.type", error)
+                attributes["headway.error.type"] = error
                 if status >= 500:
-                    trace.set("error.type", str(status))
+                    attributes["error.type"] = str(status)
                     trace.fail(error)
             if request.tenant:
-                trace.set("headway.tenant", request.tenant)
-            trace.set("headway.request_id", request.id)
+                attributes["headway.tenant"] = request.tenant
+            attributes["headway.request_id"] = request.id
         if self._access_log:
             access.info(
                 "%s %s %d",

@@ -9,8 +9,8 @@ class MemorySink:
     def __init__(self) -> None:
         self.spans: list[Span] = []
 
-    def add(self, span: Span) -> None:
-        self.spans.append(span)
+    def export(self, spans: list[Span]) -> None:
+        self.spans.extend(spans)
 
     def named(self, name: str) -> list[Span]:
         return [span for span in self.spans if span.name == name]

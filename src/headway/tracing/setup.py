@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 from dataclasses import dataclass, field
@@ -22,10 +21,15 @@ class ProcessTracing:
     tracer: Tracer = field(default_factory=Tracer)
     exporter: OtlpExporter | None = None
 
+    async def start(self) -> None:
+        """Start exporting (a start-up hook: on the process's event loop)."""
+        if self.exporter is not None:
+            self.exporter.start()
+
     async def close(self) -> None:
         """Export what is buffered (at shutdown, after the last request)."""
         if self.exporter is not None:
-            await asyncio.to_thread(self.exporter.close)
+            await self.exporter.close()
 
 
 def process_tracing(

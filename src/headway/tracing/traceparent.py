@@ -47,9 +47,5 @@ def format_traceparent(trace_id: int, span_id: int, sampled: bool) -> str:
     return f"00-{trace_id:032x}-{span_id:016x}-{SAMPLED if sampled else 0:02x}"
 
 
-def trace_hex(trace_id: int) -> str:
-    return f"{trace_id:032x}"
-
-
 def _is_hex(text: str) -> bool:
     return bool(text) and all(c in _HEX for c in text)

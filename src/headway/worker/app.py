@@ -378,7 +378,9 @@ def build_worker_app(
         tracer=tracing.tracer,
         access_log=access_log,
     )
-    return App(edge, on_startup=[service.start], on_shutdown=[service.stop, tracing.close])
+    return App(
+        edge, on_startup=[service.start, tracing.start], on_shutdown=[service.stop, tracing.close]
+    )
 
 
 def _decode(decoder: msgspec.msgpack.Decoder[T], body: bytes) -> T:
