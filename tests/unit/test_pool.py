@@ -96,6 +96,54 @@ async def test_unreachable_replicas_drop_out_and_come_back_with_the_next_poll():
     assert pool.ready_count == 1
 
 
+async def test_a_ready_replica_that_goes_silent_is_ejected_until_it_answers_again():
+    transport = ReadinessTransport({"http://a": (True, "v"), "http://b": (True, "v")})
+    pool = pool_of(transport)
+    await pool.poll_once()
+    a, b = pool.replicas
+    pool.mark_unreachable(a)  # a call was refused: it crashed
+    pool.mark_unreachable(a)  # another call, the same crash
+    assert (pool.state(a), pool.ejection_reason(a)) == ("ejected", "unreachable")
+    assert pool.counts.ejections == 1
+    del transport.states["http://b"]
+    await pool.poll_once()  # b stopped answering /readyz while ready: crashed too
+    assert (pool.state(b), pool.ejection_reason(b)) == ("ejected", "unreachable")
+    assert pool.counts.ejections == 2
+    transport.states["http://a"] = (False, "v")  # restarted: answers, not ready yet
+    await pool.poll_once()
+    assert (pool.state(a), pool.ejection_reason(a)) == ("unready", "")
+    transport.states["http://a"] = (True, "v")
+    await pool.poll_once()
+    assert pool.state(a) == "ready" and pool.counts.ejections == 2
+
+
+async def test_a_replica_that_says_it_is_not_ready_first_is_unready_not_ejected():
+    transport = ReadinessTransport({"http://a": (True, "v")})
+    pool = pool_of(transport)
+    await pool.poll_once()
+    transport.states["http://a"] = (False, "v")  # draining: /readyz 503
+    await pool.poll_once()
+    del transport.states["http://a"]  # then gone
+    await pool.poll_once()
+    (a,) = pool.replicas
+    assert (pool.state(a), pool.ejection_reason(a), pool.counts.ejections) == ("unready", "", 0)
+    assert pool.cold
+
+
+async def test_a_replica_whose_calls_keep_failing_is_ejected_as_failing():
+    transport = ReadinessTransport({"http://a": (True, "v"), "http://b": (True, "v")})
+    pool = pool_of(transport)
+    await pool.poll_once()
+    a = pool.replicas[0]
+    for _ in range(pool.routing.ejection.threshold):
+        pool.record(a, ok=False)
+    assert (pool.state(a), pool.ejection_reason(a), pool.counts.ejections) == (
+        "ejected",
+        "failing",
+        1,
+    )
+
+
 async def test_discovery_adds_replicas_unready_until_polled_and_drops_vanished_ones():
     transport = ReadinessTransport({"http://a": (True, "v"), "http://b": (True, "v")})
     pool = ReplicaPool(

@@ -312,15 +312,17 @@ class _RoutingCollector(Collector):
         yield family
         ejections = CounterMetricFamily(
             "headway_replica_ejections",
-            "Times a replica of the pool was ejected after repeated failures.",
+            "Times a replica of the pool was ejected: after repeated failed calls, or when it "
+            "stopped answering while ready (a crash).",
             labels=["pool"],
         )
         ejections.add_metric([name], counts.ejections)
         yield ejections
         states = GaugeMetricFamily(
             "headway_replica_state",
-            "1 for each replica's state now (ready, unready: not answering /readyz, or "
-            "ejected: after repeated failures), 0 for the others.",
+            "1 for each replica's state now (ready; unready: it says so, starting or "
+            "draining; ejected: taken out after repeated failures or when it stopped "
+            "answering), 0 for the others.",
             labels=["pool", "replica", "state"],
         )
         for replica in self._pool.replicas:

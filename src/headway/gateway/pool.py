@@ -22,6 +22,14 @@ crash, a refused connection: it is *lost* until it answers ``/readyz`` again, 20
 (``gateway/coldstart.py``); a failing one fails them at once, as before, so that
 clients retry elsewhere. ``wait_ready`` returns once a replica is ready: the
 readiness poll (or discovery adding a ready replica) wakes every waiter.
+
+What an operator sees of a replica (``state``, the console, ``headway_replica_state``):
+*ready*; *unready*, when the replica says so itself (starting, draining) or has not
+answered since it was added; *ejected*, when this gateway took it out of rotation: after
+repeated failed calls (for a growing interval, ``routing/ejection.py``), or at once when
+a ready replica stopped answering (lost: a crash, a refused connection), until it
+answers ``/readyz`` again. Both kinds of ejection are counted (``RoutingCounts``) and
+logged, with their reason (``ejection_reason``).
 """
 
 from __future__ import annotations
@@ -108,7 +116,9 @@ class Replica:
     """Exponentially weighted latency of its recent successful calls; 0 before the first."""
     lost: bool = False
     """It was ready, then stopped answering without first saying it was not ready (a
-    crash): the pool is failing, not cold, until it answers ``/readyz`` again."""
+    crash): ejected, and the pool failing, not cold, until it answers ``/readyz`` again."""
+    losses: int = 0
+    """Times it was lost."""
     completed_texts: int | None = None
     """Its completed-texts counter as its last answer to this gateway said; None before."""
 
@@ -165,7 +175,7 @@ class ReplicaPool:
             reply = await self.transport.send(request)
         except TransportError:
             if replica.ready:  # gone without a word: crashed, not drained
-                replica.lost = True
+                self._lose(replica, "stopped answering /readyz")
         else:
             replica.lost = False  # it answers (starting, draining or ready): not lost
             try:
@@ -184,9 +194,18 @@ class ReplicaPool:
 
     def mark_unreachable(self, replica: Replica) -> None:
         if replica.ready:
-            log.warning("replica %s of pool %s is unreachable", replica.url, self.name)
-            replica.lost = True
+            self._lose(replica, "refused a connection")
         self._set_ready(replica, False)
+
+    def _lose(self, replica: Replica, why: str) -> None:
+        """A ready replica went away without a word: ejected until it answers again."""
+        if not replica.lost:
+            replica.losses += 1
+            self.counts.ejections += 1
+            log.warning(
+                "replica %s of pool %s ejected: it %s while ready", replica.url, self.name, why
+            )
+        replica.lost = True
 
     def _set_ready(self, replica: Replica, ready: bool) -> None:
         replica.ready = ready
@@ -283,9 +302,16 @@ class ReplicaPool:
             self.admission.pool_completed(counter - last if counter >= last else counter)
 
     def state(self, replica: Replica) -> Literal["ready", "unready", "ejected"]:
-        if replica.health.ejected(self.clock()):
+        if replica.lost or replica.health.ejected(self.clock()):
             return "ejected"
         return "ready" if replica.ready else "unready"
+
+    def ejection_reason(self, replica: Replica) -> str:
+        """Why an ejected replica is out: "unreachable" (lost) or "failing" (its calls
+        failed); "" for one not ejected."""
+        if replica.lost:
+            return "unreachable"
+        return "failing" if replica.health.ejected(self.clock()) else ""
 
 
 def expected_wait(candidates: list[Replica]) -> Callable[[Replica], float]:

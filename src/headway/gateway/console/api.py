@@ -39,12 +39,13 @@ def pools_view(pools: Pools) -> dict[str, Any]:
             {
                 "url": replica.url,
                 "state": pool.state(replica),
+                "reason": pool.ejection_reason(replica),
                 "version": replica.model_version[:12],
                 "versions": sorted(v[:12] for v in replica.versions),
                 "outstanding_texts": replica.outstanding_texts,
                 "latency_ms": round(replica.latency_s * 1000, 2),
                 "consecutive_failures": replica.health.consecutive_failures,
-                "ejections": replica.health.ejections,
+                "ejections": replica.health.ejections + replica.losses,
                 "ejected_for_s": round(max(0.0, replica.health.ejected_until - now), 1),
             }
             for replica in pool.replicas

@@ -95,9 +95,9 @@
             `outstanding ${pool.outstanding} of ${pool.limit} texts`),
           table(["replica", "state", "outstanding texts", "latency ms", "failures in a row", "ejections", "ejected for", "version"],
             pool.replicas.map((r) =>
-              row([r.url, badge(r.state), r.outstanding_texts, num(r.latency_ms), r.consecutive_failures, r.ejections,
+              row([r.url, r.reason ? el("span", {}, badge(r.state), ` ${r.reason}`) : badge(r.state), r.outstanding_texts, num(r.latency_ms), r.consecutive_failures, r.ejections,
                 r.ejected_for_s > 0 ? `${r.ejected_for_s} s` : "—", r.versions.join(", ") || "—"],
-                { "data-replica": r.url, "data-state": r.state })))),
+                { "data-replica": r.url, "data-state": r.state, "data-reason": r.reason })))),
       ),
     admission: (data) =>
       data.pools.map((pool) =>
