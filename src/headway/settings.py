@@ -496,6 +496,30 @@ class ConsoleSettings(_Section):
         0.0, ge=0, description="What one machine of the pools costs an hour (unit economics)."
     )
     currency: str = Field("USD", description="Currency of machine_cost_per_hour.")
+    signin_address_failures: int = Field(
+        5,
+        ge=1,
+        description="Failed sign-ins from one client address within signin_address_window_s "
+        "after which that address is refused (429, before its key is checked) until the "
+        "oldest of them leaves the window.",
+    )
+    signin_address_window_s: float = Field(
+        900.0, gt=0, description="The window failed sign-ins of one address are counted in."
+    )
+    signin_gateway_failures_per_minute: int = Field(
+        100,
+        ge=1,
+        description="Failed sign-ins from all addresses together within a minute after which "
+        "this gateway refuses every sign-in until the oldest is a minute old (open sessions "
+        "are unaffected).",
+    )
+    signin_tracked_addresses: int = Field(
+        10_000,
+        ge=1,
+        description="Most client addresses whose failed sign-ins are remembered; past it the "
+        "one whose last failure is oldest is forgotten. Keep it at least "
+        "signin_gateway_failures_per_minute × signin_address_window_s / 60.",
+    )
 
 
 class ObservabilitySettings(_Section):

@@ -27,7 +27,13 @@ from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metering.sink import Metering
 from headway.registry.sqlite import Registry
-from headway.settings import BatchSettings, GatewaySettings, LimitsSettings, SyntheticSettings
+from headway.settings import (
+    BatchSettings,
+    GatewaySettings,
+    LimitsSettings,
+    ObservabilitySettings,
+    SyntheticSettings,
+)
 from headway.tracing.setup import ProcessTracing
 from headway.transport.asgi import AsgiTransport
 from headway.worker.app import WorkerService, build_worker_app
@@ -88,12 +94,16 @@ async def make_stack(
     batches: BatchSettings | None = None,
     batch_store: BatchStore | None = None,
     tracing: ProcessTracing | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    observability: ObservabilitySettings | None = None,
     **gateway: Any,
 ) -> Stack:
     """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
     (registered without an alias). ``cache``: the results cache (default: none);
     ``batches``: serve the Batch API with these settings, stores in ``tmp_path`` (or
-    ``batch_store``); ``tracing``: the gateway's and the workers' (default: off)."""
+    ``batch_store``); ``tracing``: the gateway's and the workers' (default: off);
+    ``clock``: the gateway's monotonic clock; ``observability``: its metrics, quality and
+    console settings (default: the defaults)."""
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
@@ -117,7 +127,9 @@ async def make_stack(
         metering=metering,
         open_ledger=None if ledger is None else _opener(ledger),
         gateway_id="gw-test",
+        clock=clock,
         cache=cache,
+        observability=observability,
     )
     batch_parts = None
     if batches is not None:

@@ -1,4 +1,5 @@
-"""The operator console in process: sign-in, the guard on every route, CSRF, revocation."""
+"""The operator console in process: sign-in and its limits, the guard on every route,
+CSRF, revocation."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from headway.billing.ledger.base import UsageQuery, UsageRow
 from headway.billing.prices import parse_prices
 from headway.catalog import SYNTHETIC_ALIAS
 from headway.gateway.console import api, costs
-from headway.gateway.console.auth import SECURITY_HEADERS, SESSION_COOKIE
+from headway.gateway.console.auth import LOGIN_COOKIE, SECURITY_HEADERS, SESSION_COOKIE
 from headway.gateway.console.pages import PAGES
 from headway.gateway.console.routes import parts_of
 from headway.registry.keys import key_digest
 from headway.registry.model import SYSTEM, Actor, ModelRecord, key_id_of
 from headway.registry.sqlite import DEMO_ADMIN_KEY
+from headway.settings import ConsoleSettings, ObservabilitySettings
+from tests.fakes import FakeClock
 from tests.service.conftest import SYNTHETIC, auth, make_stack
 
 ADMIN_KEY_ID = key_id_of(key_digest(DEMO_ADMIN_KEY))
@@ -190,6 +193,7 @@ async def test_each_page_reads_what_it_shows(stack):
     quality = models["quality"]  # the gateway's quality monitor: what it has seen
     assert quality is not None and {q["version"] for q in quality} <= served_here
     assert all(q["drifting"] is False and "mmd_p_value" in q for q in quality)
+    assert all(q["traffic"] == "served" for q in quality)
     audit = await view("audit")
     assert audit["entries"] and len(audit["entries"]) <= 50
     economics = await view("economics")
@@ -407,10 +411,83 @@ class VersionQualityRow:
     mmd_p_value: float | None
     score_ks_p_value: float | None
     drifting: bool
+    traffic: str = "shadow"
 
 
 async def test_the_models_page_shows_a_drifting_version(stack):
     parts = replace(parts_of(stack.gateway), quality=Drifted())
     [shown] = (await api.models_view(parts))["quality"]
     assert (shown["version"], shown["drifting"], shown["mmd_p_value"]) == ("f" * 12, True, 0.001)
+    assert shown["traffic"] == "shadow"  # a candidate: no client has had its answers yet
     assert (await api.models_view(replace(parts, quality=None)))["quality"] is None
+
+
+def client_at(stack, address: str) -> httpx.AsyncClient:
+    """A client whose requests come from ``address`` (the ASGI scope's ``client``)."""
+    transport = httpx.ASGITransport(app=stack.gateway_app, client=(address, 40000))
+    return httpx.AsyncClient(transport=transport, base_url="http://gateway")
+
+
+def signins(stack, outcome: str) -> float | None:
+    return stack.gateway.metrics.registry.get_sample_value(
+        "headway_console_signin_total", {"outcome": outcome}
+    )
+
+
+async def test_five_wrong_keys_lock_the_address_out_until_the_window_passes(tmp_path, caplog):
+    clock = FakeClock()
+    stack = await make_stack(tmp_path, clock=clock)
+    try:
+        for _ in range(5):
+            clock.advance(10)
+            assert (await login(stack.client, "hw_guess")).status_code == 401
+        locked = await login(stack.client)  # the right key, but too late
+        assert locked.status_code == 429
+        assert int(locked.headers["retry-after"]) == 900 - 40  # the first leaves the window
+        assert "Too many failed sign-ins from your address" in locked.text
+        assert SESSION_COOKIE + "=" not in set_cookie(locked)
+        assert set_cookie(locked).startswith(LOGIN_COOKIE + "=")  # the form, signed again
+        assert 'name="key"' in locked.text
+        assert_secured(locked)
+        # Another address still signs in.
+        async with client_at(stack, "10.0.0.2") as elsewhere:
+            assert (await login(elsewhere)).status_code == 303
+        assert [(r.levelname, r.getMessage()) for r in caplog.records if "sign-in" in r.msg] == [
+            (
+                "WARNING",
+                "console sign-in: 5 failures from 127.0.0.1 within 900 s; "
+                "refusing 127.0.0.1 for 860 s",
+            )
+        ]
+        assert "hw_guess" not in caplog.text
+        clock.advance(860)
+        assert (await login(stack.client)).status_code == 303
+        counts = {o: signins(stack, o) for o in ("ok", "bad_key", "not_admin", "throttled")}
+        assert counts == {"ok": 2, "bad_key": 5, "not_admin": 0, "throttled": 1}
+    finally:
+        await stack.close()
+
+
+async def test_too_many_failures_on_the_gateway_refuse_every_address_but_not_sessions(tmp_path):
+    clock = FakeClock()
+    console = ConsoleSettings(signin_gateway_failures_per_minute=3)
+    stack = await make_stack(
+        tmp_path, clock=clock, observability=ObservabilitySettings(console=console)
+    )
+    try:
+        cookie, _ = await session(stack.client)  # signed in before the flood
+        for number in range(3):
+            async with client_at(stack, f"10.0.1.{number}") as guesser:
+                assert (await login(guesser, "demo-key-search-app")).status_code == 403
+        async with client_at(stack, "10.0.2.1") as operator:
+            refused = await login(operator)
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) == 60
+        assert "Too many failed sign-ins to this gateway" in refused.text
+        assert SESSION_COOKIE + "=" not in set_cookie(refused)
+        assert (await call(stack.client, "GET", "/console/api/pools", cookie)).status_code == 200
+        assert signins(stack, "not_admin") == 3
+        clock.advance(60)
+        async with client_at(stack, "10.0.2.1") as operator:
+            assert (await login(operator)).status_code == 303
+    finally:
+        await stack.close()

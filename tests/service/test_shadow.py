@@ -1,13 +1,17 @@
 """Shadow traffic on the request path: compared with the primary, never billed, never
-charged to the tenant's quota, never waited for, and only in spare room."""
+charged to the tenant's quota, never waited for, only in spare room, and sampled for the
+candidate's model quality."""
 
 from __future__ import annotations
 
 import re
 
 from headway.catalog import synthetic_record
+from headway.gateway.console import api
+from headway.gateway.console.routes import parts_of
 from headway.metering.sink import MemorySink
 from headway.registry.model import Shadow, Split
+from headway.settings import ObservabilitySettings, QualitySettings
 from tests.fakes import until
 from tests.service.conftest import SYNTHETIC, auth, make_stack
 
@@ -91,5 +95,54 @@ async def test_a_weighted_split_serves_each_version_whole_and_echoes_it(tmp_path
             assert reply.status_code == 200
             seen.add(reply.headers["x-model-version"])
         assert seen == {PRIMARY, CANDIDATE}
+    finally:
+        await stack.close()
+
+
+async def test_the_candidates_copies_are_sampled_for_its_quality_as_shadow_traffic(tmp_path):
+    every_row = QualitySettings(sample_share=1.0, reference_size=16, window_size=16)
+    stack = await make_stack(
+        tmp_path, seeds=(0, 1), observability=ObservabilitySettings(quality=every_row)
+    )
+    try:
+        stack.registry.set_split(
+            Split("synthetic", ((PRIMARY, 1.0),), shadow=Shadow(CANDIDATE, 1.0))
+        )
+        await stack.gateway.snapshots.refresh()
+        for sent in range(1, 11):
+            texts = {"model": "synthetic", "input": [f"text {sent} a", f"text {sent} b"]}
+            reply = await stack.client.post("/v1/embeddings", json=texts, headers=auth())
+            assert reply.status_code == 200, reply.text
+            await until(lambda n=sent: shadow_count(stack.metrics(), "compared") == n)
+        documents = ["pump vibration", "invoice overdue", "seal leaked"]
+        reranked = await stack.client.post(
+            "/v1/rerank",
+            json={"model": "synthetic", "query": "pump", "documents": documents},
+            headers=auth("demo-key-support-bot"),
+        )
+        assert reranked.status_code == 200, reranked.text
+        await until(lambda: shadow_count(stack.metrics(), "compared") == 11)
+        monitor = stack.gateway.quality
+        await monitor.evaluate()
+        seen = {(q.version, q.kind): q for q in monitor.summary()}
+        assert set(seen) == {(v, k) for v in (PRIMARY, CANDIDATE) for k in ("embedding", "rerank")}
+        candidate, primary = seen[CANDIDATE, "embedding"], seen[PRIMARY, "embedding"]
+        assert (candidate.traffic, primary.traffic) == ("shadow", "served")
+        # 20 rows each: the reference full (and stored), then the window.
+        for quality in (candidate, primary):
+            assert (quality.reference_rows, quality.window_rows) == (16, 4)
+            assert quality.reference_taken_at is not None and quality.mean_norm is not None
+        scores = seen[CANDIDATE, "rerank"]
+        assert (scores.traffic, scores.reference_rows) == ("shadow", 3)
+        labels = {"version": CANDIDATE[:12], "kind": "embedding"}
+        registry = stack.gateway.metrics.registry
+        assert registry.get_sample_value("headway_quality_reference_rows", labels) == 16
+        shown = (await api.models_view(parts_of(stack.gateway)))["quality"]
+        assert {(q["version"], q["kind"]): q["traffic"] for q in shown} == {
+            (PRIMARY[:12], "embedding"): "served",
+            (PRIMARY[:12], "rerank"): "served",
+            (CANDIDATE[:12], "embedding"): "shadow",
+            (CANDIDATE[:12], "rerank"): "shadow",
+        }
     finally:
         await stack.close()

@@ -212,6 +212,32 @@ async def test_one_version_can_have_both_kinds_each_with_its_own_series():
     assert setup.metric("headway_quality_reference_rows", kind="rerank") == 2
 
 
+async def test_a_candidates_shadow_rows_take_its_reference_and_say_so():
+    setup = Setup()
+    monitor = setup.monitor
+    monitor.observe_embeddings(VERSION, unit_rows(1, SIZE), shadow=True)
+    monitor.observe_scores(VERSION, np.array([0.5, 0.6], dtype=np.float32), shadow=True)
+    assert [(q.kind, q.traffic) for q in monitor.summary()] == [
+        ("embedding", "shadow"),
+        ("rerank", "shadow"),
+    ]
+    await monitor.evaluate()
+    stored = setup.store.load(VERSION, "embedding")
+    assert stored is not None  # its reference: its outputs when it first ran as a shadow
+    # Promoted: the rows it serves go to the same sample, its window.
+    monitor.observe_embeddings(VERSION, unit_rows(2, SIZE, shift=1.0))
+    await monitor.evaluate()
+    quality = monitor.summary()[0]
+    assert (quality.traffic, quality.window_rows, quality.drifting) == ("both", SIZE, True)
+    assert quality.reference_taken_at == stored.taken_at
+
+
+async def test_rows_it_served_are_served_traffic():
+    setup = Setup()
+    setup.monitor.observe_embeddings(VERSION, unit_rows(1, 4))
+    assert setup.monitor.summary()[0].traffic == "served"
+
+
 async def test_only_sampled_rows_are_kept_and_observed():
     settings = QualitySettings(sample_share=0.05)
     setup = Setup(settings=settings)

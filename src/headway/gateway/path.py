@@ -178,7 +178,7 @@ async def compute(
         try:
             chunks = plan(todo, ctx, target.record.version, parts.settings.chunk_texts)
             merged = merge(await dispatch(chunks, target.pool, ctx.deadline))
-            watch_quality(parts.quality, ctx.route, target.record.version, merged)
+            watch_quality(parts.quality, target.record.version, merged)
         except BaseException:
             if primary is not None:
                 primary.cancel()  # the copy has nothing to be compared with

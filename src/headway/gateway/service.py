@@ -108,9 +108,6 @@ class GatewayService:
         self.metering: Metering = metering if metering is not None else MemorySink()
         self.recorder = VersionRecorder(self.metrics)
         self.meter = MeterParts(self.metering, gateway_id, wall_clock, clock, self.recorder.outcome)
-        self.shadows = Shadows(self.recorder, settings.chunk_texts, clock)
-        self.cache = RequestCache(cache)
-        self.empty_buckets = EmptyBuckets()
         self._quality_store = quality_store
         self.quality = QualityMonitor(
             self.observability.quality,
@@ -118,6 +115,9 @@ class GatewayService:
             self.metrics.registry,
             wall_clock,
         )
+        self.shadows = Shadows(self.recorder, self.quality, settings.chunk_texts, clock)
+        self.cache = RequestCache(cache)
+        self.empty_buckets = EmptyBuckets()
         self._open_ledger = open_ledger
         self._ledger: Ledger | None = None
         self.draining = False

@@ -1,4 +1,4 @@
-"""Per served version, are its outputs still distributed as when it went live?
+"""Per version, served or shadowed, are its outputs still distributed as when it went live?
 
 Two halves, one owner: everything runs on the gateway's event loop except the store
 calls and the statistics, which get copies of the samples in a thread.
@@ -7,6 +7,10 @@ calls and the statistics, which get copies of the samples in a thread.
   rows to the version's ``VersionSample`` (a share ``sample_share`` of the rows is
   taken; a request none of whose rows is taken costs a dict look-up and a comparison).
   A taken row is also observed in the norm / score histogram. No I/O, no statistics.
+  Rows of a shadow copy (``shadow=True``) are sampled like served ones, into the same
+  sample of the candidate's version: a candidate's reference is its outputs when it
+  first ran as a shadow. Which traffic a version's rows came from, served, shadow or
+  both, is kept for the console (``VersionQuality.traffic``).
 - In the background, ``evaluate`` (every ``interval_s``, by the gateway's
   ``Background``), for each version:
 
@@ -39,6 +43,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +66,8 @@ NORM_BUCKETS = (0.1, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 1.001, 1.01, 1.05, 1.1, 1
 """Around 1.0 (an L2-normalised model gives 1.0 ± 1e-6), then wide either side."""
 SCORE_BUCKETS = tuple(step / 10 for step in range(11))
 LABEL_CHARS = 12
+
+Traffic = Literal["served", "shadow", "both"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,9 @@ class VersionQuality(Measured):
     reference_taken_at: float | None
     """Wall-clock time the reference was complete; None while it fills."""
     drifting: bool = False
+    traffic: Traffic = "served"
+    """Where its rows were offered from since this gateway first saw it: requests it
+    served, shadow copies of another version's requests (a candidate), or both."""
 
 
 @dataclass(slots=True, eq=False)
@@ -109,10 +119,20 @@ class _Tracked:
     taken_at: float | None = None
     measured: Measured = field(default_factory=Measured)
     drifting: bool = False
+    served: bool = False
+    """Rows of requests it served were offered."""
+    shadowed: bool = False
+    """Rows of shadow copies were offered."""
 
     @property
     def label(self) -> str:
         return self.version[:LABEL_CHARS]
+
+    @property
+    def traffic(self) -> Traffic:
+        if self.shadowed:
+            return "both" if self.served else "shadow"
+        return "served"
 
 
 class QualityMonitor:
@@ -188,13 +208,16 @@ class QualityMonitor:
 
     # the request path: microseconds, no I/O ----------------------------------------
 
-    def observe_embeddings(self, version: str, rows: npt.NDArray[np.float32]) -> None:
-        """A served request's embeddings (n × dims) of ``version``."""
+    def observe_embeddings(
+        self, version: str, rows: npt.NDArray[np.float32], *, shadow: bool = False
+    ) -> None:
+        """A request's embeddings (n × dims) of ``version``: served, or a shadow copy's."""
         if not self._settings.enabled or rows.ndim != 2:
             return
         tracked = self._tracked.get((version, "embedding"))
         if tracked is None:
             tracked = self._track(version, "embedding", rows.shape[1])
+        _mark(tracked, shadow)
         taken = tracked.sample.offer(rows)
         if taken is None:
             return
@@ -203,13 +226,17 @@ class QualityMonitor:
         if tracked.taken_at is None and tracked.sample.reference_full:
             tracked.taken_at = self._clock()
 
-    def observe_scores(self, version: str, scores: npt.NDArray[np.float32]) -> None:
-        """A served rerank request's relevance scores (n,) of ``version``."""
+    def observe_scores(
+        self, version: str, scores: npt.NDArray[np.float32], *, shadow: bool = False
+    ) -> None:
+        """A rerank request's relevance scores (n,) of ``version``: served, or a shadow
+        copy's."""
         if not self._settings.enabled:
             return
         tracked = self._tracked.get((version, "rerank"))
         if tracked is None:
             tracked = self._track(version, "rerank", 1)
+        _mark(tracked, shadow)
         taken = tracked.sample.offer(scores.reshape(-1, 1))
         if taken is None:
             return
@@ -322,7 +349,15 @@ class QualityMonitor:
             window_rows=sample.window_rows,
             reference_taken_at=tracked.taken_at if sample.reference_full else None,
             drifting=tracked.drifting,
+            traffic=tracked.traffic,
         )
+
+
+def _mark(tracked: _Tracked, shadow: bool) -> None:
+    if shadow:
+        tracked.shadowed = True
+    else:
+        tracked.served = True
 
 
 def _measure_embeddings(

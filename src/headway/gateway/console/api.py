@@ -230,6 +230,7 @@ async def models_view(parts: ConsoleParts) -> dict[str, Any]:
                 "mmd_p_value": q.mmd_p_value,
                 "score_ks_p_value": q.score_ks_p_value,
                 "drifting": q.drifting,
+                "traffic": q.traffic,
             }
             for q in parts.quality.summary()
         ]

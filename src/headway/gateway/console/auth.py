@@ -8,6 +8,13 @@ site's page sends it), ``Path=/console``, ``Max-Age`` the session's life, and
 from TLS, or from ``X-Forwarded-Proto`` of a proxy it trusts, 127.0.0.1 by default).
 A tenant key (403) or a wrong one (401) gets the form again and no cookie.
 
+Failed sign-ins are counted per client address (``scope["client"]``: the peer, or the
+address a proxy uvicorn trusts forwarded) and for the whole gateway (``attempts.py``).
+Past either limit a sign-in is refused before its key is checked: 429 with
+``Retry-After`` and the form again (a fresh login token, no session). Every answer of
+``POST /console/login`` is counted by outcome; each lockout is logged once, by the
+failure that starts it (the address, never the key).
+
 Every other console route goes through one of three guards, which first set the
 security headers (they reach error answers too, through ``response_headers``):
 
@@ -26,17 +33,26 @@ copy of the value would stay good until it expires (there is no session table).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from headway.errors import Forbidden, HeadwayError, Unauthorized
+from headway.gateway.console.attempts import (
+    SignInAttempts,
+    SignInOutcome,
+    Throttled,
+    counted_as,
+)
 from headway.gateway.console.pages import login_html
 from headway.gateway.console.session import Session, SessionSigner
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import authenticate
 from headway.http.asgi import Handler, Request, Response
 from headway.registry.model import Snapshot
+
+log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "headway_console"
 LOGIN_COOKIE = "headway_console_login"
@@ -58,15 +74,27 @@ SECURITY_HEADERS = {
 }
 
 ConsoleHandler = Callable[[Request, Session], Awaitable[Response]]
+UNKNOWN_ADDRESS = "unknown"
+"""Where a request without a ``client`` in its scope (a Unix socket) is counted."""
 
 
 class ConsoleAuth:
     def __init__(
-        self, signer: SessionSigner, snapshots: Snapshots, clock: Callable[[], float] = time.time
+        self,
+        signer: SessionSigner,
+        snapshots: Snapshots,
+        clock: Callable[[], float] = time.time,
+        attempts: SignInAttempts | None = None,
+        count: Callable[[SignInOutcome], None] = lambda outcome: None,
     ) -> None:
+        """``clock``: wall-clock seconds (key expiry); ``attempts``: failed sign-ins
+        (default: the default limits on a monotonic clock); ``count``: told how each
+        sign-in ended."""
         self.signer = signer
         self._snapshots = snapshots
         self._clock = clock
+        self._attempts = attempts if attempts is not None else SignInAttempts()
+        self._count = count
         self._admins: tuple[Snapshot, frozenset[str]] | None = None
 
     # the guards -------------------------------------------------------------------
@@ -143,18 +171,28 @@ class ConsoleAuth:
 
     async def login(self, request: Request) -> Response:
         request.response_headers.update(SECURITY_HEADERS)
+        address = client_address(request)
+        refused = self._attempts.refused(address)
+        if refused is not None:
+            self._count("throttled")
+            return self._throttled(request, refused)
         form = form_of(request)
         if not same_origin(request) or not self.signer.login_ok(
             cookies(request).get(LOGIN_COOKIE), _one(form, "csrf")
         ):
+            self._count("bad_form")
             return self._form(request, 403, "The sign-in form expired or came from elsewhere.")
         key = _one(form, "key") or ""
         try:
             principal = authenticate({"authorization": f"Bearer {key}"}, self._snapshots.current)
         except HeadwayError:
+            self._failed(address, "bad_key")
             return self._form(request, 401, "That key is not valid.")
         if principal.role != "admin":
+            self._failed(address, "not_admin")
             return self._form(request, 403, "A tenant's key cannot sign in: use an admin key.")
+        self._attempts.succeeded(address)
+        self._count("ok")
         value = self.signer.issue(principal.key_id)
         cookie = _cookie(request, SESSION_COOKIE, value, "/console", self.signer.ttl_s)
         return redirect(HOME, cookie)
@@ -173,6 +211,35 @@ class ConsoleAuth:
         value, token = self.signer.issue_login()
         cookie = _cookie(request, LOGIN_COOKIE, value, LOGIN, 600)
         return Response(login_html(token, error), status, HTML, {"set-cookie": cookie})
+
+    def _failed(self, address: str, outcome: SignInOutcome) -> None:
+        """Count a failed sign-in; log each lockout it starts (once: while it lasts,
+        nothing from whom it refuses is counted)."""
+        self._count(outcome)
+        for lockout in self._attempts.failed(address):
+            if lockout.scope == "address":
+                where, whom = f"from {address}", address
+            else:
+                where, whom = "on this gateway", "every address"
+            log.warning(
+                "console sign-in: %d failures %s within %.0f s; refusing %s for %d s",
+                lockout.failures,
+                where,
+                lockout.window_s,
+                whom,
+                lockout.retry_after,
+            )
+
+    def _throttled(self, request: Request, refused: Throttled) -> Response:
+        """429: the form again, saying when to come back."""
+        wait = _wait(refused.retry_after)
+        if refused.scope == "address":
+            error = f"Too many failed sign-ins from your address: try again in {wait}."
+        else:
+            error = f"Too many failed sign-ins to this gateway: try again in {wait}."
+        answer = self._form(request, 429, error)
+        answer.headers["retry-after"] = str(refused.retry_after)
+        return answer
 
 
 def redirect(location: str, cookie: str | None = None) -> Response:
@@ -200,6 +267,13 @@ def form_of(request: Request) -> dict[str, list[str]]:
     return parse_qs(request.body.decode("utf-8", "replace"), max_num_fields=20)
 
 
+def client_address(request: Request) -> str:
+    """The client's address as the server saw it (uvicorn: after its trusted-proxy
+    handling of ``X-Forwarded-For``), as failed sign-ins count it (an IPv6 /64)."""
+    client = request.scope.get("client")
+    return counted_as(str(client[0])) if client else UNKNOWN_ADDRESS
+
+
 def csrf_of(request: Request) -> str | None:
     header = request.headers.get("x-csrf-token")
     return header if header is not None else _one(form_of(request), "csrf")
@@ -225,6 +299,14 @@ def same_origin(request: Request) -> bool:
     except ValueError:  # not a URL at all ("http://[::1", say)
         return False
     return bool(host) and netloc == host
+
+
+def _wait(seconds: int) -> str:
+    """``seconds`` for people: "42 s", "15 minutes"."""
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = -(-seconds // 60)
+    return f"{minutes} minute{'s' if minutes > 1 else ''}"
 
 
 def _one(form: dict[str, list[str]], name: str) -> str | None:

@@ -10,6 +10,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from headway.billing.prices import PriceBook
+from headway.gateway.console.attempts import SignInOutcome
 from headway.gateway.console.history import PoolHistory
 from headway.gateway.pools import Pools
 from headway.gateway.snapshots import Snapshots
@@ -41,6 +42,9 @@ class VersionQuality(Protocol):
     def score_ks_p_value(self) -> float | None: ...
     @property
     def drifting(self) -> bool: ...
+    @property
+    def traffic(self) -> str:
+        """Where its rows came from: served, shadow (a candidate's copies), or both."""
 
 
 class QualitySource(Protocol):
@@ -62,3 +66,7 @@ class ConsoleParts:
     """The price book revenue is read from (None: the Economics page shows cost only)."""
     latency_budget_s: float = 0.5
     wall_clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic
+    """Monotonic seconds: the windows failed sign-ins are counted in."""
+    count_signin: Callable[[SignInOutcome], None] = lambda outcome: None
+    """Told how each ``POST /console/login`` ended (the gateway's metrics)."""

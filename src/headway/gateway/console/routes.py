@@ -20,6 +20,7 @@ from typing import Any
 from headway.billing.prices import PriceBook, default_prices
 from headway.errors import NotFound
 from headway.gateway.console import api, costs, writes
+from headway.gateway.console.attempts import SignInAttempts
 from headway.gateway.console.auth import HOME, HTML, ConsoleAuth, ConsoleHandler, redirect
 from headway.gateway.console.pages import PAGES, page_html
 from headway.gateway.console.parts import ConsoleParts, QualitySource
@@ -55,6 +56,8 @@ def parts_of(service: GatewayService, prices: PriceBook | None = None) -> Consol
         prices=prices if prices is not None else default_prices(),
         latency_budget_s=service.settings.admission.latency_budget_ms / 1000,
         wall_clock=service.meter.wall_clock,
+        clock=service.clock,
+        count_signin=service.metrics.console_signin,
     )
 
 
@@ -62,7 +65,14 @@ def routes(parts: ConsoleParts) -> list[DocumentedRoute]:
     settings = parts.settings
     secret = settings.session_secret.encode() or new_secret()
     signer = SessionSigner(secret, settings.session_ttl_s, parts.wall_clock)
-    auth = ConsoleAuth(signer, parts.snapshots, parts.wall_clock)
+    attempts = SignInAttempts(
+        address_failures=settings.signin_address_failures,
+        address_window_s=settings.signin_address_window_s,
+        gateway_failures=settings.signin_gateway_failures_per_minute,
+        max_addresses=settings.signin_tracked_addresses,
+        clock=parts.clock,
+    )
+    auth = ConsoleAuth(signer, parts.snapshots, parts.wall_clock, attempts, parts.count_signin)
     views: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
         "pools": _now(lambda: api.pools_view(parts.pools)),
         "admission": _now(lambda: api.admission_view(parts)),

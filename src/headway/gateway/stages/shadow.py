@@ -11,7 +11,10 @@ ejection records), never charged to the tenant's quota and never metered; the
 client's answer never waits for it. Its answer is compared with the primary's
 (embeddings: cosine per text; rerank: rank correlation and top-1 agreement) and the
 result goes to the ``ShadowObserver`` (metrics, and the counts a rollout is judged
-on). A primary that fails leaves nothing to compare with: no copy is made.
+on). The copy's rows also go to the quality monitor under the candidate's version,
+marked as shadow traffic (``stages/quality.py``): the candidate's reference is taken
+when it first runs as a shadow, and its drift is tracked before it serves anyone. A
+primary that fails leaves nothing to compare with: no copy is made.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from headway.gateway.context import RequestContext
 from headway.gateway.stages.dispatch import gather_or_cancel, send_once
 from headway.gateway.stages.merge import Merged, merge
 from headway.gateway.stages.plan import Splittable, plan
+from headway.gateway.stages.quality import QualitySampler, watch_quality
 from headway.gateway.stages.resolve import ShadowTarget, Target
 from headway.rollouts.compare import Agreement, embedding_agreement, rerank_agreement
 
@@ -49,9 +53,14 @@ class Shadows:
     cancels them)."""
 
     def __init__(
-        self, observer: ShadowObserver, chunk_texts: int, clock: Callable[[], float]
+        self,
+        observer: ShadowObserver,
+        quality: QualitySampler,
+        chunk_texts: int,
+        clock: Callable[[], float],
     ) -> None:
         self._observer = observer
+        self._quality = quality
         self._chunk_texts = chunk_texts
         self._clock = clock
         self._running: set[asyncio.Task[None]] = set()
@@ -103,6 +112,7 @@ class Shadows:
             shadow.pool.admission.release_spare(work.texts)
         latency_s = self._clock() - started
         copy = merge(results)
+        watch_quality(self._quality, candidate, copy, shadow=True)
         if copy.values.ndim == 2:
             agreement = embedding_agreement(answer.values, copy.values)
         else:

@@ -137,9 +137,10 @@
       el("h2", {}, "Output quality"),
       data.quality === null || data.quality.length === 0
         ? el("p", { class: "hint" }, "no quality data")
-        : table(["version", "kind", "reference rows", "window rows", "mean norm", "centroid drift", "MMD²", "MMD p", "score KS p", "drifting"],
-          data.quality.map((q) => row([q.version, q.kind, q.reference_rows, q.window_rows, num(q.mean_norm, 3), num(q.centroid_drift, 3), num(q.mmd, 4),
-            num(q.mmd_p_value, 3), num(q.score_ks_p_value, 3), q.drifting ? badge("drifting") : "no"]))),
+        : table(["version", "kind", "traffic", "reference rows", "window rows", "mean norm", "centroid drift", "MMD²", "MMD p", "score KS p", "drifting"],
+          data.quality.map((q) => row([q.version, q.kind, q.traffic === "both" ? "served + shadow" : q.traffic, q.reference_rows, q.window_rows,
+            num(q.mean_norm, 3), num(q.centroid_drift, 3), num(q.mmd, 4), num(q.mmd_p_value, 3), num(q.score_ks_p_value, 3),
+            q.drifting ? badge("drifting") : "no"], { "data-traffic": q.traffic }))),
     ],
     audit: (data) =>
       table(["when", "actor", "action", "target", "change", "request"], data.entries.map((e) =>
