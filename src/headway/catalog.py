@@ -29,6 +29,8 @@ def record_of(model: StoredModel) -> ModelRecord:
         manifest.dimensions,
         manifest.quantization,
         size_bytes=size_bytes,
+        max_tokens=manifest.max_tokens,
+        matryoshka_dimensions=manifest.matryoshka_dimensions,
     )
 
 

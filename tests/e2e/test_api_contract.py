@@ -143,6 +143,11 @@ def test_a_schema_fuzzer_finds_every_answer_as_documented(tmp_path: Path) -> Non
         for route in ("embeddings", "rerank"):
             assert counts.get((route, "200"), 0) >= 20, counts
             assert sum(n for (r, code), n in counts.items() if r == route and code != "200") >= 20
+        # Cohere v2's and TEI's routes too (TEI's name no model: the synthetic one serves).
+        for route in ("cohere_embed", "cohere_rerank", "tei_embed", "tei_root", "tei_rerank"):
+            assert counts.get((route, "200"), 0) >= 5, counts
+            assert sum(n for (r, code), n in counts.items() if r == route and code != "200") >= 5
+        assert counts.get(("tei_info", "200"), 0) >= 1, counts
         assert counts.get(("admin", "200"), 0) >= 1, counts
         for route in ("usage", "admin_usage"):
             assert counts.get((route, "200"), 0) >= 5, counts

@@ -46,6 +46,24 @@ def test_invalid_fields_are_refused(field: str, value: object) -> None:
         ModelManifest.from_json(json.dumps(raw))
 
 
+def test_narrower_widths_round_trip_and_are_written_only_when_declared() -> None:
+    assert "matryoshka_dimensions" not in MANIFEST.to_json()  # older artifacts keep their bytes
+    embedding = ModelManifest("embedding", "nomic", 768, 8192, "none", "x")
+    declared = ModelManifest.from_json(
+        json.dumps(json.loads(embedding.to_json()) | {"matryoshka_dimensions": [256, 512]})
+    )
+    assert declared.matryoshka_dimensions == (512, 256)  # widest first
+    assert ModelManifest.from_json(declared.to_json()) == declared
+
+
+@pytest.mark.parametrize("widths", [[768], [0], [True], [256, 256], "256", [1.5]])
+def test_narrower_widths_must_be_below_the_width_and_distinct(widths: object) -> None:
+    raw = json.loads(ModelManifest("embedding", "nomic", 768, 8192, "none", "x").to_json())
+    raw["matryoshka_dimensions"] = widths
+    with pytest.raises(ModelIntegrityError):
+        ModelManifest.from_json(json.dumps(raw))
+
+
 @pytest.mark.parametrize("text", ["", "[]", "{not json"])
 def test_not_an_object(text: str) -> None:
     with pytest.raises(ModelIntegrityError):

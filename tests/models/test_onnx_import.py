@@ -146,6 +146,20 @@ def test_a_cross_encoder_needs_one_logit_per_pair(tmp_path: Path) -> None:
         )
 
 
+def test_narrower_widths_are_declared_in_the_manifest_and_reach_the_record(
+    tmp_path: Path,
+) -> None:
+    from headway.catalog import record_of
+
+    graph = token_graph(tmp_path / "tiny.onnx")
+    stored = imported(ModelStore(tmp_path / "store"), graph, matryoshka_dimensions=(2, 4))
+    assert stored.manifest.matryoshka_dimensions == (4, 2)
+    record = record_of(stored)
+    assert (record.matryoshka_dimensions, record.max_tokens) == ((4, 2), 32)
+    with pytest.raises(ModelImportError, match="--matryoshka"):
+        imported(ModelStore(tmp_path / "other"), graph, matryoshka_dimensions=(WIDTH,))
+
+
 def test_a_file_that_is_not_onnx_is_refused(tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"not a graph")

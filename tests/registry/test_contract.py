@@ -390,6 +390,21 @@ def test_the_snapshot_maps_aliases_versions_and_splits(registry: SqlRegistry) ->
         registry.model("0" * 64)
 
 
+def test_a_models_token_limit_and_narrower_widths_are_kept(registry: SqlRegistry) -> None:
+    declared = ModelRecord(
+        "5" * 64, "nomic", "embedding", 768, "none", max_tokens=8192,
+        matryoshka_dimensions=(512, 256),
+    )  # fmt: skip
+    registry.add_model(declared, ("nomic",))
+    stored = registry.snapshot().models["nomic"]
+    assert (stored.max_tokens, stored.matryoshka_dimensions) == (8192, (512, 256))
+    registry.add_model(V1)
+    assert (
+        registry.model(V1.version).max_tokens,
+        registry.model(V1.version).matryoshka_dimensions,
+    ) == (0, ())
+
+
 def test_pointing_an_alias_elsewhere_removes_its_split(registry: SqlRegistry) -> None:
     with_models(registry)
     registry.set_split(Split("mini", ((V1.version, 1.0), (V2.version, 1.0))))

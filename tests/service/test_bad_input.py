@@ -25,11 +25,11 @@ def assert_error(response, status, error_type):
 @pytest.mark.parametrize(
     ("payload", "fragment"),
     [
-        ({"model": "synthetic", "input": [True]}, "Expected `str`, got `bool`"),
+        ({"model": "synthetic", "input": [True]}, "got `bool` - at `$.input[0]`"),
         ({"model": "synthetic", "input": ["a"], "temperature": 1}, "unknown field `temperature`"),
         ({"model": "synthetic", "input": []}, "must not be empty"),
         ({"model": "synthetic", "input": ["ok", ""]}, "`input[1]` is an empty string"),
-        ({"model": "synthetic", "input": [[1, 2, 3]]}, "Expected `str`"),
+        ({"model": "synthetic", "input": [[1, 2, 3]]}, "token ids"),
         ({"model": "synthetic", "input": ["x"] * 65}, "the limit is 64"),
         ({"model": "synthetic", "input": ["x" * 201]}, "the limit is 200"),
         ({"model": "synthetic", "input": ["a"], "encoding_format": "hex"}, "encoding_format"),

@@ -84,3 +84,12 @@ async def test_a_full_worker_queue_is_503_with_retry_after(tmp_path, queue):
         assert int(response.headers["retry-after"]) >= 1
     finally:
         await stack.close()
+
+
+@pytest.mark.parametrize("ids", [[101, 7592, 102], [[101, 7592, 102], [101, 102]]])
+async def test_token_ids_are_refused_with_the_cause_and_langchains_fix(stack, ids):
+    response = await embed(stack, ids)
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert "`input` holds token ids" in message
+    assert "check_embedding_ctx_length=False" in message

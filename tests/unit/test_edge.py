@@ -6,13 +6,14 @@ import logging
 import msgspec
 import pytest
 
-from headway.errors import Overloaded
+from headway.errors import HeadwayError, Overloaded
 from headway.http.asgi import (
     DISCONNECT_EXTENSION,
     App,
     Disconnect,
     Request,
     Response,
+    error_response,
     json_response,
 )
 from headway.http.edge import Edge
@@ -160,6 +161,34 @@ async def test_our_errors_go_through_the_table_with_retry_after_and_the_handlers
     assert headers["x-ratelimit-remaining"] == "7"
     assert body == {"error": {"type": "overloaded", "message": "pool is full"}}
     assert answers.seen == [("work", 503, "overloaded")]
+
+
+async def test_a_route_with_its_own_error_format_writes_every_error_its_way():
+    def plain(exc: HeadwayError) -> Response:
+        return error_response(exc, {"error": exc.message, "kind": exc.type})
+
+    async def busy(request: Request) -> Response:
+        raise Overloaded("pool is full", retry_after_s=2.2)
+
+    async def broken(request: Request) -> Response:
+        raise RuntimeError("secret input text")
+
+    app, answers = app_of(
+        Route("POST", "/work", "work", busy, render_error=plain),
+        Route("POST", "/bug", "bug", broken, render_error=plain),
+    )
+    status, headers, body = answer(await call(app))
+    assert (status, headers["retry-after"]) == (503, "3")
+    assert body == {"error": "pool is full", "kind": "overloaded"}
+    status, _, body = answer(await call(app, s=scope(path="/bug")))
+    assert (status, body) == (500, {"error": "internal error", "kind": "internal_error"})
+    status, _, body = answer(await call(app, s=scope(path="/nowhere")))  # no route: the table's
+    assert (status, body["error"]["type"]) == (404, "not_found")
+    assert answers.seen == [
+        ("work", 503, "overloaded"),
+        ("bug", 500, "internal_error"),
+        ("unmatched", 404, "not_found"),
+    ]
 
 
 async def test_unknown_paths_and_methods_are_answered_and_counted_with_bounded_labels():

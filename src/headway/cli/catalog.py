@@ -52,6 +52,13 @@ def models_import(
         bool, typer.Option(help="--onnx: L2-normalise each row in the worker.")
     ] = False,
     max_tokens: Annotated[int, typer.Option(help="--onnx: truncate inputs to this.")] = 512,
+    matryoshka: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="--onnx: a narrower width the model was trained to be truncated to "
+            "(Matryoshka), which requests may ask for; repeat for each."
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="--onnx: the model's name.")] = None,
     alias: Annotated[
         list[str] | None, typer.Option(help="Alias(es) for the imported version.")
@@ -107,6 +114,7 @@ def models_import(
                 normalize=normalize,
                 max_tokens=max_tokens,
                 source=str(onnx),
+                matryoshka_dimensions=tuple(matryoshka or ()),
             )
             aliases = tuple(alias or ())
         elif cross_encoder is not None:

@@ -31,7 +31,7 @@ from headway.errors import (
     UsageUnavailable,
     ValidationFailed,
 )
-from headway.gateway import routes, schemas, usage
+from headway.gateway import compat_schemas, routes, schemas, usage
 from headway.gateway.admin import aliases, audit, models, rollouts, splits, tenants
 from headway.gateway.admin.access import AdminParts
 from headway.gateway.batches import batches as batches_api
@@ -41,8 +41,11 @@ from headway.gateway.batches.lines import executor_identify
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.batches.tenants import TenantData
 from headway.gateway.console import routes as console
+from headway.gateway.endpoints import tei
 from headway.gateway.endpoints.base import Endpoint
+from headway.gateway.endpoints.cohere_v2 import CohereEmbed, CohereRerank
 from headway.gateway.endpoints.embeddings import Embeddings
+from headway.gateway.endpoints.fit import widths
 from headway.gateway.endpoints.rerank import Rerank
 from headway.gateway.endpoints.weights import WeightsParts
 from headway.gateway.endpoints.weights import routes as weights_routes
@@ -80,14 +83,17 @@ def build_gateway_app(
     tracing: ProcessTracing | None = None,
     prices: PriceBook | None = None,
     weights: WeightsParts | None = None,
+    embed_models: Sequence[str] = (),
 ) -> App:
     """``rerank_models``: what serves a rerank request that names no model, in order;
     ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``);
     ``tracing``: the process's (None: spans not recorded, traces passed on); ``prices``: the
     price book the console's economics page reads (None: the packaged example prices);
-    ``weights``: the model store served to workers (None: no ``/v1/weights``)."""
+    ``weights``: the model store served to workers (None: no ``/v1/weights``);
+    ``embed_models``: what serves an embedding request that names no model (TEI's), in
+    order (empty: the last of ``rerank_models``, the embedding model rerank falls back to)."""
     tracing = tracing or ProcessTracing()
-    documented = gateway_routes(service, rerank_models, batches, prices, weights)
+    documented = gateway_routes(service, rerank_models, batches, prices, weights, embed_models)
     edge = Edge(
         Router(d.route for d in documented),
         max_body_bytes=service.settings.limits.max_body_bytes,
@@ -112,6 +118,7 @@ def gateway_routes(
     batches: BatchParts | None = None,
     prices: PriceBook | None = None,
     weights: WeightsParts | None = None,
+    embed_models: Sequence[str] = (),
 ) -> list[DocumentedRoute]:
     parts = service.parts()
     snapshots, pools = service.snapshots, service.pools
@@ -136,6 +143,8 @@ def gateway_routes(
                 schemas.RerankResponse,
             ),
         ),
+        # Other APIs' clients, unchanged: each route a translation onto the same path.
+        *compat_routes(service, parts, embed_models or rerank_models[-1:], rerank_models),
         DocumentedRoute(
             Route("GET", "/v1/models", "models", routes.list_models(snapshots, pools)),
             Operation(
@@ -218,9 +227,20 @@ def gateway_routes(
 
 
 def _model_operation(
-    summary: str, request: type[msgspec.Struct], response: type[msgspec.Struct]
+    summary: str,
+    request: type[msgspec.Struct],
+    response: object,
+    error_body: type[msgspec.Struct] = schemas.ErrorResponse,
 ) -> Operation:
-    return Operation(summary, response, request, MODEL_ERRORS, authenticated=True, deadline=True)
+    return Operation(
+        summary,
+        response,
+        request,
+        MODEL_ERRORS,
+        error_body,
+        authenticated=True,
+        deadline=True,
+    )
 
 
 def _model_route(endpoint: Endpoint, parts: PathParts, identify: Identify = by_key) -> Handler:
@@ -228,6 +248,79 @@ def _model_route(endpoint: Endpoint, parts: PathParts, identify: Identify = by_k
         return await serve(request, endpoint, parts, identify)
 
     return handle
+
+
+def compat_routes(
+    service: GatewayService,
+    parts: PathParts,
+    embed_models: Sequence[str],
+    rerank_models: Sequence[str],
+) -> list[DocumentedRoute]:
+    """Cohere v2 (``endpoints/cohere_v2.py``) and TEI (``endpoints/tei.py``): their bodies,
+    answers and (TEI) error format; auth, quota, admission, deadline, fan-out and usage as
+    on every model route."""
+    tei_embed = _model_route(tei.TeiEmbed(embed_models), parts)
+    embed_doc = _model_operation(
+        "Embed texts (TEI-compatible)",
+        compat_schemas.TeiEmbedRequest,
+        list[list[float]],
+        compat_schemas.TeiError,
+    )
+    info = tei.InfoParts(
+        service.snapshots, service.pools, tuple(embed_models), parts.settings.limits
+    )
+    return [
+        DocumentedRoute(
+            Route("POST", "/v2/embed", "cohere_embed", _model_route(CohereEmbed(), parts)),
+            _model_operation(
+                "Embed texts (Cohere v2-compatible)",
+                compat_schemas.CohereEmbedRequest,
+                compat_schemas.CohereEmbedResponse,
+            ),
+        ),
+        DocumentedRoute(
+            Route("POST", "/v2/rerank", "cohere_rerank", _model_route(CohereRerank(), parts)),
+            _model_operation(
+                "Rerank documents (Cohere v2-compatible)",
+                compat_schemas.CohereRerankRequest,
+                compat_schemas.CohereRerankResponse,
+            ),
+        ),
+        DocumentedRoute(
+            Route("POST", "/embed", "tei_embed", tei_embed, render_error=tei.tei_error),
+            embed_doc,
+        ),
+        DocumentedRoute(
+            # TEI's compatibility route: huggingface_hub's feature_extraction posts here.
+            Route("POST", "/", "tei_root", tei_embed, render_error=tei.tei_error),
+            embed_doc,
+        ),
+        DocumentedRoute(
+            Route(
+                "POST",
+                "/rerank",
+                "tei_rerank",
+                _model_route(tei.TeiRerank(rerank_models), parts),
+                render_error=tei.tei_error,
+            ),
+            _model_operation(
+                "Rerank texts (TEI-compatible)",
+                compat_schemas.TeiRerankRequest,
+                list[compat_schemas.TeiRank],
+                compat_schemas.TeiError,
+            ),
+        ),
+        DocumentedRoute(
+            Route("GET", "/info", "tei_info", tei.info(info), render_error=tei.tei_error),
+            Operation(
+                "The model /embed serves and the limits a request meets (TEI-compatible)",
+                compat_schemas.TeiInfo,
+                errors=(Unauthorized, NotFound),
+                error_body=compat_schemas.TeiError,
+                authenticated=True,
+            ),
+        ),
+    ]
 
 
 def batch_routes(
@@ -265,12 +358,14 @@ def _openapi(documented: list[DocumentedRoute], service: GatewayService) -> Hand
     async def handle(request: Request) -> Response:
         snapshot = service.snapshots.current
         served = service.pools.served_versions()
+        records = [record for record in snapshot.models.values() if record.version in served]
         dimensions = {
-            record.dimensions
-            for record in snapshot.models.values()
-            if record.version in served and record.kind == "embedding"
+            width for record in records if record.kind == "embedding" for width in widths(record)
         }
-        document = openapi_document(documented, service.settings.limits, __version__, dimensions)
+        token_limit = max((record.max_tokens for record in records), default=0)
+        document = openapi_document(
+            documented, service.settings.limits, __version__, dimensions, token_limit
+        )
         return json_response(document)
 
     return handle

@@ -15,6 +15,7 @@ from headway.billing.ledger.open import open_ledger
 from headway.billing.prices import load_prices
 from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
+from headway.catalog import SYNTHETIC_ALIAS
 from headway.gateway.app import build_gateway_app
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
@@ -118,9 +119,14 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         service.snapshots,
         time.time,
     )
-    rerank_models = (settings.rerank_model, settings.embed_model)
+    # What serves a request that names no model (TEI's; /v1/rerank's without one): the embed
+    # model, else (`--backend synthetic`) the synthetic one; for rerank the rerank alias first.
+    embed_models = (settings.embed_model, SYNTHETIC_ALIAS)
+    rerank_models = (settings.rerank_model, *embed_models)
     prices = load_prices(settings.billing.price_book) if settings.billing.price_book else None
     store = ModelStore(settings.model_root)
     weights = WeightsParts(service.snapshots, store, settings.weights.token)
-    app = build_gateway_app(service, rerank_models, batches, tracing, prices, weights)
+    app = build_gateway_app(
+        service, rerank_models, batches, tracing, prices, weights, embed_models=embed_models
+    )
     return app, service

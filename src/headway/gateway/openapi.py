@@ -3,7 +3,8 @@
 Every route the router serves is described (``DocumentedRoute`` pairs a route with
 its ``Operation``): its request and response bodies come from the msgspec structs
 that decode and encode them; its error answers from the ``errors.py`` classes it can
-raise (status, type and docstring); and the limits the server enforces are stated
+raise (status, type and docstring), in the route's error body (headway's, or another
+API's: TEI's routes answer TEI's); and the limits the server enforces are stated
 where a client (or a schema-driven fuzzer) reads them: no empty text, at most
 ``max_texts`` texts of ``max_chars`` characters, ``top_n`` at least 1, and
 ``dimensions`` one of the widths of the embedding models being served. A request
@@ -35,10 +36,13 @@ class Operation:
     """How the document describes one route."""
 
     summary: str
-    response: type[msgspec.Struct] | str
-    """The 200 body's struct, or the media type of a body described elsewhere."""
+    response: Any
+    """The 200 body's struct (or a type msgspec describes, ``list[Struct]``), or the media
+    type (a ``str``) of a body described elsewhere."""
     request: type[msgspec.Struct] | None = None
     errors: tuple[type[HeadwayError], ...] = ()
+    error_body: type[msgspec.Struct] = schemas.ErrorResponse
+    """The body of every error answer (another API's format where the route speaks it)."""
     authenticated: bool = False
     deadline: bool = False
     """Takes ``X-Timeout-Ms``."""
@@ -67,22 +71,28 @@ def openapi_document(
     limits: LimitsSettings,
     version: str,
     dimensions: Collection[int] = (),
+    token_limit: int = 0,
 ) -> dict[str, Any]:
-    """``dimensions``: the widths of the embedding models served now (empty: unknown)."""
+    """``dimensions``: the widths the embedding models served now can produce (empty:
+    unknown); ``token_limit``: the largest token limit among the models served now (0: none
+    recorded), under which a token limit asked for may be refused."""
     routes = [documented for documented in routes if not documented.operation.hidden]
-    structs: set[type[msgspec.Struct]] = {schemas.ErrorResponse}
+    bodies: set[Any] = {schemas.ErrorResponse}
     for documented in routes:
         op = documented.operation
-        structs.update(s for s in (op.request, op.response) if isinstance(s, type))
-        structs.update(op.other_answers.values())
-    _, components = msgspec.json.schema_components(
-        sorted(structs, key=lambda s: s.__name__), ref_template="#/components/schemas/{name}"
+        bodies.update(b for b in (op.request, op.response) if not isinstance(b, str | None))
+        bodies.update(op.other_answers.values())
+        bodies.add(op.error_body)
+    ordered = sorted(bodies, key=repr)
+    described, components = msgspec.json.schema_components(
+        ordered, ref_template="#/components/schemas/{name}"
     )
-    _state_limits(components, limits, sorted(dimensions))
+    schema_of = dict(zip(ordered, described, strict=True))
+    _state_limits(components, limits, sorted(dimensions), token_limit)
     paths: dict[str, dict[str, Any]] = {}
     for documented in routes:
         route = documented.route
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(documented)
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(documented, schema_of)
     return {
         "openapi": "3.1.0",
         "info": {"title": "headway", "version": version},
@@ -94,20 +104,19 @@ def openapi_document(
     }
 
 
-def _ref(struct: type[msgspec.Struct]) -> dict[str, Any]:
-    return {JSON: {"schema": {"$ref": f"#/components/schemas/{struct.__name__}"}}}
+def _operation(documented: DocumentedRoute, schema_of: Mapping[Any, Any]) -> dict[str, Any]:
+    def json_body(body: Any) -> dict[str, Any]:
+        return {JSON: {"schema": schema_of[body]}}
 
-
-def _operation(documented: DocumentedRoute) -> dict[str, Any]:
     op = documented.operation
     content = op.response
     ok = {
         "description": HTTPStatus(op.status).phrase,
-        "content": _ref(content) if isinstance(content, type) else {content: {"schema": {}}},
+        "content": {content: {"schema": {}}} if isinstance(content, str) else json_body(content),
     }
     responses: dict[str, Any] = {str(op.status): ok}
     for status, struct in op.other_answers.items():
-        responses[str(status)] = {"description": struct.__doc__ or "", "content": _ref(struct)}
+        responses[str(status)] = {"description": struct.__doc__ or "", "content": json_body(struct)}
     by_status: dict[int, list[str]] = {500: [_INTERNAL_ERROR]}
     for error in op.errors:
         first_line = (error.__doc__ or "").strip().splitlines()[0]
@@ -115,7 +124,7 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
     for status in sorted(by_status):
         responses[str(status)] = {
             "description": " ".join(by_status[status]),
-            "content": _ref(schemas.ErrorResponse),
+            "content": json_body(op.error_body),
         }
     described: dict[str, Any] = {
         "operationId": documented.route.name,
@@ -142,7 +151,7 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
     if parameters:
         described["parameters"] = parameters
     if op.request is not None:
-        described["requestBody"] = {"required": True, "content": _ref(op.request)}
+        described["requestBody"] = {"required": True, "content": json_body(op.request)}
     elif op.form is not None:
         form = {"multipart/form-data": {"schema": dict(op.form)}}
         described["requestBody"] = {"required": True, "content": form}
@@ -150,7 +159,10 @@ def _operation(documented: DocumentedRoute) -> dict[str, Any]:
 
 
 def _state_limits(
-    components: dict[str, Any], limits: LimitsSettings, dimensions: Sequence[int]
+    components: dict[str, Any],
+    limits: LimitsSettings,
+    dimensions: Sequence[int],
+    token_limit: int,
 ) -> None:
     text = {"type": "string", "minLength": 1, "maxLength": limits.max_chars}
     count = {"minItems": 1, "maxItems": limits.max_texts}
@@ -170,3 +182,59 @@ def _state_limits(
     # The answer's rows are written as raw JSON arrays (``msgspec.Raw``): say what they are.
     floats = {"type": "array", "items": {"type": "number"}}
     components["Embedding"]["properties"]["embedding"] = {"anyOf": [floats, {"type": "string"}]}
+    texts = {"type": "array", "items": text, **count}
+    optional_width = {"anyOf": [width, {"type": "null"}], "default": None}
+    tokens = {"type": "integer", "minimum": max(1, token_limit)}
+    optional_tokens = {"anyOf": [tokens, {"type": "null"}], "default": None}
+    top_n = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}], "default": None}
+    _state_compat_limits(components, text, texts, optional_width, optional_tokens, top_n, floats)
+
+
+def _state_compat_limits(
+    components: dict[str, Any],
+    text: dict[str, Any],
+    texts: dict[str, Any],
+    width: dict[str, Any],
+    tokens: dict[str, Any],
+    top_n: dict[str, Any],
+    floats: dict[str, Any],
+) -> None:
+    """Cohere v2's and TEI's bodies: the same limits, and only the values served (a
+    truncation the model does not do, say, is refused by the endpoint: not valid here)."""
+    only_end = {"anyOf": [{"enum": ["END"]}, {"type": "null"}], "default": None}
+    only_true = {"anyOf": [{"const": True}, {"type": "null"}], "default": None}
+    right = {"enum": ["Right", "right"], "default": "Right"}
+    text_types = ["search_document", "search_query", "classification", "clustering"]
+    stated: dict[str, dict[str, Any]] = {
+        "CohereEmbedRequest": {
+            "texts": texts,
+            "input_type": {"enum": text_types},
+            "truncate": only_end,
+            "output_dimension": width,
+            "max_tokens": tokens,
+        },
+        "CohereRerankRequest": {
+            "query": text,
+            "documents": texts,
+            "top_n": top_n,
+            "max_tokens_per_doc": tokens,
+        },
+        "CohereEmbeddingsByType": {"float": {"type": "array", "items": floats}},
+        "TeiEmbedRequest": {
+            "inputs": {"anyOf": [text, texts]},
+            "truncate": only_true,
+            "truncation_direction": right,
+            "prompt_name": {"type": "null", "default": None},
+            "normalize": {"const": True, "default": True},
+            "dimensions": width,
+        },
+        "TeiRerankRequest": {
+            "query": text,
+            "texts": texts,
+            "truncate": only_true,
+            "truncation_direction": right,
+        },
+    }
+    for name, properties in stated.items():
+        if name in components:
+            components[name]["properties"] |= properties

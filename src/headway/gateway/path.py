@@ -1,4 +1,5 @@
-"""The request path of a model request (``/v1/embeddings``, ``/v1/rerank``), in order.
+"""The request path of a model request (``/v1/embeddings``, ``/v1/rerank``, and the same work
+asked in Cohere v2's and TEI's words: ``endpoints/work.py``), in order.
 
 Outside it, the edge (``http/edge.py``) has already given the request its id,
 found its route and read its body; it turns whatever this raises into the answer

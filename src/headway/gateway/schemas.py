@@ -11,11 +11,14 @@ from typing import Literal
 
 import msgspec
 
+from headway.gateway.stages.parse import TextsOrTokenIds
+
 
 class EmbeddingsRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """OpenAI ``POST /v1/embeddings``; token-id input is not supported."""
+    """OpenAI ``POST /v1/embeddings``. Token ids decode (so that the refusal can say why and
+    what to change, ``parse.texts_of``) but are refused; the document states text only."""
 
-    input: str | list[str]
+    input: TextsOrTokenIds
     model: str
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | float | None = None

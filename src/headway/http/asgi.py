@@ -159,11 +159,13 @@ def json_response(
     return Response(_json.encode(content), status, headers=headers or {})
 
 
-def error_response(exc: HeadwayError) -> Response:
+def error_response(exc: HeadwayError, body: Any = None) -> Response:
+    """``exc`` with its status, headers and ``Retry-After``; ``body``: another API's error
+    body for it (None: ``{"error": {"type", "message"}}``)."""
     merged = dict(exc.headers)
     if exc.retry_after_s is not None and exc.retry_after_s != float("inf"):
         merged["retry-after"] = str(max(1, round(exc.retry_after_s + 0.499)))
-    return json_response(error_body(exc), exc.status, merged)
+    return json_response(error_body(exc) if body is None else body, exc.status, merged)
 
 
 Handler = Callable[[Request], Awaitable[Response]]

@@ -12,7 +12,8 @@ outside all else. In order, for each request:
    ``errors.py`` (JSON ``{"error": {"type", "message"}}``, ``Retry-After`` where it has
    one), anything else into a bare 500 ``internal_error`` and one log line with the
    request id and traceback, never the exception's text to the client (it may quote
-   the input);
+   the input); a route that speaks another API's error format (``Route.render_error``:
+   TEI's) writes both its own way, with the same status;
 6. add the request id, the trace (``traceresponse``) and the headers the handler set for
    every answer;
 7. report it to the ``AnswerObserver``: route name, status, seconds, error type; and, where
@@ -40,11 +41,10 @@ from headway.http.asgi import (
     Request,
     Response,
     error_response,
-    json_response,
     read_body,
     unless_disconnected,
 )
-from headway.http.router import UNMATCHED, Router
+from headway.http.router import UNMATCHED, Route, Router
 from headway.logs import ACCESS_LOGGER, serving
 from headway.tracing.spans import Remote, Span, Tracer, http_server_attributes, traceparent_of
 
@@ -68,6 +68,12 @@ class NoObserver:
 
 PROBES = frozenset(("/healthz", "/readyz", "/metrics"))
 """Paths polled by machines every second or so: never recorded as traces."""
+
+
+def _rendered(matched: Route | None, exc: HeadwayError) -> Response:
+    """``exc`` as the route writes errors (the table's JSON unless it says otherwise)."""
+    render = matched.render_error if matched is not None else None
+    return (render or error_response)(exc)
 
 
 class Edge:
@@ -97,6 +103,7 @@ class Edge:
             trace.attributes = http_server_attributes(method, path, request.scope, request.headers)
         logged = serving.set(request)
         route = UNMATCHED
+        matched: Route | None = None
         error: str | None = None
         try:
             with trace:
@@ -125,15 +132,13 @@ class Edge:
                             exc.message,
                             request.tenant or "-",
                         )
-                    response = error_response(exc)
+                    response = _rendered(matched, exc)
                 except Exception:
                     error = INTERNAL_ERROR
                     log.exception(
                         "unhandled error on %s %s tenant=%s", method, route, request.tenant or "-"
                     )
-                    response = json_response(
-                        {"error": {"type": INTERNAL_ERROR, "message": "internal error"}}, 500
-                    )
+                    response = _rendered(matched, HeadwayError("internal error"))
                 response.headers.update(request.response_headers)
                 response.headers["x-request-id"] = request.id
                 response.headers["traceresponse"] = traceparent_of(trace)  # Trace Context 2

@@ -14,11 +14,11 @@ raised here, inside the edge, so they are answered and counted like any other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from headway.errors import MethodNotAllowed, NotFound
-from headway.http.asgi import NO_PARAMS, Handler
+from headway.errors import HeadwayError, MethodNotAllowed, NotFound
+from headway.http.asgi import NO_PARAMS, Handler, Response
 
 UNMATCHED = "unmatched"
 """The route label of a request whose path matches no route (bounded, unlike the path)."""
@@ -33,6 +33,9 @@ class Route:
     handler: Handler
     max_body_bytes: int | None = None
     """The largest body this route reads (a file upload's); None: the edge's default."""
+    render_error: Callable[[HeadwayError], Response] | None = None
+    """How this route's errors are written (another API's error format: TEI's); None: the
+    one table's JSON (``asgi.error_response``). The status is always the table's."""
 
 
 def parameters_of(path: str) -> list[str]:

@@ -25,8 +25,8 @@ import onnx
 from safetensors.numpy import load_file
 
 from headway.models.bert_onnx import Head, build_bert_graph
-from headway.models.errors import ModelImportError
-from headway.models.manifest import ModelKind, ModelManifest, Pooling
+from headway.models.errors import ModelImportError, ModelIntegrityError
+from headway.models.manifest import ModelKind, ModelManifest, Pooling, matryoshka_widths
 from headway.models.store import (
     MANIFEST_FILE,
     ONNX_FILE,
@@ -158,10 +158,12 @@ def import_onnx(
     normalize: bool,
     max_tokens: int,
     source: str,
+    matryoshka_dimensions: tuple[int, ...] = (),
 ) -> StoredModel:
     """Check, then store, one ONNX graph with its tokenizer (see the module docstring).
 
     A cross-encoder answers one logit per pair: rank-2 output one wide, no pooling.
+    ``matryoshka_dimensions``: narrower widths the model was trained for (embedding only).
     """
     import onnxruntime as ort
 
@@ -194,6 +196,12 @@ def import_onnx(
         raise ModelImportError(
             f"{onnx_file}: a cross-encoder needs one logit per pair, not {width}"
         )
+    if matryoshka_dimensions and kind != "embedding":
+        raise ModelImportError("only an embedding model has narrower widths (Matryoshka)")
+    try:
+        widths = matryoshka_widths(list(matryoshka_dimensions), width)
+    except ModelIntegrityError as exc:
+        raise ModelImportError(f"--matryoshka: {exc}") from exc
     manifest = ModelManifest(
         kind=kind,
         name=name,
@@ -203,6 +211,7 @@ def import_onnx(
         source=source,
         pooling=pooling,
         normalize=normalize,
+        matryoshka_dimensions=widths,
     )
     staging = store.staging_dir()
     try:

@@ -2,8 +2,9 @@
 
 The manifest is part of the hashed content, so two artifacts with the same
 graph and tokenizer but different names are different versions. Fields added
-later (``pooling``, ``normalize``) are written only when they differ from their
-defaults, so every artifact stored before them keeps its bytes and its version.
+later (``pooling``, ``normalize``, ``matryoshka_dimensions``) are written only when they
+differ from their defaults, so every artifact stored before them keeps its bytes and its
+version.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ Pooling = Literal["none", "mean", "cls"]
 output is that already (``[n, dim]``); ``mean`` / ``cls``, it is token embeddings
 (``[n, seq, dim]``), averaged over the attention mask or taken at the first token."""
 
-_DEFAULTS: dict[str, object] = {"pooling": "none", "normalize": False}
+_DEFAULTS: dict[str, object] = {"pooling": "none", "normalize": False, "matryoshka_dimensions": ()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,10 @@ class ModelManifest:
     pooling: Pooling = "none"
     normalize: bool = False
     """L2-normalise each row in the backend (graphs that do it themselves leave it off)."""
+    matryoshka_dimensions: tuple[int, ...] = ()
+    """Narrower widths the model was trained to be truncated to (Matryoshka representation
+    learning), widest first: a request may ask for one (the gateway keeps that many of the
+    first components and L2-normalises them again). Empty: only ``dimensions``."""
 
     def to_json(self) -> str:
         """Canonical form: sorted keys, two-space indent, trailing newline; the later
@@ -61,7 +66,27 @@ class ModelManifest:
             source=_typed(raw, "source", str),
             pooling=_choice(raw, "pooling", get_args(Pooling), default="none"),
             normalize=_flag(raw, "normalize"),
+            matryoshka_dimensions=matryoshka_widths(
+                raw.get("matryoshka_dimensions", []), _positive(raw, "dimensions")
+            ),
         )
+
+
+def matryoshka_widths(value: object, dimensions: int) -> tuple[int, ...]:
+    """Narrower widths, checked: positive whole numbers below ``dimensions``, each once;
+    widest first."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(w, int) and not isinstance(w, bool) and 0 < w < dimensions for w in value
+    ):
+        raise ModelIntegrityError(
+            f"manifest field 'matryoshka_dimensions' must list whole numbers between 1 and "
+            f"{dimensions - 1}, got {value!r}"
+        )
+    if len(set(value)) != len(value):
+        raise ModelIntegrityError(
+            f"manifest field 'matryoshka_dimensions' repeats a width: {value}"
+        )
+    return tuple(sorted(value, reverse=True))
 
 
 def _typed(raw: dict[str, Any], key: str, kind: type[str]) -> str:

@@ -6,6 +6,7 @@ forms (``*_json``) name keys by their id and never hold a key or its digest.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, cast
@@ -65,11 +66,39 @@ def key_json(key: ApiKey) -> JsonDict:
     return asdict(key)
 
 
-MODEL_COLUMNS = "version, name, kind, dimensions, quantization, size_bytes, created_at"
+MODEL_COLUMNS = (
+    "version, name, kind, dimensions, quantization, size_bytes, created_at, max_tokens,"
+    " matryoshka_dimensions"
+)
 
 
 def model_of(row: Row) -> ModelRecord:
-    return ModelRecord(row[0], row[1], row[2], int(row[3]), row[4], int(row[5]), float(row[6]))
+    return ModelRecord(
+        row[0],
+        row[1],
+        row[2],
+        int(row[3]),
+        row[4],
+        int(row[5]),
+        float(row[6]),
+        int(row[7]),
+        tuple(int(width) for width in json.loads(row[8])),
+    )
+
+
+def model_row(record: ModelRecord) -> tuple[Any, ...]:
+    """The values of ``MODEL_COLUMNS``, in order."""
+    return (
+        record.version,
+        record.name,
+        record.kind,
+        record.dimensions,
+        record.quantization,
+        record.size_bytes,
+        record.created_at,
+        record.max_tokens,
+        json.dumps(list(record.matryoshka_dimensions)),
+    )
 
 
 def model_json(record: ModelRecord) -> JsonDict:

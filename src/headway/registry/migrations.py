@@ -159,6 +159,15 @@ def _audit_and_changes(t: _Types, append_only: tuple[str, ...]) -> tuple[str, ..
     )
 
 
+def _model_shapes() -> tuple[str, ...]:
+    """Versions registered before keep 0 (not recorded) and no narrower widths. The widths
+    are a JSON array in a TEXT column on both dialects (read by one ``codec.model_of``)."""
+    return (
+        "ALTER TABLE models ADD COLUMN max_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE models ADD COLUMN matryoshka_dimensions TEXT NOT NULL DEFAULT '[]'",
+    )
+
+
 # No code path updates or deletes an audit entry; these make the database refuse it too.
 _SQLITE_APPEND_ONLY = tuple(
     f"""CREATE TRIGGER audit_log_no_{verb.lower()} BEFORE {verb} ON audit_log
@@ -202,6 +211,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "the append-only audit log and the change counter",
         sqlite=_audit_and_changes(SQLITE, _SQLITE_APPEND_ONLY),
         postgres=_audit_and_changes(POSTGRES, _POSTGRES_APPEND_ONLY),
+    ),
+    Migration(
+        6,
+        "each model's token limit and the narrower widths it was trained for (Matryoshka)",
+        sqlite=_model_shapes(),
+        postgres=_model_shapes(),
     ),
 )
 

@@ -90,6 +90,12 @@ class ModelRecord:
     quantization: str
     size_bytes: int = 0
     created_at: float = 0.0
+    max_tokens: int = 0
+    """The most tokens the model reads of a text (it truncates the rest); 0: not recorded
+    (a version registered before the registry kept it)."""
+    matryoshka_dimensions: tuple[int, ...] = ()
+    """Narrower widths the model was trained to be truncated to (Matryoshka representation
+    learning): a request may ask for one of them. Empty: only ``dimensions``."""
 
 
 @dataclass(frozen=True, slots=True)

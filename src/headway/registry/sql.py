@@ -28,6 +28,7 @@ from headway.registry.codec import (
     api_key_of,
     key_json,
     model_json,
+    model_row,
     plan_json,
     rollout_json,
     split_json,
@@ -278,16 +279,8 @@ class SqlRegistry(RegistryReads):
             stored = existing or replace(record, created_at=record.created_at or now)
             if existing is None:
                 tx.execute(
-                    f"INSERT INTO models ({MODEL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        stored.version,
-                        stored.name,
-                        stored.kind,
-                        stored.dimensions,
-                        stored.quantization,
-                        stored.size_bytes,
-                        stored.created_at,
-                    ),
+                    f"INSERT INTO models ({MODEL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    model_row(stored),
                 )
             moved: dict[str, str | None] = {}
             removed: dict[str, JsonDict | None] = {}

@@ -52,6 +52,9 @@ class ModelRequest(Protocol):
 class Endpoint(Protocol):
     @property
     def route(self) -> str:
-        """The route's name: its metrics label, and which pool the precheck asks."""
+        """The kind of work, ``embeddings`` or ``rerank``: the model metrics' route label,
+        the usage event's endpoint, and which pool the precheck asks. Routes that ask for
+        the same work in other words (Cohere v2's, TEI's, a batch line) share it; the edge
+        counts each route by its own name."""
 
     def parse(self, body: bytes, limits: LimitsSettings) -> ModelRequest: ...

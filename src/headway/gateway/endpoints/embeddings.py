@@ -1,5 +1,10 @@
 """``POST /v1/embeddings``, OpenAI-compatible.
 
+``input`` is a text or a list of texts; token ids (an array of integers, or a batch of
+them, which OpenAI's API takes and LangChain's ``OpenAIEmbeddings`` sends by default) are
+refused with a 422 that says what to change. ``dimensions`` asks for a narrower width
+(``endpoints/fit.py``: only one the model was trained for).
+
 Float rows are written by orjson straight from the float32 array, each number the
 shortest decimal that reads back as the same float32 (what the model computed, no
 more digits): ~2.5x faster than handing msgspec Python floats, and ~40% fewer bytes.
@@ -8,91 +13,60 @@ more digits): ~2.5x faster than handing msgspec Python floats, and ~40% fewer by
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
-import numpy as np
 import orjson
 
-from headway import wire
-from headway.errors import ValidationFailed
 from headway.gateway import schemas
 from headway.gateway.context import RequestContext
-from headway.gateway.stages.merge import Merged
-from headway.gateway.stages.parse import check_texts, decode, whole_number
-from headway.gateway.stages.plan import ChunkHeader
+from headway.gateway.endpoints.fit import Rows
+from headway.gateway.endpoints.work import EmbedWork
+from headway.gateway.stages.parse import check_texts, decode, texts_of, whole_number
 from headway.http.asgi import Response, json_response
 from headway.registry.model import ModelRecord
 from headway.settings import LimitsSettings
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
+LANGCHAIN_FIX = (
+    " (LangChain's OpenAIEmbeddings tokenizes with tiktoken and sends ids unless it is"
+    " constructed with check_embedding_ctx_length=False.)"
+)
 
 
 class Embeddings:
     route = "embeddings"
 
-    def parse(self, body: bytes, limits: LimitsSettings) -> EmbeddingsRequest:
+    def parse(self, body: bytes, limits: LimitsSettings) -> EmbedWork:
         parsed = decode(schemas.embeddings_decoder, body)
-        inputs = [parsed.input] if isinstance(parsed.input, str) else parsed.input
+        inputs = texts_of(parsed.input, "input", LANGCHAIN_FIX)
         check_texts(inputs, limits, "input")
-        return EmbeddingsRequest(parsed, inputs, whole_number(parsed.dimensions, "dimensions"))
+        answer = OpenAIAnswer(parsed.model, parsed.encoding_format == "base64")
+        width = whole_number(parsed.dimensions, "dimensions")
+        return EmbedWork((parsed.model,), inputs, parsed.user, answer, width)
 
 
-@dataclass(slots=True)
-class EmbeddingsRequest:
-    body: schemas.EmbeddingsRequest
-    inputs: list[str]
-    dimensions: int | None
+@dataclass(frozen=True, slots=True)
+class OpenAIAnswer:
+    model: str
+    """As the client named it."""
+    base64: bool
 
-    @property
-    def models(self) -> Sequence[str]:
-        return (self.body.model,)
-
-    @property
-    def user(self) -> str | None:
-        return self.body.user
-
-    @property
-    def texts(self) -> int:
-        return len(self.inputs)
-
-    @property
-    def cache_texts(self) -> Sequence[str]:
-        return self.inputs
-
-    def only(self, indices: Sequence[int]) -> EmbeddingsRequest:
-        inputs = self.inputs
-        return EmbeddingsRequest(self.body, [inputs[i] for i in indices], self.dimensions)
-
-    def check(self, record: ModelRecord) -> None:
-        model = self.body.model
-        if record.kind != "embedding":
-            raise ValidationFailed(f"model {model!r} is a {record.kind}; use /v1/rerank")
-        if self.dimensions is not None and self.dimensions != record.dimensions:
-            raise ValidationFailed(
-                f"model {model!r} produces {record.dimensions} dimensions, not {self.dimensions}"
-            )
-
-    def chunk(self, part: slice, header: ChunkHeader) -> wire.Chunk:
-        return wire.EmbedChunk(
-            header.request_id, self.inputs[part], 0.0, header.priority, header.model_version
-        )
-
-    def respond(self, merged: Merged, ctx: RequestContext, record: ModelRecord) -> Response:
-        if self.body.encoding_format == "base64":
+    def __call__(
+        self, rows: Rows, tokens: int, ctx: RequestContext, record: ModelRecord
+    ) -> Response:
+        data: list[schemas.Embedding]
+        if self.base64:
             data = [
                 schemas.Embedding(i, base64.b64encode(row.astype("<f4").tobytes()).decode("ascii"))
-                for i, row in enumerate(merged.values)
+                for i, row in enumerate(rows)
             ]
         else:
             data = [
                 schemas.Embedding(i, msgspec.Raw(orjson.dumps(row, option=_NUMPY)))
-                for i, row in enumerate(merged.values.astype(np.float32, copy=False))
+                for i, row in enumerate(rows)
             ]
         response = schemas.EmbeddingsResponse(
-            data=data,
-            model=self.body.model,
-            usage=schemas.EmbeddingsUsage(merged.tokens, merged.tokens),
+            data=data, model=self.model, usage=schemas.EmbeddingsUsage(tokens, tokens)
         )
         return json_response(response, headers={"x-model-version": record.version})

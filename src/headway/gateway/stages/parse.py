@@ -54,6 +54,30 @@ def check_texts(texts: Sequence[str], limits: LimitsSettings, field: str) -> Non
             )
 
 
+TextsOrTokenIds = str | list[str | int | list[int]]
+"""What OpenAI's ``input`` and TEI's ``inputs`` may hold: a text, texts, or token ids (one
+array of integers, or a batch of them). Decoded as such so that ids are refused by
+``texts_of`` with the reason, not by the decoder with a type error."""
+
+
+def texts_of(value: TextsOrTokenIds, field: str, fix: str = "") -> list[str]:
+    """The texts in ``value``; token ids are refused (422): headway tokenizes text itself,
+    and ids from another tokenizer's vocabulary (tiktoken's, say) mean nothing to the
+    model's. ``fix``: what the usual sender of ids should change, appended."""
+    if isinstance(value, str):
+        return [value]
+    texts: list[str] = []
+    for item in value:
+        if not isinstance(item, str):
+            raise ValidationFailed(
+                f"`{field}` holds token ids (arrays of integers), not text: headway's models "
+                "tokenize text with their own vocabulary, so ids from another tokenizer mean "
+                f"nothing to them. Send the texts themselves.{fix}"
+            )
+        texts.append(item)
+    return texts
+
+
 def whole_number(value: float | None, field: str) -> int | None:
     """``value`` as an int: JSON Schema counts ``3.0`` as an integer, so we do; ``3.5`` is not."""
     if value is None or isinstance(value, int):

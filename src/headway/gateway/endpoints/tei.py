@@ -1,0 +1,234 @@
+"""TEI's protocol (Hugging Face text-embeddings-inference), for its clients as they are.
+
+- ``POST /embed`` and ``POST /`` (TEI's compatibility route, which an embedding server
+  binds to ``embed``: ``huggingface_hub``'s ``InferenceClient(base_url=…)
+  .feature_extraction`` posts to the base URL itself): ``{"inputs": text | [texts]}`` →
+  ``[[float, …], …]``, one row per text (a single text is a batch of one).
+- ``POST /rerank``: ``{"query", "texts"}`` → ``[{"index", "score", "text"?}]``, every
+  text, most relevant first.
+- ``GET /info``: the model ``/embed`` serves and the limits a request meets.
+
+TEI serves one model and its bodies name none: ``/embed`` and ``/`` are served by the
+default embedding model (``embed_models``, the first the registry knows), ``/rerank`` as
+``/v1/rerank`` without a ``model`` (the rerank alias, else the embedding model). The
+bearer key is the same as everywhere (TEI's ``--api-key`` sends it the same way), and each
+request goes down the same path as ``/v1/embeddings`` (``endpoints/work.py``).
+
+What TEI offers and headway cannot do is refused with what to send instead, never
+ignored: ``truncate: false`` (refuse texts over the limit; the model truncates them),
+``truncation_direction: Left``, a ``prompt_name`` (no model here has named prompts),
+``normalize: false`` (a model may normalise inside its graph, so the rows as pooled are
+not there to give), token ids as ``inputs``. ``normalize: true`` (the default) gives
+unit-length rows: the model's rows as computed where they are already unit-length (as
+every model's are, unless it was imported without normalisation), scaled to length 1
+where they are not.
+
+Errors are TEI's body, ``{"error": message, "error_type": …}`` with TEI's ``ErrorType``
+(as serde writes it: ``Validation``, ``Overloaded``, …), at the status of headway's one
+table (``errors.py``): a refused request is ``Validation`` (TEI's word for every client
+error), a full pool or an empty quota ``Overloaded``, no ready replica or no usage outbox
+``Unhealthy``, anything else that failed on our side ``Backend``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from headway import __version__
+from headway.errors import HeadwayError, NotFound, Overloaded, QuotaExceeded, ValidationFailed
+from headway.gateway import compat_schemas as tei
+from headway.gateway.context import RequestContext
+from headway.gateway.endpoints.fit import Rows
+from headway.gateway.endpoints.work import Asked, EmbedWork, RankWork, Scores
+from headway.gateway.pools import Pools
+from headway.gateway.snapshots import Snapshots
+from headway.gateway.stages.authenticate import authenticate
+from headway.gateway.stages.parse import check_texts, decode, texts_of, whole_number
+from headway.http.asgi import Handler, Request, Response, error_response, json_response
+from headway.registry.model import ModelRecord
+from headway.settings import LimitsSettings
+
+ASKED = Asked(other_kind="/rerank")
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+_UNIT_TOLERANCE = 1e-4
+"""A row whose length is this close to 1 is already unit-length (float32 rounding)."""
+
+
+def tei_error(exc: HeadwayError) -> Response:
+    """``exc`` in TEI's error format, with headway's status and headers."""
+    return error_response(exc, tei.TeiError(exc.message, error_type(exc)))
+
+
+def error_type(exc: HeadwayError) -> tei.TeiErrorType:
+    if isinstance(exc, QuotaExceeded | Overloaded):
+        return "Overloaded"
+    if exc.status == 503:
+        return "Unhealthy"
+    if exc.status >= 500:
+        return "Backend"
+    return "Validation"
+
+
+def check_truncation(truncate: bool | None, direction: str) -> None:
+    if truncate is False:
+        raise ValidationFailed(
+            "`truncate: false` (refuse texts over the model's token limit) is not served: "
+            "the model truncates each text at its limit; send `truncate: true` or omit it"
+        )
+    if direction.lower() == "left":
+        raise ValidationFailed(
+            "`truncation_direction: Left` is not served: the model truncates each text at "
+            "its end; send `Right` or omit it"
+        )
+
+
+class TeiEmbed:
+    route = "embeddings"
+
+    def __init__(self, default_models: Sequence[str]) -> None:
+        self.default_models = tuple(default_models)
+
+    def parse(self, body: bytes, limits: LimitsSettings) -> EmbedWork:
+        parsed = decode(tei.tei_embed_decoder, body)
+        inputs = texts_of(parsed.inputs, "inputs")
+        check_texts(inputs, limits, "inputs")
+        check_truncation(parsed.truncate, parsed.truncation_direction)
+        if parsed.prompt_name is not None:
+            raise ValidationFailed(
+                f"`prompt_name` {parsed.prompt_name[:40]!r}: no model here has named prompts; "
+                "omit it (and put the prompt's text in front of each input)"
+            )
+        if not parsed.normalize:
+            raise ValidationFailed(
+                "`normalize: false` is not served: headway's models may normalise inside "
+                "their graph, so rows as pooled are not there to give; omit it"
+            )
+        width = whole_number(parsed.dimensions, "dimensions")
+        return EmbedWork(self.default_models, inputs, None, embed_answer, width, None, ASKED)
+
+
+def unit_rows(rows: Rows) -> Rows:
+    """``rows`` with every row of length 1: as they are where they already are (so they
+    equal the native route's), scaled where they are not (a zero row stays zero)."""
+    norms = np.linalg.norm(rows, axis=1)
+    off = np.abs(norms - 1.0) > _UNIT_TOLERANCE
+    if not off.any():
+        return rows
+    scaled = rows.copy()
+    scaled[off] /= np.maximum(norms[off], np.finfo(np.float32).tiny)[:, None]
+    return scaled
+
+
+def embed_answer(rows: Rows, tokens: int, ctx: RequestContext, record: ModelRecord) -> Response:
+    """TEI's ``EmbedResponse``: the rows as a JSON array of arrays of float32 values."""
+    body = orjson.dumps(unit_rows(rows), option=_NUMPY)
+    return Response(body, headers={"x-model-version": record.version})
+
+
+class TeiRerank:
+    route = "rerank"
+
+    def __init__(self, default_models: Sequence[str]) -> None:
+        self.default_models = tuple(default_models)
+
+    def parse(self, body: bytes, limits: LimitsSettings) -> RankWork:
+        parsed = decode(tei.tei_rerank_decoder, body)
+        check_texts([parsed.query], limits, "query")
+        check_texts(parsed.texts, limits, "texts")
+        check_truncation(parsed.truncate, parsed.truncation_direction)
+        texts = parsed.texts if parsed.return_text else None
+        answer = RankAnswer(texts, parsed.raw_scores)
+        return RankWork(self.default_models, parsed.query, parsed.texts, answer, asked=ASKED)
+
+
+def raw_scores(scores: Scores, record: ModelRecord) -> Scores:
+    """The model's own scores behind the [0, 1] ones: a cross-encoder's logit (its score is
+    the logit's sigmoid; inverted in float64, exact to float32 within |logit| < ~16, past
+    which float32 has no room for the sigmoid's distance from 0 or 1), an embedding model's
+    cosine (its score is ``(cosine + 1) / 2``)."""
+    if record.kind == "cross-encoder":
+        eps = float(np.finfo(np.float32).eps) / 2
+        p = np.clip(scores.astype(np.float64), eps, 1 - eps)
+        return (np.log(p) - np.log1p(-p)).astype(np.float32)
+    return (scores.astype(np.float64) * 2 - 1).astype(np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class RankAnswer:
+    texts: list[str] | None
+    """Returned beside each rank (``return_text``), else None."""
+    raw: bool
+
+    def __call__(
+        self,
+        scores: Scores,
+        ranked: Sequence[int],
+        tokens: int,
+        ctx: RequestContext,
+        record: ModelRecord,
+    ) -> Response:
+        shown = raw_scores(scores, record) if self.raw else scores
+        texts = self.texts
+        ranks = [
+            tei.TeiRank(i, float(shown[i]), texts[i] if texts is not None else None) for i in ranked
+        ]
+        return json_response(ranks, headers={"x-model-version": record.version})
+
+
+@dataclass(frozen=True, slots=True)
+class InfoParts:
+    snapshots: Snapshots
+    pools: Pools
+    default_models: tuple[str, ...]
+    limits: LimitsSettings
+
+
+def info(parts: InfoParts) -> Handler:
+    """``GET /info`` (any valid key, as TEI with ``--api-key``): the model ``/embed`` serves,
+    in TEI's fields. headway's own limits stand where TEI's have no counterpart: texts per
+    request for ``max_client_batch_size``, the pool's admission limit (texts) for
+    ``max_concurrent_requests``, the most tokens one request can carry for
+    ``max_batch_tokens``; ``tokenization_workers`` is 0 (the workers tokenize, not this
+    gateway); an embedding model's pooling is given as ``mean`` (sentence-transformers'
+    default, the default model's)."""
+
+    async def handle(request: Request) -> Response:
+        snapshot = parts.snapshots.current
+        authenticate(request.headers, snapshot)
+        found = [
+            (name, record)
+            for name in parts.default_models
+            if (record := snapshot.resolve_model(name)) is not None
+        ]
+        if not found:
+            raise NotFound(f"model {parts.default_models[-1]!r} does not exist")
+        name, record = found[0]
+        pool = parts.pools.for_route("embeddings")
+        per_text = record.max_tokens
+        model_type = (
+            tei.TeiModelType(embedding=tei.TeiEmbeddingModel("mean"))
+            if record.kind == "embedding"
+            else tei.TeiModelType(reranker=tei.TeiClassifierModel({"0": "LABEL_0"}, {"LABEL_0": 0}))
+        )
+        described = tei.TeiInfo(
+            model_id=name,
+            model_sha=record.version,
+            model_dtype="float32" if record.quantization == "none" else record.quantization,
+            model_type=model_type,
+            max_concurrent_requests=pool.admission.limit if pool is not None else 0,
+            max_input_length=per_text,
+            max_batch_tokens=per_text * parts.limits.max_texts,
+            max_batch_requests=None,
+            max_client_batch_size=parts.limits.max_texts,
+            auto_truncate=True,
+            tokenization_workers=0,
+            version=__version__,
+            served_model_name=name,
+        )
+        return json_response(described)
+
+    return handle
