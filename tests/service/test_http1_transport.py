@@ -180,6 +180,17 @@ async def test_a_connection_closed_mid_call_is_a_transport_error_not_a_refusal(s
     await transport.close()
 
 
+async def test_a_deadline_that_passes_while_connecting_is_a_timeout_not_connect_failed(serve):
+    """TimeoutError is an OSError: it once became ConnectFailed, so a request with a
+    millisecond left answered 502 and marked a healthy replica unreachable."""
+    server = await serve(lambda raw: ok(b"x"))
+    transport = Http1Transport()
+    with pytest.raises(TransportTimeout, match="timed out connecting"):
+        await transport.send(call(server.url(), timeout_s=0.0))  # no idle connection yet
+    assert (await transport.send(call(server.url()))).status == 200
+    await transport.close()
+
+
 async def test_a_port_nobody_listens_on_is_connect_failed():
     probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = probe.sockets[0].getsockname()[1]

@@ -86,6 +86,8 @@ class _Origin:
                     ssl=context,
                     server_hostname=self.name if context is not None else None,
                 )
+        except TimeoutError:
+            raise  # the caller's deadline, not the replica: an OSError too, so caught first
         except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"{self.host}:{self.port}: {type(exc).__name__}: {exc}") from exc
         return connection
