@@ -376,6 +376,13 @@ def test_the_tracing_section_is_the_published_one():
         for case, base in zip(cases, (100.0, 800.0), strict=True)
         for (mode, _), factor in zip(tracing.MODES, (1.0, 1.05, 1.5), strict=True)
     ]
-    section = tracing.render(tracing.TracingResults(points, 12_345), MACHINE, COMMAND, 60.0)
+    served_case = path.Case("served, 1 text", "/v1/embeddings", b"", 1)
+    served = [
+        tracing.ModePoint(mode, served_case, [400.0 * factor] * 8, [0.01] * 99 + [0.02], 9000)
+        for (mode, _), factor in zip(tracing.MODES, (1.0, 1.02, 1.1), strict=True)
+    ]
+    section = tracing.render(tracing.TracingResults(points, served, 12_345), MACHINE, COMMAND, 60.0)
     assert_like_the_published(section, tracing.SECTION)
     assert "| embeddings, 1 text | on, 100% sampled | 150 | 150–150 | +50.0% | 1.000 |" in section
+    assert "| served, 1 text | on, 100% sampled | 440 | 440–440 | +10.0% | 10.000 |" in section
+    assert tracing.paired_change([110, 90, 200], [100, 100, 100]) == pytest.approx(0.1)

@@ -72,7 +72,7 @@ from headway.tracing.spans import Tracer
 from headway.transport.mock import MockTransport
 
 SECTION = "tracing"
-TURNS = 5
+TURNS = 9
 WARMUP = 300
 MODES = (("off", None), ("on, 1% sampled", 0.01), ("on, 100% sampled", 1.0))
 ZERO_COST = {"call_ms": 0, "text_ms": 0}
@@ -160,8 +160,8 @@ async def _run(registry: Registry, endpoint: str, seconds: float) -> _InProcess:
             for _, app, _ in built:
                 for _ in range(WARMUP):
                     await call_gateway(app, case)
-            for _ in range(TURNS):
-                for mode, app, exporter in built:
+            for turn in range(TURNS):
+                for mode, app, exporter in built[turn % len(built) :] + built[: turn % len(built)]:
                     await _turn(app, exporter, here[mode], seconds / (2 * TURNS * len(MODES)))
             points += here.values()
     finally:
@@ -267,7 +267,9 @@ def render(results: TracingResults, machine: Machine, command: str, seconds: flo
             "exporting OTLP/JSON to a collector in another process, measured in turns. A "
             f"1-text request makes 6 spans on the gateway (its SERVER span, authenticate, "
             "quota, admit, the chunk attempt, the usage event; a worker's 5 are the worker's "
-            f"own CPU). {results.spans_exported:,} spans exported in process.",
+            f"own CPU). {results.spans_exported:,} spans exported in process. *vs off*: "
+            "the median over turns of each turn's CPU against tracing off's in the same turn "
+            "(the modes of a turn run back to back, in an order that rotates each turn).",
             "**Served**: three stacks as `headway up` runs them (gateway process, zero-cost "
             f"synthetic worker), a closed loop of 1-text requests at {SERVED_CONCURRENCY} "
             f"outstanding, every text new; {SERVED_TURNS - 1} turns each in rotating order "
@@ -287,7 +289,7 @@ def render(results: TracingResults, machine: Machine, command: str, seconds: flo
 def _rows(by_case: dict[str, list[ModePoint]]) -> list[list[str]]:
     rows = []
     for name, points in by_case.items():
-        off = points[0].median_us
+        off = points[0]
         for point in points:
             rows.append(
                 [
@@ -295,9 +297,15 @@ def _rows(by_case: dict[str, list[ModePoint]]) -> list[list[str]]:
                     point.mode,
                     f"{point.median_us:,.0f}",
                     f"{min(point.cpu_us):,.0f}–{max(point.cpu_us):,.0f}",
-                    f"{point.median_us / off - 1:+.1%}",
+                    f"{paired_change(point.cpu_us, off.cpu_us):+.1%}",
                     f"{point.p99_ms:.3f}",
                     f"{point.requests:,}",
                 ]
             )
     return rows
+
+
+def paired_change(cpu_us: Sequence[float], off_us: Sequence[float]) -> float:
+    """The median over turns of this mode's CPU against tracing off's in the same turn,
+    less 1: a turn's modes ran back to back, so the machine's drift cancels within it."""
+    return statistics.median(mode / off for mode, off in zip(cpu_us, off_us, strict=True)) - 1

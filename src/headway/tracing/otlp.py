@@ -328,7 +328,7 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
                 span.kind,
                 span.start_ns,
                 span.end_ns,
-                list(map(_item, span.attributes.items())),
+                _items(span.attributes),
                 _Status(2, span.error) if span.error else _OK,
                 (hexes.get(span.parent_id) or f"{span.parent_id:016x}") if span.parent_id else "",
             )
@@ -339,29 +339,34 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
 
 def encode_attributes(attributes: dict[str, AttributeValue]) -> bytes:
     """OTLP ``KeyValue`` list items, comma-separated (a resource's attributes)."""
-    return b",".join(bytes(item) for item in map(_item, attributes.items()))
+    return b",".join(bytes(item) for item in _items(attributes))
 
 
-class _Items(dict[tuple[str, AttributeValue], msgspec.Raw]):
-    """OTLP ``KeyValue`` items by their ``(key, value)`` pair: strings, 64-bit ints (as
-    JSON strings), bools, doubles.
+def _items(attributes: dict[str, AttributeValue]) -> list[msgspec.Raw]:
+    """The attributes' items, found by (key, value, type) triples made in C (zip, map):
+    the type keeps True apart from 1 and 1.0, which are equal dict keys."""
+    if not attributes:
+        return []
+    values = attributes.values()
+    return list(map(_item, zip(attributes, values, map(type, values))))
 
-    Keys and most values come from the code (routes, stages, status codes, tenants), so
-    an item is encoded once and found again in C (``map`` over a dict's items; a miss
-    calls ``__missing__``). Kept: strings and ints other than 0 and 1, which as dict keys
-    equal False and True; never bools or doubles. A key holds one type, as OpenTelemetry's
-    conventions ask, so an int item is not found for a double of the same key. A key's
-    values stop being kept once it has shown ``_MAX_VALUES`` (a request id would fill
-    the dict otherwise)."""
+
+class _Items(dict[tuple[str, AttributeValue, type], msgspec.Raw]):
+    """OTLP ``KeyValue`` items by ``(key, value, type)``: strings, 64-bit ints (as JSON
+    strings), bools, doubles.
+
+    Keys and most values come from the code (routes, stages, status codes, tenants,
+    counts), so an item is encoded once and found again in C (a miss calls
+    ``__missing__``). A key's values stop being kept once it has shown ``_MAX_VALUES`` (a
+    request id, a duration would fill the dict otherwise)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._values: dict[str, int] = {}
         self._heads: dict[str, bytes] = {}
 
-    def __missing__(self, pair: tuple[str, AttributeValue]) -> msgspec.Raw:
-        key, value = pair
-        kind = type(value)
+    def __missing__(self, triple: tuple[str, AttributeValue, type]) -> msgspec.Raw:
+        key, value, kind = triple
         head = self._heads.get(key)
         if head is None:
             head = b'{"key":' + _json(key) + b',"value":{'
@@ -369,18 +374,16 @@ class _Items(dict[tuple[str, AttributeValue], msgspec.Raw]):
                 self._heads[key] = head
         if kind is str:
             item = msgspec.Raw(head + b'"stringValue":' + _json(value) + b"}}")
+        elif kind is bool:
+            item = msgspec.Raw(head + (b'"boolValue":true}}' if value else b'"boolValue":false}}'))
         elif kind is int:
             item = msgspec.Raw(head + b'"intValue":"%d"}}' % value)  # type: ignore[str-format]
-            if value in (0, 1):
-                return item
-        elif kind is bool:
-            return msgspec.Raw(head + (b'"boolValue":true}}' if value else b'"boolValue":false}}'))
         else:
-            return msgspec.Raw(head + b'"doubleValue":' + _json(value) + b"}}")
+            item = msgspec.Raw(head + b'"doubleValue":' + _json(value) + b"}}")
         seen = self._values.get(key, 0)
         if seen < _MAX_VALUES and len(self._values) < _MAX_VALUES:
             self._values[key] = seen + 1
-            self[pair] = item
+            self[triple] = item
         return item
 
 
