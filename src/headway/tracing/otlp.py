@@ -348,7 +348,7 @@ def _items(attributes: dict[str, AttributeValue]) -> list[msgspec.Raw]:
     if not attributes:
         return []
     values = attributes.values()
-    return list(map(_item, zip(attributes, values, map(type, values))))
+    return list(map(_item, zip(attributes, values, map(type, values), strict=True)))
 
 
 class _Items(dict[tuple[str, AttributeValue, type], msgspec.Raw]):
