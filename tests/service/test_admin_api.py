@@ -22,7 +22,15 @@ CANDIDATE = "b" * 64
 
 
 def add_candidate(registry: Registry) -> None:
-    record = ModelRecord(CANDIDATE, "synthetic-b", "embedding", SYNTHETIC.dimensions, "none")
+    record = ModelRecord(
+        CANDIDATE,
+        "synthetic-b",
+        "embedding",
+        SYNTHETIC.dimensions,
+        "none",
+        max_tokens=128,
+        matryoshka_dimensions=(SYNTHETIC.dimensions // 2,),
+    )
     registry.add_model(record, actor=Actor("test"))
 
 
@@ -236,7 +244,10 @@ async def test_models_list_each_version_with_its_aliases_and_the_replicas_servin
     served = by_version[SYNTHETIC_VERSION]
     assert served["aliases"] == [SYNTHETIC_ALIAS] and served["served_by"] == sorted(WORKER_URLS)
     assert served["dimensions"] == SYNTHETIC.dimensions and served["kind"] == "embedding"
-    assert by_version[CANDIDATE]["served_by"] == [] and by_version[CANDIDATE]["aliases"] == []
+    candidate = by_version[CANDIDATE]
+    assert candidate["served_by"] == [] and candidate["aliases"] == []
+    assert candidate["max_tokens"] == 128
+    assert candidate["matryoshka_dimensions"] == [SYNTHETIC.dimensions // 2]
     one = await stack.client.get(f"/admin/models/{SYNTHETIC_VERSION}", headers=ADMIN)
     assert one.json() == served
     assert (await stack.client.get("/admin/models/nope", headers=ADMIN)).status_code == 404

@@ -29,6 +29,10 @@ class ModelVersion(msgspec.Struct):
     quantization: str
     size_bytes: int
     created_at: str
+    max_tokens: int
+    """The most tokens the model reads of a text; 0: not recorded."""
+    matryoshka_dimensions: list[int]
+    """Narrower widths a request may ask for (``dimensions``); empty: only ``dimensions``."""
     aliases: list[str]
     """The aliases whose primary version this is."""
     served_by: list[str]
@@ -68,6 +72,8 @@ def model_version(
         record.quantization,
         record.size_bytes,
         rfc3339(record.created_at),
+        record.max_tokens,
+        list(record.matryoshka_dimensions),
         sorted(aliases),
         urls.get(record.version, []),
     )
