@@ -53,7 +53,8 @@ def ever_held_principals(tx: Tx) -> bool:
     but the audit log keeps every write to them (targets ``tenant:…`` and ``key:…``)."""
     row = tx.one(
         "SELECT EXISTS (SELECT 1 FROM tenants) OR EXISTS (SELECT 1 FROM api_keys)"
-        " OR EXISTS (SELECT 1 FROM audit_log WHERE target LIKE 'tenant:%' OR target LIKE 'key:%')"
+        " OR EXISTS (SELECT 1 FROM audit_log WHERE target LIKE ? OR target LIKE ?)",
+        ("tenant:%", "key:%"),
     )
     return row is not None and bool(row[0])
 
