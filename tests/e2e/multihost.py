@@ -42,9 +42,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from headway.catalog import ensure_default_model
 from headway.loadgen import LoadResult, Outcome, Records, run_load_sync, spec_from_args
 from headway.quantile import quantile
+from headway.registry.demo import DEMO_ADMIN_KEY
 from headway.registry.open import open_registry
 from headway.registry.postgres import PostgresRegistry
-from headway.registry.sql import DEMO_ADMIN_KEY
 from headway.settings import load_settings
 from headway.testing.nats_server import NatsServer
 from headway.testing.netns import Host, Network

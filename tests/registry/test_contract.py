@@ -598,3 +598,16 @@ def test_a_second_registry_on_the_database_sees_every_write(backend: Backend) ->
     first.add_tenant("acme", "batch")
     assert [t.name for t in second.tenants()] == ["acme"]
     assert second.changes() == 1
+
+
+def test_demo_rows_are_seeded_only_into_a_registry_that_never_held_a_tenant_or_key(
+    registry: SqlRegistry,
+) -> None:
+    assert registry.seed_demo() is True
+    for tenant in registry.tenants():
+        registry.delete_tenant(tenant.name)
+    (admin,) = registry.keys(None)
+    registry.add_admin_key()
+    registry.revoke_key(admin.key_id)
+    assert registry.seed_demo() is False  # every demo row removed: they stay removed
+    assert registry.tenants() == []

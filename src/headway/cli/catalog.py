@@ -335,3 +335,61 @@ def tenants_admin_key(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> 
         record, key = registry.add_admin_key(actor=actor)
     typer.echo(f"admin key {record.key_id} created (shown once):")
     typer.echo(key)
+
+
+@tenants_app.command("admin-keys")
+def tenants_admin_keys(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """The admin keys, newest first: ids and dates, never the keys (revoke one with
+    ``revoke-key ID``)."""
+    from headway.registry.demo import DEMO_ADMIN_KEY_ID
+
+    registry, _ = _registry(config, data_dir)
+    for key in registry.keys(None):
+        demo = "  (the README's demo-admin-key)" if key.key_id == DEMO_ADMIN_KEY_ID else ""
+        typer.echo(_key_line(key) + demo)
+
+
+@tenants_app.command("demo")
+def tenants_demo(
+    remove: Annotated[
+        bool,
+        typer.Option(
+            "--remove",
+            help="Remove all four: the demo tenants (with their files and batches) and the "
+            "demo admin key (making another admin key first if it is the last one).",
+        ),
+    ] = False,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Which of the README's demo keys this registry still accepts; --remove removes them."""
+    import time
+
+    from headway.registry.demo import DEMO_KEYS, DEMO_TENANTS, live_demo_keys, plan_removal
+
+    registry, actor = _registry(config, data_dir)
+    live = live_demo_keys(registry.snapshot())
+    if not remove:
+        for key in DEMO_KEYS:
+            typer.echo(f"{key}  {'live' if key in live else 'gone'}")
+        return
+    names = {tenant.name for tenant in registry.tenants()}
+    tenant_keys = {name: registry.keys(name) for name, _, _ in DEMO_TENANTS if name in names}
+    plan = plan_removal(tenant_keys, registry.keys(None), time.time())
+    settings = settings_from(config, data_dir=data_dir)
+    with _refusals_exit():
+        if plan.needs_admin_key:
+            record, key = registry.add_admin_key(actor=actor)
+            typer.echo(f"admin key {record.key_id} created to replace the demo one (shown once):")
+            typer.echo(key)
+        for name in plan.delete_tenants:
+            registry.delete_tenant(name, actor=actor)
+            _forget_tenant(settings, name)
+            typer.echo(f"demo tenant {name} deleted")
+        for key_id in plan.revoke_keys:
+            registry.revoke_key(key_id, actor=actor)
+            typer.echo(f"demo key {key_id} revoked")
+    for name in plan.kept:
+        typer.echo(f"tenant {name} kept: it never held the demo key")
+    if not (plan.delete_tenants or plan.revoke_keys):
+        typer.echo("no demo key is live here")

@@ -111,8 +111,12 @@ def up(
     settings = with_executor_token(settings)
 
     registry = open_registry(settings)
-    if registry.seed_demo():
-        log.info("first start: created demo tenants (see README; replace them before exposing)")
+    # Demo keys only into a new embedded data dir: never into a shared registry, never
+    # into one that held a tenant or key (``seed_demo``); gateways warn while they work.
+    if not settings.postgres_url and registry.seed_demo():
+        log.info("first start: created the README's demo tenants and keys")
+    elif not registry.tenants():
+        log.warning("the registry has no tenant yet: create one with `headway tenants add NAME`")
     if settings.worker.backend == "onnx":
         record = ensure_default_model(settings, registry)
         log.info("model %s version %s", record.name, record.version[:12])

@@ -50,6 +50,7 @@ from headway.gateway.wake import HttpWakeHook, WakeHook, Waker
 from headway.metering.sink import MemorySink, Metering
 from headway.quality.monitor import QualityMonitor
 from headway.quality.references import MemoryReferenceStore, ReferenceStore
+from headway.registry.demo import demo_key_warning, live_demo_keys
 from headway.registry.store import RegistryStore
 from headway.rollouts.controller import RolloutController
 from headway.rollouts.recorder import VersionRecorder
@@ -198,6 +199,9 @@ class GatewayService:
             # it opens (the database may come up after the gateway).
             background.every("usage_ledger_open", LEDGER_RETRY_S, self._try_open_ledger)
         await self.snapshots.refresh()
+        live_demo = live_demo_keys(self.snapshots.current)
+        if live_demo:
+            log.warning(demo_key_warning(live_demo))
         for pool in self.pools:
             await self._discover(pool)  # polls every replica it adds
         background.every("registry_poll", settings.registry_poll_s, self.snapshots.poll)

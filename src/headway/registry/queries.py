@@ -48,6 +48,17 @@ def changes(tx: Tx) -> int:
     return int(row[0])
 
 
+def ever_held_principals(tx: Tx) -> bool:
+    """Whether the registry holds a tenant or a key, or ever held one: its rows may be gone,
+    but the audit log keeps every write to them (targets ``tenant:…`` and ``key:…``)."""
+    row = tx.one(
+        "SELECT EXISTS (SELECT 1 FROM tenants) OR EXISTS (SELECT 1 FROM api_keys)"
+        " OR EXISTS (SELECT 1 FROM audit_log WHERE target LIKE ? OR target LIKE ?)",
+        ("tenant:%", "key:%"),
+    )
+    return row is not None and bool(row[0])
+
+
 def tenant(tx: Tx, name: str) -> Tenant | None:
     row = tx.one(f"SELECT {TENANT_COLUMNS} FROM tenants WHERE name = ?", (name,))
     return None if row is None else tenant_of(row)

@@ -34,6 +34,7 @@ from headway.registry.codec import (
     split_json,
     tenant_json,
 )
+from headway.registry.demo import DEMO_ADMIN_KEY, DEMO_TENANTS
 from headway.registry.dialect import Dialect, Tx
 from headway.registry.errors import (
     DuplicateTenant,
@@ -72,14 +73,6 @@ from headway.registry.rules import (
 )
 
 """The actor of a write whose caller names none (start-up seeding, imports)."""
-
-# Documented in README.md: replace before exposing anything.
-DEMO_TENANTS: tuple[tuple[str, Tier, str], ...] = (
-    ("search-app", "interactive", "demo-key-search-app"),
-    ("support-bot", "interactive", "demo-key-support-bot"),
-    ("nightly-index", "batch", "demo-key-nightly-index"),
-)
-DEMO_ADMIN_KEY = "demo-admin-key"
 
 
 class SqlRegistry(RegistryReads):
@@ -251,11 +244,12 @@ class SqlRegistry(RegistryReads):
             return self._add_admin_key(tx, key, actor), key
 
     def seed_demo(self) -> bool:
-        """On a registry with no tenants, create the documented demo tenants and keys
-        (in one transaction: two processes starting at once seed once)."""
+        """On a registry that never held a tenant or a key, create the documented demo
+        tenants and keys (in one transaction: two processes starting at once seed once).
+        Once an operator has made or removed a tenant or key, never again: demo rows an
+        operator deleted stay deleted."""
         with self._dialect.write() as tx:
-            count = tx.one("SELECT count(*) FROM tenants")
-            if count is not None and count[0]:
+            if q.ever_held_principals(tx):
                 return False
             for name, tier, key in DEMO_TENANTS:
                 self._add_tenant(

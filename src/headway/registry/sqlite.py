@@ -17,13 +17,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from headway.registry.demo import DEMO_ADMIN_KEY as DEMO_ADMIN_KEY
+from headway.registry.demo import DEMO_TENANTS as DEMO_TENANTS
 from headway.registry.dialect import DialectName, Row
 from headway.registry.errors import RegistryError as RegistryError  # callers catch it here
 from headway.registry.errors import RegistryUnavailable
 from headway.registry.rules import DEFAULT_BURST as DEFAULT_BURST
 from headway.registry.rules import DEFAULT_RATE as DEFAULT_RATE
-from headway.registry.sql import DEMO_ADMIN_KEY as DEMO_ADMIN_KEY
-from headway.registry.sql import DEMO_TENANTS as DEMO_TENANTS
 from headway.registry.sql import SqlRegistry
 from headway.sqlite_wal import enable_wal
 

@@ -172,7 +172,8 @@ class RegistryStore(Protocol):
         ...
 
     def seed_demo(self) -> bool:
-        """On a registry with no tenants, the documented demo tenants and admin key."""
+        """On a registry that never held a tenant or a key, the documented demo tenants and
+        admin key (``registry/demo.py``); whether it created them."""
         ...
 
     def close(self) -> None:
