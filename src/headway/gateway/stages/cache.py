@@ -2,8 +2,10 @@
 the workers.
 
 Between the quota charge and admission, ``look_up`` keys each text of an embeddings
-request by (model version, its processing settings, dimensions, SHA-256 of the text;
-and the tenant, when ``cache.scope`` is ``tenant``) and asks the cache for them. What
+request by (model version, its processing settings, dimensions, SHA-256 of the text,
+and the tenant's scope: its own, or the shared group it is in) and asks the cache for
+them, so a tenant is answered from entries it (or its group) filled and never from
+another's: its latency on a text another tenant sent is a fresh text's. What
 is found is kept aside; only the misses (``Lookup.todo``, a request of just those
 texts, or None when every text hit) are admitted, planned and dispatched, so a hit
 takes no permit and no worker time. ``complete`` puts the computed rows back among
@@ -101,10 +103,16 @@ class RequestCache:
             await self._cache.close()
 
     async def forget_tenant(self, tenant: str) -> None:
-        """Drop a deleted tenant's entries, if it has entries of its own (tenant scope)."""
+        """Drop a deleted tenant's entries in this gateway's memory and in Redis.
+
+        A tenant in a shared group takes the group's entries with it: an entry does not
+        say which member filled it, so forgetting what this one sent means forgetting
+        them all (the other members compute them again). Its own scope goes too, in
+        case it was filled before the tenant joined the group."""
         cache = self._cache
-        if cache is not None and cache.scope_of(tenant) == tenant:
-            await cache.drop_scope(tenant)
+        if cache is not None:
+            for scope in cache.scopes_holding(tenant):
+                await cache.drop_scope(scope)
 
     def may_answer(self, tenant: str) -> bool:
         """Whether a request of ``tenant`` might be answered by the cache alone, so a full
