@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 BackendName = Literal["onnx", "synthetic"]
 PoolName = Literal["embed", "rerank"]
+_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class _Section(BaseModel):
@@ -109,7 +111,17 @@ class CacheSettings(_Section):
         True, description="Serve repeated texts from the results cache (per model version)."
     )
     memory_bytes: int = Field(
-        256 << 20, ge=0, description="The in-process tier's bound in bytes (LRU beyond it)."
+        256 << 20,
+        ge=0,
+        description="The in-process tier's bound in bytes, all scopes together; past it the "
+        "scope holding the most loses its least recently used entries.",
+    )
+    memory_scope_bytes: int = Field(
+        64 << 20,
+        ge=0,
+        description="The in-process tier's bound for one scope (a tenant, or a shared group), "
+        "LRU beyond it. Below memory_bytes, a few busy tenants never evict each other; with "
+        "a single tenant, raise it to memory_bytes to use the whole tier.",
     )
     redis: bool = Field(
         True, description="With redis_url set, also share entries in Redis (the second tier)."
@@ -117,14 +129,57 @@ class CacheSettings(_Section):
     redis_ttl_s: int = Field(
         7 * 86400, gt=0, description="How long an entry lives in the Redis tier."
     )
-    scope: Literal["global", "tenant"] = Field(
-        "global",
-        description="global: one entry per text for every tenant (computed once); tenant: "
-        "each tenant's own entries (no tenant can tell what another sent by its speed).",
+    scope: Literal["tenant"] = Field(
+        "tenant",
+        description="tenant: each tenant reads only entries it (or its shared group) filled, "
+        "so no tenant can tell from its latency what another sent. The former 'global' "
+        "scope is refused: name the tenants that trust each other in shared_groups.",
+    )
+    shared_groups: dict[str, tuple[str, ...]] = Field(
+        {},
+        description="Named groups of tenants that share one cache scope, e.g. "
+        '{"acme": ["acme-search", "acme-support"]}. Only for tenants that trust each other: '
+        "each member can learn, from how fast a text is answered, whether another member "
+        "sent it. A tenant is in at most one group; one created later under a listed name "
+        "joins the group.",
     )
     disabled_tenants: tuple[str, ...] = Field(
         (), description="Tenants whose requests never read or fill the cache."
     )
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _no_global_scope(cls, value: object) -> object:
+        if value == "global":
+            raise ValueError(
+                "the 'global' cache scope was removed: it let every tenant tell from its "
+                "latency which texts any other tenant had sent. Keep scope = 'tenant' and "
+                "list tenants that trust each other in gateway.cache.shared_groups"
+            )
+        return value
+
+    @field_validator("shared_groups")
+    @classmethod
+    def _groups_are_disjoint(cls, groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        seen: dict[str, str] = {}
+        for group, tenants in groups.items():
+            if not _GROUP_NAME.fullmatch(group):
+                raise ValueError(
+                    f"shared group name {group!r}: letters, digits, '.', '_' or '-', "
+                    "starting with a letter or digit, at most 64"
+                )
+            if not tenants:
+                raise ValueError(f"shared group {group!r} names no tenant")
+            for tenant in tenants:
+                if not tenant:
+                    raise ValueError(f"shared group {group!r} names an empty tenant")
+                if tenant in seen:
+                    raise ValueError(
+                        f"tenant {tenant!r} is in shared groups {seen[tenant]!r} and {group!r}: "
+                        "a tenant shares one scope at most"
+                    )
+                seen[tenant] = group
+        return groups
 
 
 class EdgeLimits(_Section):

@@ -17,12 +17,14 @@ from headway.cache.memory import MemoryCache
 from headway.cache.metrics import CacheMetrics
 from headway.cache.redis_tier import RedisCache
 from headway.cache.results import ResultsCache
+from headway.cache.scopes import group_scope, tenant_scope
 from headway.settings import CacheSettings
 from headway.testing.redis_server import RedisServer
 from headway.testing.server import free_port
 from tests.fakes import FakeClock
 
-NS = namespace(version="v1", processing="p", dimensions=2, kind="embed", scope="_")
+S = "tenant:acme"
+NS = namespace(version="v1", processing="p", dimensions=2, kind="embed", scope=S)
 T = TypeVar("T")
 TIER_LOGGER = "headway.cache.redis_tier"
 FAST_S = 0.5
@@ -68,11 +70,11 @@ async def timed(call: Awaitable[T]) -> tuple[T, float]:
 
 async def test_round_trip(make_cache: Callable[..., RedisCache]) -> None:
     cache = make_cache()
-    await cache.put_many("_", [(key("a"), entry(1)), (key("b"), entry(2))])
-    assert await cache.get_many("_", [key("b"), key("x"), key("a")]) == [entry(2), None, entry(1)]
+    await cache.put_many(S, [(key("a"), entry(1)), (key("b"), entry(2))])
+    assert await cache.get_many(S, [key("b"), key("x"), key("a")]) == [entry(2), None, entry(1)]
     assert await cache.get_many("other", [key("a")]) == [None]
-    assert await cache.get_many("_", []) == []
-    await cache.put_many("_", [])
+    assert await cache.get_many(S, []) == []
+    await cache.put_many(S, [])
     assert cache.errors == 0
 
 
@@ -90,8 +92,8 @@ async def test_a_value_that_does_not_decode_is_a_miss_and_an_error(
     make_cache: Callable[..., RedisCache], client: aioredis.Redis
 ) -> None:
     cache = make_cache()
-    await client.set(cache.redis_key("_", key("a")), b"\x01\x02")
-    assert await cache.get_many("_", [key("a")]) == [None]
+    await client.set(cache.redis_key(S, key("a")), b"\x01\x02")
+    assert await cache.get_many(S, [key("a")]) == [None]
     assert cache.errors == 1
     assert not cache.failing
 
@@ -124,28 +126,28 @@ async def test_fails_open_when_redis_dies_and_comes_back_after_retry_s(
     caplog.set_level(logging.INFO, logger=TIER_LOGGER)
     clock = FakeClock()
     cache = make_cache(clock=clock, retry_s=5.0)
-    await cache.put_many("_", [(key("a"), entry(1))])
-    assert await cache.get_many("_", [key("a")]) == [entry(1)]
+    await cache.put_many(S, [(key("a"), entry(1))])
+    assert await cache.get_many(S, [key("a")]) == [entry(1)]
 
     redis_server.kill()
-    found, took = await timed(cache.get_many("_", [key("a"), key("b")]))
+    found, took = await timed(cache.get_many(S, [key("a"), key("b")]))
     assert found == [None, None] and took < FAST_S
     assert cache.errors == 1 and cache.failing
     # Skipped now: no call to Redis, no error counted, nothing raised.
-    _, took = await timed(cache.put_many("_", [(key("b"), entry(2))]))
-    assert await cache.get_many("_", [key("a")]) == [None]
+    _, took = await timed(cache.put_many(S, [(key("b"), entry(2))]))
+    assert await cache.get_many(S, [key("a")]) == [None]
     assert took < FAST_S and cache.errors == 1
     assert await cache.drop_scope("acme") is False  # tried anyway, and failed
     assert cache.errors == 2
 
     redis_server.start()  # empty: no persistence
     clock.advance(4.9)
-    await cache.put_many("_", [(key("a"), entry(1))])
-    assert await cache.get_many("_", [key("a")]) == [None]  # still skipped
+    await cache.put_many(S, [(key("a"), entry(1))])
+    assert await cache.get_many(S, [key("a")]) == [None]  # still skipped
     clock.advance(0.2)
-    await cache.put_many("_", [(key("a"), entry(1))])  # the probe: answered
+    await cache.put_many(S, [(key("a"), entry(1))])  # the probe: answered
     assert not cache.failing
-    assert await cache.get_many("_", [key("a")]) == [entry(1)]
+    assert await cache.get_many(S, [key("a")]) == [entry(1)]
     assert cache.errors == 2
 
     logged = [r for r in caplog.records if r.name == TIER_LOGGER]
@@ -166,13 +168,13 @@ async def test_a_server_that_never_answers_costs_one_deadline(
     try:
         clock = FakeClock()
         cache = make_cache(url=f"redis://127.0.0.1:{port}/0", clock=clock)
-        found, took = await timed(cache.get_many("_", [key("a")]))
+        found, took = await timed(cache.get_many(S, [key("a")]))
         assert found == [None] and took < FAST_S
         connections = len(accepted)
-        await cache.put_many("_", [(key("a"), entry(1))])  # skipped, not tried
+        await cache.put_many(S, [(key("a"), entry(1))])  # skipped, not tried
         assert cache.errors == 1 and len(accepted) == connections
         clock.advance(5.0)
-        _, took = await timed(cache.put_many("_", [(key("a"), entry(1))]))
+        _, took = await timed(cache.put_many(S, [(key("a"), entry(1))]))
         assert took < FAST_S and cache.errors == 2
     finally:
         for writer in accepted:
@@ -188,13 +190,59 @@ async def test_gateways_share_entries_through_redis(redis_server: RedisServer) -
 
     first, second = gateway(), gateway()
     try:
-        await first.put_many("_", [(key("a"), entry(1))])
-        assert await second.get_many("_", [key("a"), key("b")]) == [entry(1), None]
-        assert second.memory.get_many([key("a")]) == [entry(1)]  # promoted
-        assert await second.drop_scope("_") is True
-        assert await first.get_many("_", [key("a")]) == [entry(1)]  # its memory still has it
+        await first.put_many(S, [(key("a"), entry(1))])
+        assert await second.get_many(S, [key("a"), key("b")]) == [entry(1), None]
+        assert second.memory.get_many(S, [key("a")]) == [entry(1)]  # promoted
+        assert await second.drop_scope(S) is True
+        assert await first.get_many(S, [key("a")]) == [entry(1)]  # its memory still has it
         first.memory.clear()
-        assert await first.get_many("_", [key("a")]) == [None]
+        assert await first.get_many(S, [key("a")]) == [None]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_tenant_and_group_scopes_never_meet_in_redis(
+    make_cache: Callable[..., RedisCache], client: aioredis.Redis
+) -> None:
+    """Whatever a tenant is named (the CLI takes any name), its keys are not a group's."""
+    cache = make_cache()
+    scopes = [tenant_scope("corp"), group_scope("corp"), tenant_scope("group:corp")]
+    for scope in scopes:
+        await cache.put_many(scope, [(key("a"), entry(1))])
+    assert len(set(await client.keys("headway:cache:*"))) == 3
+    assert await cache.drop_scope(tenant_scope("corp")) is True
+    assert await cache.drop_scope(group_scope("corp")) is True
+    assert await cache.get_many(tenant_scope("group:corp"), [key("a")]) == [entry(1)]
+    assert await client.keys("headway:cache:*") == [
+        f"headway:cache:tenant:group:corp:{key('a').hex()}".encode()
+    ]
+
+
+async def test_across_gateways_a_tenant_reads_only_its_own_scope(redis_server: RedisServer) -> None:
+    """Tenant A's entry, filled through one gateway, is a miss for tenant B on another,
+    and a hit for A there; deleting A in Redis leaves B's entries."""
+    settings = CacheSettings()
+
+    def gateway() -> ResultsCache:
+        shared = RedisCache(redis_server.url, ttl_s=600)
+        return ResultsCache(MemoryCache(1 << 20), shared, CacheMetrics(), settings)
+
+    first, second = gateway(), gateway()
+    a, b = first.scope_of("tenant-a"), first.scope_of("tenant-b")
+    key_for = {scope: text_key(namespace("v1", "p", 2, "embed", scope), "text") for scope in (a, b)}
+    try:
+        await first.put_many(a, [(key_for[a], entry(1))])
+        assert await second.get_many(b, [key_for[b]]) == [None]
+        assert await second.get_many(a, [key_for[a]]) == [entry(1)]
+        await second.put_many(b, [(key_for[b], entry(2))])
+        assert await first.drop_scope(a) is True
+        third = gateway()
+        try:
+            assert await third.get_many(a, [key_for[a]]) == [None]
+            assert await third.get_many(b, [key_for[b]]) == [entry(2)]
+        finally:
+            await third.close()
     finally:
         await first.close()
         await second.close()

@@ -116,8 +116,8 @@ async def test_a_disabled_tenant_neither_reads_nor_fills_the_cache(tmp_path):
         await stack.close()
 
 
-async def test_tenant_scope_keeps_each_tenants_entries_apart(tmp_path):
-    stack = await make_stack(tmp_path, cache=cache_of(scope="tenant"))
+async def test_by_default_each_tenants_entries_are_its_own(tmp_path):
+    stack = await make_stack(tmp_path, cache=cache_of())
     try:
         seen = Seen(stack)
         await embed(stack, ["shared text"])

@@ -16,7 +16,8 @@ from headway.cache.results import ResultsCache
 from headway.gateway.metrics import GatewayMetrics
 from headway.settings import CacheSettings, GatewaySettings, Settings
 
-NS = namespace(version="v1", processing="p", dimensions=2, kind="embed", scope="_")
+S = "tenant:acme"
+NS = namespace(version="v1", processing="p", dimensions=2, kind="embed", scope=S)
 
 
 class FakeSharedTier:
@@ -71,11 +72,11 @@ def make(
 async def test_only_memory_misses_are_asked_of_the_shared_tier() -> None:
     shared = FakeSharedTier()
     cache, metrics = make(shared)
-    cache.memory.put_many([(key("a"), entry(1))])
-    shared.scopes["_"] = {key("b"): entry(2)}
-    found = await cache.get_many("_", [key("a"), key("b"), key("c")])
+    cache.memory.put_many(S, [(key("a"), entry(1))])
+    shared.scopes[S] = {key("b"): entry(2)}
+    found = await cache.get_many(S, [key("a"), key("b"), key("c")])
     assert found == [entry(1), entry(2), None]
-    assert shared.asked == [("_", [key("b"), key("c")])]
+    assert shared.asked == [(S, [key("b"), key("c")])]
     assert (lookups(metrics, "memory"), lookups(metrics, "redis"), lookups(metrics, "miss")) == (
         1.0,
         1.0,
@@ -86,48 +87,50 @@ async def test_only_memory_misses_are_asked_of_the_shared_tier() -> None:
 async def test_shared_hits_are_promoted_into_memory() -> None:
     shared = FakeSharedTier()
     cache, metrics = make(shared)
-    shared.scopes["_"] = {key("b"): entry(2)}
-    await cache.get_many("_", [key("b")])
+    shared.scopes[S] = {key("b"): entry(2)}
+    await cache.get_many(S, [key("b")])
     shared.asked.clear()
-    assert await cache.get_many("_", [key("b")]) == [entry(2)]
+    assert await cache.get_many(S, [key("b")]) == [entry(2)]
     assert shared.asked == []
     assert (lookups(metrics, "memory"), lookups(metrics, "redis")) == (1.0, 1.0)
+    assert cache.memory.get_many("tenant:other", [key("b")]) == [None]  # promoted into S only
 
 
 async def test_all_memory_hits_ask_nothing_of_the_shared_tier() -> None:
     shared = FakeSharedTier()
     cache, _ = make(shared)
-    await cache.put_many("_", [(key("a"), entry(1))])
-    assert await cache.get_many("_", [key("a"), key("a")]) == [entry(1), entry(1)]
+    await cache.put_many(S, [(key("a"), entry(1))])
+    assert await cache.get_many(S, [key("a"), key("a")]) == [entry(1), entry(1)]
     assert shared.asked == []
 
 
 async def test_put_fills_both_tiers_under_the_scope() -> None:
     shared = FakeSharedTier()
-    cache, _ = make(shared, scope="tenant")
-    await cache.put_many("acme", [(key("a"), entry(1))])
-    assert cache.memory.get_many([key("a")]) == [entry(1)]
-    assert shared.scopes == {"acme": {key("a"): entry(1)}}
+    cache, _ = make(shared)
+    await cache.put_many(S, [(key("a"), entry(1))])
+    assert cache.memory.get_many(S, [key("a")]) == [entry(1)]
+    assert shared.scopes == {S: {key("a"): entry(1)}}
 
 
 async def test_without_a_shared_tier_misses_are_misses() -> None:
     cache, metrics = make(None)
-    await cache.put_many("_", [(key("a"), entry(1))])
-    assert await cache.get_many("_", [key("a"), key("b")]) == [entry(1), None]
+    await cache.put_many(S, [(key("a"), entry(1))])
+    assert await cache.get_many(S, [key("a"), key("b")]) == [entry(1), None]
     assert (lookups(metrics, "memory"), lookups(metrics, "miss")) == (1.0, 1.0)
-    assert await cache.drop_scope("acme") is True
+    assert await cache.drop_scope(S) is True
     await cache.close()
 
 
-async def test_drop_scope_clears_memory_and_the_scope_in_the_shared_tier() -> None:
+async def test_drop_scope_forgets_the_scope_in_both_tiers_and_nothing_else() -> None:
     shared = FakeSharedTier()
-    cache, _ = make(shared, scope="tenant")
-    await cache.put_many("acme", [(key("a"), entry(1))])
-    await cache.put_many("other", [(key("b"), entry(2))])
-    assert await cache.drop_scope("acme") is True
-    assert cache.memory.entries == 0
-    assert shared.dropped == ["acme"]
-    assert list(shared.scopes) == ["other"]
+    cache, _ = make(shared)
+    await cache.put_many(S, [(key("a"), entry(1))])
+    await cache.put_many("tenant:other", [(key("b"), entry(2))])
+    assert await cache.drop_scope(S) is True
+    assert cache.memory.get_many(S, [key("a")]) == [None]
+    assert cache.memory.get_many("tenant:other", [key("b")]) == [entry(2)]
+    assert shared.dropped == [S]
+    assert list(shared.scopes) == ["tenant:other"]
 
 
 def test_enabled_for_honours_the_switch_and_disabled_tenants() -> None:
@@ -138,23 +141,33 @@ def test_enabled_for_honours_the_switch_and_disabled_tenants() -> None:
     assert not off.enabled_for("acme")
 
 
-def test_scope_is_shared_in_global_mode_and_per_tenant_in_tenant_mode() -> None:
-    shared_scope, _ = make(scope="global")
-    assert shared_scope.scope_of("acme") == shared_scope.scope_of("other") == "_"
-    per_tenant, _ = make(scope="tenant")
-    assert (per_tenant.scope_of("acme"), per_tenant.scope_of("other")) == ("acme", "other")
+def test_each_tenant_has_its_own_scope_by_default() -> None:
+    cache, _ = make()
+    assert (cache.scope_of("acme"), cache.scope_of("other")) == ("tenant:acme", "tenant:other")
+
+
+def test_only_the_members_of_a_shared_group_share_a_scope() -> None:
+    cache, _ = make(shared_groups={"corp": ("search", "support"), "solo": ("lab",)})
+    assert cache.scope_of("search") == cache.scope_of("support") == "group:corp"
+    assert cache.scope_of("lab") == "group:solo"
+    assert cache.scope_of("stranger") == "tenant:stranger"
+    assert cache.scope_of("corp") == "tenant:corp"  # a tenant named like a group is apart
+    assert cache.scopes_holding("search") == ("tenant:search", "group:corp")
+    assert cache.scopes_holding("stranger") == ("tenant:stranger",)
 
 
 async def test_the_tiers_state_is_read_when_scraped() -> None:
     shared = FakeSharedTier()
     metrics = CacheMetrics()
-    memory = MemoryCache(2 * entry(0).size)
+    memory = MemoryCache(3 * entry(0).size, 2 * entry(0).size)
     cache = ResultsCache(memory, shared, metrics, CacheSettings())
-    await cache.put_many("_", [(key(t), entry(1)) for t in "abc"])
+    await cache.put_many(S, [(key(t), entry(1)) for t in "abc"])
+    await cache.put_many("tenant:other", [(key("d"), entry(1))])
     shared.errors = 4
     sample = metrics.registry.get_sample_value
-    assert sample("headway_cache_bytes") == memory.bytes == 2 * entry(0).size
-    assert sample("headway_cache_entries") == 2
+    assert sample("headway_cache_bytes") == memory.bytes == 3 * entry(0).size
+    assert sample("headway_cache_entries") == 3
+    assert sample("headway_cache_scopes") == 2
     assert sample("headway_cache_evictions_total") == 1
     assert sample("headway_cache_errors_total", {"tier": "redis"}) == 4
 
@@ -181,9 +194,11 @@ async def test_from_settings_adds_redis_only_with_a_url_and_the_switch(
 ) -> None:
     settings = Settings(
         redis_url=redis_url,
-        gateway=GatewaySettings(cache=CacheSettings(redis=use_redis, memory_bytes=1234)),
+        gateway=GatewaySettings(
+            cache=CacheSettings(redis=use_redis, memory_bytes=1234, memory_scope_bytes=567)
+        ),
     )
     cache = ResultsCache.from_settings(settings, CacheMetrics())
-    assert cache.memory.max_bytes == 1234
+    assert (cache.memory.max_bytes, cache.memory.scope_bytes) == (1234, 567)
     assert isinstance(cache.shared, RedisCache) is expect_shared
     await cache.close()

@@ -44,6 +44,7 @@ from headway.cache.key import namespace, text_key
 from headway.cache.memory import MemoryCache
 from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
+from headway.cache.scopes import tenant_scope
 from headway.catalog import ensure_default_model
 from headway.loadgen import Report, RequestClass, Schedule, Step, Summary, run_load
 from headway.loadgen.corpus import WORDS
@@ -214,20 +215,24 @@ async def _cache_cost_once(texts: Sequence[str], dimensions: int) -> tuple[float
     """(seconds for every text missed and stored, seconds for every text found)."""
     row = np.zeros(dimensions, dtype="<f4").tobytes()
     metrics = CacheMetrics(CollectorRegistry())
-    cache = ResultsCache(MemoryCache(1 << 30), None, metrics, CacheSettings())
-    ns = namespace("bench", "kind=embedding;quantization=fp32", dimensions, "embed", "_")
+    cache = ResultsCache(MemoryCache(1 << 30, 1 << 30), None, metrics, CacheSettings())
+    scope = tenant_scope("bench")
+    ns = namespace("bench", "kind=embedding;quantization=fp32", dimensions, "embed", scope)
     started = time.process_time()
     keys = [text_key(ns, text) for text in texts]
-    await cache.get_many("_", keys)
-    await cache.put_many("_", [(key, Entry(row, 12)) for key in keys])
+    await cache.get_many(scope, keys)
+    await cache.put_many(scope, [(key, Entry(row, 12)) for key in keys])
     missed = time.process_time() - started
     started = time.process_time()
-    await cache.get_many("_", [text_key(ns, text) for text in texts])
+    await cache.get_many(scope, [text_key(ns, text) for text in texts])
     return missed, time.process_time() - started
 
 
 def cache_settings(data_dir: Path, enabled: bool) -> Settings:
-    return bench_settings(data_dir, {"backend": "onnx"}, {"cache": {"enabled": enabled}})
+    """One tenant sends every request: its own scope, given the whole memory tier."""
+    memory = CacheSettings().memory_bytes
+    cache = {"enabled": enabled, "scope": "tenant", "memory_scope_bytes": memory}
+    return bench_settings(data_dir, {"backend": "onnx"}, {"cache": cache})
 
 
 def _load(processes: Processes, workload: ZipfWorkload, rps: float, seconds: float) -> Report:

@@ -3,9 +3,9 @@
 A key is ``sha256(namespace + sha256(text))``. The namespace is itself a digest of
 everything besides the text that decides the answer: the model version, the
 processing settings (pooling, normalisation, truncation), the output dimensions,
-the kind of answer (``embed`` rows or ``score`` pairs) and the scope (``"_"`` for
-the cache every tenant shares, or one tenant's name). Change any of them and every
-key changes, so a new version or setting never reads an old answer.
+the kind of answer (``embed`` rows or ``score`` pairs) and the scope (a tenant's, or
+its shared group's: ``scopes.py``). Change any of them and every key changes, so a new
+version or setting never reads an old answer, and no scope reads another's.
 
 Unambiguous by construction: the namespace hashes a JSON array (strings escaped,
 ``null`` apart from every number), and what follows it in a key is a fixed number
@@ -23,8 +23,6 @@ from typing import Literal
 Kind = Literal["embed", "score"]
 
 KINDS: frozenset[str] = frozenset({"embed", "score"})
-GLOBAL_SCOPE = "_"
-"""The scope every tenant shares (tenant names start with a letter or digit)."""
 
 _FORMAT = "headway.cache/1"
 """Bumped if the encoding below ever changes, which moves every key."""

@@ -4,8 +4,8 @@ Made like ``GatewayMetrics`` (``gateway/metrics.py``): collectors on a
 ``CollectorRegistry`` passed in (the gateway's own, so one ``/metrics`` shows both)
 or a fresh one. ``headway_cache_lookups_total{result}`` counts texts (or pairs) as
 ``ResultsCache`` answers them. Everything else is owned by the tiers and read from
-them when scraped: the memory tier's bytes, entries and evictions, and the shared
-tier's errors.
+them when scraped: the memory tier's bytes, entries, scopes and evictions, and the
+shared tier's errors. None has a tenant label: these are totals for the operator.
 """
 
 from __future__ import annotations
@@ -71,9 +71,14 @@ class _TiersCollector(Collector):
             "Entries the in-process cache tier holds.",
             value=memory.entries,
         )
+        yield GaugeMetricFamily(
+            "headway_cache_scopes",
+            "Scopes (tenants, or shared groups) holding entries in the in-process tier.",
+            value=memory.scopes,
+        )
         yield CounterMetricFamily(
             "headway_cache_evictions",
-            "Entries the in-process tier dropped (least recently used) to stay in its bound.",
+            "Entries the in-process tier dropped (least recently used) to stay in its bounds.",
             value=memory.evictions,
         )
         errors = CounterMetricFamily(

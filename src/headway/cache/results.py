@@ -8,14 +8,13 @@ each key once by where it was found (``memory``, ``redis`` or ``miss``).
 shared tier. The shared tier fails open (``redis_tier.py``), so neither call raises
 for Redis.
 
-Scopes. Keys already carry their scope inside the namespace (``key.py``), so the
-memory tier is one keyspace; the shared tier also files keys under the scope so a
-tenant's entries can be deleted with it. The ``scope`` given to each call must be
-the one the keys' namespace was made with: ``scope_of(tenant)``, ``"_"`` in global
-mode (one entry per text whatever the tenant) or the tenant's name in tenant mode.
-``drop_scope`` clears the whole memory tier (tenant deletion is rare and memory
-has no index by scope) and the scope's keys in Redis; it is meant for tenant mode,
-where a tenant has a scope of its own.
+Scopes. ``scope_of(tenant)`` is the tenant's own scope, or its shared group's
+(``scopes.py``); the ``scope`` given to each call must be the one the keys' namespace
+was made with. The memory tier keeps one LRU per scope under a per-scope and a total
+bound (``memory.py``), so one tenant's puts cannot push another's entries out beyond a
+fair share; the shared tier files keys under the scope. ``drop_scope`` forgets one
+scope in this gateway's memory and in Redis (other gateways' memory keeps it until
+evicted).
 """
 
 from __future__ import annotations
@@ -24,10 +23,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from headway.cache.entry import Entry
-from headway.cache.key import GLOBAL_SCOPE
 from headway.cache.memory import MemoryCache
 from headway.cache.metrics import CacheMetrics
 from headway.cache.redis_tier import RedisCache
+from headway.cache.scopes import Scopes
 from headway.settings import CacheSettings, Settings
 
 
@@ -59,17 +58,23 @@ class ResultsCache:
         self._metrics = metrics
         self._settings = settings
         self._disabled = frozenset(settings.disabled_tenants)
+        self._scopes = Scopes(settings.shared_groups)
         metrics.watch(memory, shared)
 
     def enabled_for(self, tenant: str) -> bool:
         return self._settings.enabled and tenant not in self._disabled
 
     def scope_of(self, tenant: str) -> str:
-        return GLOBAL_SCOPE if self._settings.scope == "global" else tenant
+        """The scope whose entries ``tenant`` reads and fills: its own, or its group's."""
+        return self._scopes.of(tenant)
+
+    def scopes_holding(self, tenant: str) -> tuple[str, ...]:
+        """The scopes to drop with ``tenant`` (``Scopes.holding``)."""
+        return self._scopes.holding(tenant)
 
     async def get_many(self, scope: str, keys: Sequence[bytes]) -> list[Entry | None]:
         """Each key's entry or ``None``, in order."""
-        found = self.memory.get_many(keys)
+        found = self.memory.get_many(scope, keys)
         missing = [index for index, entry in enumerate(found) if entry is None]
         from_redis = 0
         if missing and self.shared is not None:
@@ -79,7 +84,7 @@ class ResultsCache:
                 if entry is not None:
                     found[index] = entry
                     promoted.append((keys[index], entry))
-            self.memory.put_many(promoted)
+            self.memory.put_many(scope, promoted)
             from_redis = len(promoted)
         self._metrics.looked_up(
             memory=len(keys) - len(missing), redis=from_redis, miss=len(missing) - from_redis
@@ -87,13 +92,13 @@ class ResultsCache:
         return found
 
     async def put_many(self, scope: str, items: Sequence[tuple[bytes, Entry]]) -> None:
-        self.memory.put_many(items)
+        self.memory.put_many(scope, items)
         if self.shared is not None:
             await self.shared.put_many(scope, items)
 
     async def drop_scope(self, scope: str) -> bool:
         """Forget ``scope``'s entries; False if the shared tier could not be reached."""
-        self.memory.clear()
+        self.memory.drop_scope(scope)
         if self.shared is None:
             return True
         return await self.shared.drop_scope(scope)
@@ -109,4 +114,5 @@ class ResultsCache:
         shared = None
         if settings.redis_url and cache.redis:
             shared = RedisCache(settings.redis_url, ttl_s=cache.redis_ttl_s)
-        return cls(MemoryCache(cache.memory_bytes), shared, metrics, cache)
+        memory = MemoryCache(cache.memory_bytes, cache.memory_scope_bytes)
+        return cls(memory, shared, metrics, cache)

@@ -247,9 +247,9 @@ def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
 
 @tenants_app.command("delete")
 def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Delete a tenant: its keys are refused at once; its files, batches and (in tenant
-    scope) Redis cache entries go with it; its usage ledger rows are kept (they are what
-    it is billed for)."""
+    """Delete a tenant: its keys are refused at once; its files, batches and Redis cache
+    entries (its shared group's, if it is in one) go with it; its usage ledger rows are
+    kept (they are what it is billed for)."""
     registry, actor = _registry(config, data_dir)
     with _refusals_exit():
         tenant = registry.delete_tenant(name, actor=actor)
@@ -268,6 +268,7 @@ def _forget_tenant(settings: Settings, tenant: str) -> int:
     from headway.batches.filestore import DirectoryFileStore
     from headway.batches.open import open_batch_store
     from headway.cache.redis_tier import RedisCache
+    from headway.cache.scopes import Scopes
 
     store = open_batch_store(settings)
     try:
@@ -278,11 +279,12 @@ def _forget_tenant(settings: Settings, tenant: str) -> int:
     for digest in digests:
         files.delete(digest)
     cache = settings.gateway.cache
-    if cache.scope == "tenant" and settings.redis_url and cache.redis:
+    if settings.redis_url and cache.redis:
         shared = RedisCache(settings.redis_url, ttl_s=cache.redis_ttl_s)
 
         async def drop() -> None:
-            await shared.drop_scope(tenant)
+            for scope in Scopes(cache.shared_groups).holding(tenant):
+                await shared.drop_scope(scope)
             await shared.close()
 
         asyncio.run(drop())

@@ -40,9 +40,9 @@ in resolve, and every chunk goes to it; the shadow copy leaves beside dispatch a
 is handed the primary's answer to compare with, never awaited. The cache answers
 after the quota (a cached text is charged and billed like a computed one) and
 before admission (a hit takes no permit); while the cache may answer a tenant (it
-answered a whole request within the last second), the pool's precheck is skipped,
-since a full pool can still serve every text it has seen. A refusal by admission
-leaves no usage event: no work was done (the texts are refunded). A
+answered that tenant a whole request within the last second), the pool's precheck is
+skipped for that tenant, since a full pool can still serve every text it has seen. A
+refusal by admission leaves no usage event: no work was done (the texts are refunded). A
 request the cache answered whole is not counted for the version's rollout analysis
 (it says nothing about the model). A request for a cold pool waits in hold: after
 parsing (a malformed request never waits), before resolve (choosing the version needs

@@ -2,8 +2,10 @@
 the workers.
 
 Between the quota charge and admission, ``look_up`` keys each text of an embeddings
-request by (model version, its processing settings, dimensions, SHA-256 of the text;
-and the tenant, when ``cache.scope`` is ``tenant``) and asks the cache for them. What
+request by (model version, its processing settings, dimensions, SHA-256 of the text,
+and the tenant's scope: its own, or the shared group it is in) and asks the cache for
+them, so a tenant is answered from entries it (or its group) filled and never from
+another's: its latency on a text another tenant sent is a fresh text's. What
 is found is kept aside; only the misses (``Lookup.todo``, a request of just those
 texts, or None when every text hit) are admitted, planned and dispatched, so a hit
 takes no permit and no worker time. ``complete`` puts the computed rows back among
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from headway.cache.entry import Entry
 from headway.cache.key import namespace, text_key
 from headway.cache.results import ResultsCache
 from headway.gateway.stages.merge import Merged
+from headway.gateway.stages.recent_hits import RecentHits
 from headway.registry.model import ModelRecord
 from headway.tracing.spans import span
 
@@ -77,8 +79,8 @@ class Lookup(Generic[W]):
 
 
 WHOLE_HIT_WINDOW_S = 1.0
-"""How long after the cache last answered a whole request a full pool still lets requests
-be parsed and looked up (``may_answer``)."""
+"""How long after the cache last answered a tenant a whole request a full pool still lets
+that tenant's requests be parsed and looked up (``may_answer``)."""
 
 
 class RequestCache:
@@ -90,7 +92,7 @@ class RequestCache:
         """``cache`` None: the cache is off (every request goes to the workers)."""
         self._cache = cache
         self._clock = clock
-        self._whole_hit_at = -math.inf
+        self._whole_hits = RecentHits(WHOLE_HIT_WINDOW_S)
         self._filling: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -101,20 +103,28 @@ class RequestCache:
             await self._cache.close()
 
     async def forget_tenant(self, tenant: str) -> None:
-        """Drop a deleted tenant's entries, if it has entries of its own (tenant scope)."""
+        """Drop a deleted tenant's entries in this gateway's memory and in Redis.
+
+        A tenant in a shared group takes the group's entries with it: an entry does not
+        say which member filled it, so forgetting what this one sent means forgetting
+        them all (the other members compute them again). Its own scope goes too, in
+        case it was filled before the tenant joined the group."""
+        self._whole_hits.forget(tenant)
         cache = self._cache
-        if cache is not None and cache.scope_of(tenant) == tenant:
-            await cache.drop_scope(tenant)
+        if cache is not None:
+            for scope in cache.scopes_holding(tenant):
+                await cache.drop_scope(scope)
 
     def may_answer(self, tenant: str) -> bool:
         """Whether a request of ``tenant`` might be answered by the cache alone, so a full
         pool should not refuse it before it is parsed: the cache serves the tenant and
-        answered a whole request within the last ``WHOLE_HIT_WINDOW_S``. Where texts
-        rarely repeat, a full pool then refuses before the body is parsed, as without
-        a cache; where they do, a request whose every text is known is still served."""
+        answered *this tenant* a whole request within the last ``WHOLE_HIT_WINDOW_S``.
+        Where its texts rarely repeat, a full pool then refuses before the body is
+        parsed, as without a cache; where they do, a request whose every text is known
+        is still served. Another tenant's hits change nothing here."""
         if self._cache is None or not self._cache.enabled_for(tenant):
             return False
-        return self._clock() - self._whole_hit_at < WHOLE_HIT_WINDOW_S
+        return self._whole_hits.recent(tenant, self._clock())
 
     async def look_up(self, work: W, tenant: str, record: ModelRecord) -> Lookup[W]:
         cache = self._cache
@@ -130,7 +140,7 @@ class RequestCache:
             misses = [index for index, entry in enumerate(found) if entry is None]
             looked.set("headway.cache.misses", len(misses))
         if not misses:
-            self._whole_hit_at = self._clock()
+            self._whole_hits.mark(tenant, self._clock())
             return Lookup(None, scope, keys, found, misses)
         todo = work if len(misses) == len(keys) else work.only(misses)
         return Lookup(todo, scope, keys, found, misses)
