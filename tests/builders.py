@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import msgspec
+
 from headway.metering.event import UsageEvent
 from headway.models.importer import default_model_dir
 
@@ -46,6 +48,7 @@ def usage_event(request_id: str, **fields: object) -> UsageEvent:
     """A valid billable event of tenant ``acme`` at ``NOV_1``; ``fields`` override any field."""
     values: dict[str, object] = {
         "request_id": request_id,
+        "tenant_id": 1,
         "tenant": "acme",
         "key_id": "0123456789abcdef",
         "endpoint": "embeddings",
@@ -64,3 +67,12 @@ def usage_event(request_id: str, **fields: object) -> UsageEvent:
     }
     values.update(fields)
     return UsageEvent(**values)  # type: ignore[arg-type]
+
+
+def schema_1(event: UsageEvent) -> bytes:
+    """``event`` as a gateway wrote it before events carried tenant ids: no ``tenant_id``,
+    ``schema`` 1 (what an outbox or the stream may still hold during an upgrade)."""
+    fields = msgspec.structs.asdict(event)
+    del fields["tenant_id"]
+    fields["schema"] = 1
+    return msgspec.json.encode(fields)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +30,21 @@ DAY0 = 100 * DAY
 """A UTC midnight: the first hour of the test data."""
 
 
+ACME, BETA, GAMMA = 1, 2, 3
+_IDS = {"acme": ACME, "beta": BETA, "gamma": GAMMA}
+
+
+def tenant_id_of(tenant: str) -> int:
+    """A test's stand-in for the registry's id of a tenant first created with this name."""
+    return _IDS.get(tenant) or 1000 + zlib.crc32(tenant.encode()) % 1_000_000
+
+
 def usage_event(
     request_id: str,
     at: float = DAY0 + 10,
     *,
     tenant: str = "acme",
+    tenant_id: int | None = None,
     alias: str = "mini",
     version: str = "v1",
     endpoint: str = "embeddings",
@@ -44,6 +55,7 @@ def usage_event(
 ) -> UsageEvent:
     return UsageEvent(
         request_id=request_id,
+        tenant_id=tenant_id_of(tenant) if tenant_id is None else tenant_id,
         tenant=tenant,
         key_id="k1",
         endpoint=endpoint,  # type: ignore[arg-type]

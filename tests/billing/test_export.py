@@ -34,6 +34,7 @@ def event(
 ) -> UsageEvent:
     return UsageEvent(
         request_id=request_id,
+        tenant_id={"acme": 1, "beta": 2}[tenant],
         tenant=tenant,
         key_id="k1",
         endpoint="embeddings",
@@ -154,8 +155,8 @@ async def test_a_late_event_is_a_revision_with_only_the_difference(
     assert report.sent == 2
     revisions = provider.events[-2:]
     assert [(e.identifier, e.value) for e in revisions] == [
-        (f"acme:{H0}:texts:1", late.texts),
-        (f"acme:{H0}:tokens:1", late.tokens),
+        (f"id=1:{H0}:texts:1", late.texts),
+        (f"id=1:{H0}:tokens:1", late.tokens),
     ]
     assert provider.sums == expected_sums([*EVENTS, late], NOW - GRACE)
 
@@ -168,8 +169,8 @@ async def test_failed_tries_are_retried_with_the_same_key_and_counted_once(
     provider.fail_next(2, status=status)
     report = await export(ledger, client, NOW)
     assert report.sent == report.planned and report.failed == 0
-    first = f"acme:{H0}:texts:0"
-    assert provider.attempts[:4] == [first, first, first, f"acme:{H0}:tokens:0"]
+    first = f"id=1:{H0}:texts:0"
+    assert provider.attempts[:4] == [first, first, first, f"id=1:{H0}:tokens:0"]
     assert len(provider.events) == report.planned
     assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
 
@@ -180,8 +181,8 @@ async def test_a_lost_answer_is_retried_with_the_same_key_and_counted_once(
     ledger = await ledger_with(EVENTS)
     provider.lose_next_response(1)
     report = await export(ledger, client, NOW)
-    first = f"acme:{H0}:texts:0"
-    assert provider.attempts[:3] == [first, first, f"acme:{H0}:tokens:0"]
+    first = f"id=1:{H0}:texts:0"
+    assert provider.attempts[:3] == [first, first, f"id=1:{H0}:tokens:0"]
     assert (report.already_sent, report.sent) == (1, report.planned - 1)
     assert Counter(e.identifier for e in provider.events)[first] == 1
     assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
@@ -233,7 +234,7 @@ async def test_a_rejection_is_logged_counted_and_left_for_the_next_run(
     assert (report.rejected, report.sent, report.failed) == (report.planned, 0, 0)
     assert provider.attempts == [intent.key for intent in ledger.intents.values()]  # no retry
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == report.planned and f"acme:{H0}:texts:0: HTTP 401" in errors[0]
+    assert len(errors) == report.planned and f"id=1:{H0}:texts:0: HTTP 401" in errors[0]
     assert provider.sums == {}
     assert all(intent.sent_at is None for intent in ledger.intents.values())
     async with meter_client(provider) as right:

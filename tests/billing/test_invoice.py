@@ -30,8 +30,9 @@ from headway.billing.invoice import (
 from headway.billing.ledger.base import HourlyUsage
 from headway.billing.ledger.memory import MemoryLedger
 from headway.billing.prices import PriceBook, parse_prices
-from headway.metering.event import UsageEvent
+from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
 from headway.utc import rfc3339
+from tests.billing.conftest import ACME, tenant_id_of
 
 HOUR = 3600
 NOV = calendar.timegm((2026, 11, 1, 0, 0, 0))
@@ -75,6 +76,7 @@ def row(
     hour: int,
     *,
     tenant: str = "acme",
+    tenant_id: int | None = None,
     alias: str = "mini",
     tier: str = "interactive",
     requests: int = 1,
@@ -83,7 +85,18 @@ def row(
     version: str = "v1",
     endpoint: str = "embeddings",
 ) -> HourlyUsage:
-    return HourlyUsage(tenant, alias, version, endpoint, tier, hour, requests, texts, tokens)
+    return HourlyUsage(
+        tenant_id_of(tenant) if tenant_id is None else tenant_id,
+        tenant,
+        alias,
+        version,
+        endpoint,
+        tier,
+        hour,
+        requests,
+        texts,
+        tokens,
+    )
 
 
 def rounded(quantity: int, amount: str, per: int) -> Decimal:
@@ -150,7 +163,7 @@ def test_each_line_is_rounded_half_to_even(tokens: int, expected: str) -> None:
 def test_a_price_change_mid_month_makes_two_lines_in_period_order() -> None:
     early = [row(NOV + 4 * 24 * HOUR, tokens=40_000), row(CHANGE - HOUR, tokens=1_000)]
     late = [row(CHANGE, tokens=7_000), row(CHANGE + 5 * 24 * HOUR, tokens=3_000)]
-    invoice = only(build_invoices(late + early, prices(), "2026-11", "acme"))
+    invoice = only(build_invoices(late + early, prices(), "2026-11", ACME))
     first, second = invoice.lines
     assert (first.price.amount, first.quantity) == (Decimal("0.0100"), 41_000)
     assert (first.period_start, first.period_end) == (early[0].hour, CHANGE)
@@ -222,12 +235,38 @@ def test_one_invoice_per_tenant_in_order_and_only_the_month_asked_for() -> None:
     assert [invoice.tenant for invoice in invoices] == ["acme", "zeta"]
     assert [invoice.lines[0].quantity for invoice in invoices] == [7_000, 5_000]
     assert all((i.period_start, i.period_end) == (NOV, DEC) for i in invoices)
-    assert [i.tenant for i in build_invoices(rows, prices(), "2026-11", "zeta")] == ["zeta"]
+    zeta = tenant_id_of("zeta")
+    assert [i.tenant for i in build_invoices(rows, prices(), "2026-11", zeta)] == ["zeta"]
 
 
 def test_a_tenant_asked_for_without_usage_gets_an_empty_invoice() -> None:
-    invoice = only(build_invoices([row(NOV)], prices(), "2026-11", "nobody"))
-    assert (invoice.tenant, invoice.lines, invoice.total) == ("nobody", (), Decimal("0.00"))
+    invoice = only(build_invoices([row(NOV)], prices(), "2026-11", 999, name="nobody"))
+    assert (invoice.tenant_id, invoice.tenant, invoice.lines, invoice.total) == (
+        999,
+        "nobody",
+        (),
+        Decimal("0.00"),
+    )
+
+
+def test_a_re_created_name_is_invoiced_apart_and_legacy_rows_per_name() -> None:
+    rows = [
+        row(NOV, tenant="acme", tenant_id=1, tokens=1_000),  # deleted in November...
+        row(NOV + HOUR, tenant="acme", tenant_id=9, tokens=2_000),  # ...and created again
+        row(NOV, tenant="acme", tenant_id=LEGACY_TENANT_ID, tokens=4_000),  # before ids
+        row(NOV, tenant="beta", tenant_id=LEGACY_TENANT_ID, tokens=8_000),
+    ]
+    invoices = build_invoices(rows, prices(), "2026-11", None)
+    assert [(i.tenant_id, i.tenant, i.lines[0].quantity) for i in invoices] == [
+        (LEGACY_TENANT_ID, "acme", 4_000),
+        (LEGACY_TENANT_ID, "beta", 8_000),
+        (1, "acme", 1_000),
+        (9, "acme", 2_000),
+    ]
+    (new,) = build_invoices(rows, prices(), "2026-11", 9)
+    assert (new.tenant_id, new.tenant, new.lines[0].quantity) == (9, "acme", 2_000)
+    legacy = build_invoices(rows, prices(), "2026-11", LEGACY_TENANT_ID)
+    assert [(i.tenant, i.lines[0].quantity) for i in legacy] == [("acme", 4_000), ("beta", 8_000)]
 
 
 def golden_rows() -> list[HourlyUsage]:
@@ -266,6 +305,7 @@ def line_document(
 def invoice_document(tenant: str, lines: list[dict[str, object]]) -> dict[str, object]:
     total = str(sum(Decimal(str(line["amount"])) for line in lines))
     return {
+        "tenant_id": tenant_id_of(tenant),
         "tenant": tenant,
         "month": "2026-11",
         "period": {"start": rfc3339(NOV), "end": rfc3339(DEC)},
@@ -311,7 +351,7 @@ def test_csv_has_a_header_a_row_per_line_and_a_total_row_per_invoice() -> None:
     parsed = list(csv.reader(io.StringIO(text, newline="")))
     expected: list[list[str]] = [list(CSV_HEADER)]
     for invoice in invoices:
-        head = [invoice.tenant, invoice.month, invoice.currency]
+        head = [str(invoice.tenant_id), invoice.tenant, invoice.month, invoice.currency]
         for line in invoice.lines:
             expected.append(
                 [
@@ -333,9 +373,10 @@ def test_csv_has_a_header_a_row_per_line_and_a_total_row_per_invoice() -> None:
         requests = str(sum(r.requests for r in usage if r.tenant == invoice.tenant))
         expected.append([*head, "total", *[""] * 6, requests, "", "", "", str(invoice.total)])
     assert parsed == expected
-    assert [row[3] for row in parsed].count("total") == 2
+    assert [row[4] for row in parsed].count("total") == 2
     assert text.endswith("\r\n") and "\n" not in text.replace("\r\n", "")
-    assert '\r\n"b,""c""",2026-11,' in text  # RFC 4180 quoting of a comma and a quote
+    quoted = "\r\n" + str(tenant_id_of('b,"c"')) + ',"b,""c""",2026-11,'
+    assert quoted in text  # RFC 4180 quoting of a comma and a quote
 
 
 def usage_events() -> list[UsageEvent]:
@@ -343,7 +384,8 @@ def usage_events() -> list[UsageEvent]:
     return [
         UsageEvent(
             request_id=f"r{i}",
-            tenant=rng.choice(["acme", "beta"]),
+            tenant_id=tenant_id_of(tenant),
+            tenant=tenant,
             key_id="k1",
             endpoint="embeddings",
             alias="mini",
@@ -359,7 +401,7 @@ def usage_events() -> list[UsageEvent]:
             gateway_id="gw",
             at=NOV + rng.randint(0, DEC - NOV - 1),
         )
-        for i in range(300)
+        for i, tenant in enumerate(rng.choices(["acme", "beta"], k=300))
     ]
 
 

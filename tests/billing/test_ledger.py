@@ -15,12 +15,23 @@ from headway.billing.ledger.base import (
     UsageQuery,
     UsageRow,
 )
-from headway.billing.ledger.errors import UnknownIntent
+from headway.billing.ledger.errors import LedgerError, UnknownIntent
 from headway.billing.ledger.memory import MemoryLedger
-from headway.metering.event import UsageEvent
-from tests.billing.conftest import DAY, DAY0, HOUR, Backend, usage_event
+from headway.metering.event import LEGACY_TENANT_ID, UsageEvent, decode
+from tests.billing.conftest import (
+    ACME,
+    BETA,
+    DAY,
+    DAY0,
+    HOUR,
+    Backend,
+    tenant_id_of,
+    usage_event,
+)
+from tests.builders import schema_1
 
 EVERYTHING = (0.0, 2.0**33)
+GHOST = 7
 
 
 async def snapshot(ledger: Ledger) -> tuple[object, ...]:
@@ -45,8 +56,8 @@ async def test_new_events_are_recorded_and_aggregated(backend: Backend) -> None:
     )
     assert applied == Applied(new=3, duplicates=0, dead=0)
     assert await ledger.hours(*EVERYTHING, None) == [
-        HourlyUsage("acme", "mini", "v1", "embeddings", "interactive", DAY0, 2, 5, 50),
-        HourlyUsage("beta", "mini", "v1", "rerank", "batch", DAY0 + HOUR, 1, 1, 10),
+        HourlyUsage(ACME, "acme", "mini", "v1", "embeddings", "interactive", DAY0, 2, 5, 50),
+        HourlyUsage(BETA, "beta", "mini", "v1", "rerank", "batch", DAY0 + HOUR, 1, 1, 10),
     ]
     assert await ledger.counts() == {"processed": 3, "billable": 3, "dead": 0}
     assert await ledger.processed_ids() == {"r1": 1, "r2": 1, "r3": 1}
@@ -110,8 +121,8 @@ async def test_non_billable_events_are_recorded_but_never_aggregated(backend: Ba
     await ledger.apply([usage_event("late-refund", DAY0 + HOUR, billable=False)], [])
     assert len(await ledger.hours(*EVERYTHING, None)) == 1
     assert await ledger.plan_exports(DAY0 + DAY) == [
-        ExportIntent("acme:8640000:texts:0", "acme", DAY0, "texts", 0, 4, None),
-        ExportIntent("acme:8640000:tokens:0", "acme", DAY0, "tokens", 0, 10, None),
+        ExportIntent("id=1:8640000:texts:0", ACME, "acme", DAY0, "texts", 0, 4, None),
+        ExportIntent("id=1:8640000:tokens:0", ACME, "acme", DAY0, "tokens", 0, 10, None),
     ]
 
 
@@ -160,36 +171,36 @@ async def usage_ledger(backend: Backend) -> Ledger:
 async def test_usage_by_hour_sums_every_model_of_an_hour(usage_ledger: Ledger) -> None:
     rows = await usage_ledger.usage(UsageQuery(DAY0, DAY0 + 2 * DAY, "hour", None))
     assert rows == [
-        UsageRow("acme", DAY0, None, None, 1, 1, 10),
-        UsageRow("acme", DAY0 + HOUR, None, None, 2, 18, 30),
-        UsageRow("acme", DAY0 + DAY + 2 * HOUR, None, None, 1, 4, 40),
-        UsageRow("beta", DAY0, None, None, 1, 8, 80),
+        UsageRow(ACME, "acme", DAY0, None, None, 1, 1, 10),
+        UsageRow(ACME, "acme", DAY0 + HOUR, None, None, 2, 18, 30),
+        UsageRow(ACME, "acme", DAY0 + DAY + 2 * HOUR, None, None, 1, 4, 40),
+        UsageRow(BETA, "beta", DAY0, None, None, 1, 8, 80),
     ]
 
 
 async def test_usage_by_day_starts_at_utc_midnight(usage_ledger: Ledger) -> None:
     rows = await usage_ledger.usage(UsageQuery(DAY0, DAY0 + 2 * DAY, "day", None))
     assert rows == [
-        UsageRow("acme", DAY0, None, None, 3, 19, 40),
-        UsageRow("acme", DAY0 + DAY, None, None, 1, 4, 40),
-        UsageRow("beta", DAY0, None, None, 1, 8, 80),
+        UsageRow(ACME, "acme", DAY0, None, None, 3, 19, 40),
+        UsageRow(ACME, "acme", DAY0 + DAY, None, None, 1, 4, 40),
+        UsageRow(BETA, "beta", DAY0, None, None, 1, 8, 80),
     ]
 
 
 async def test_usage_by_model_covers_the_range_from_its_start_hour(usage_ledger: Ledger) -> None:
     rows = await usage_ledger.usage(UsageQuery(DAY0 + 1800, DAY0 + 2 * DAY, "model", None))
     assert rows == [
-        UsageRow("acme", DAY0, "large", "v2", 1, 2, 20),
-        UsageRow("acme", DAY0, "mini", "v1", 3, 21, 60),
-        UsageRow("beta", DAY0, "mini", "v1", 1, 8, 80),
+        UsageRow(ACME, "acme", DAY0, "large", "v2", 1, 2, 20),
+        UsageRow(ACME, "acme", DAY0, "mini", "v1", 3, 21, 60),
+        UsageRow(BETA, "beta", DAY0, "mini", "v1", 1, 8, 80),
     ]
 
 
 async def test_usage_of_one_tenant(usage_ledger: Ledger) -> None:
     for group_by in ("hour", "day", "model"):
-        rows = await usage_ledger.usage(UsageQuery(DAY0, DAY0 + DAY, group_by, "beta"))
+        rows = await usage_ledger.usage(UsageQuery(DAY0, DAY0 + DAY, group_by, BETA))
         assert [(row.tenant, row.texts) for row in rows] == [("beta", 8)], group_by
-    assert await usage_ledger.usage(UsageQuery(DAY0, DAY0 + DAY, "hour", "nobody")) == []
+    assert await usage_ledger.usage(UsageQuery(DAY0, DAY0 + DAY, "hour", 999)) == []
 
 
 @pytest.mark.parametrize(
@@ -208,15 +219,17 @@ async def test_hours_and_usage_take_the_hours_starting_in_the_range(
 ) -> None:
     rows = await usage_ledger.hours(start, end, None)
     assert sorted({row.hour for row in rows}) == hours
-    usage = await usage_ledger.usage(UsageQuery(start, end, "hour", "acme"))
+    usage = await usage_ledger.usage(UsageQuery(start, end, "hour", ACME))
     assert [row.period for row in usage] == hours
 
 
 async def test_hours_returns_raw_aggregate_rows_of_a_tenant(usage_ledger: Ledger) -> None:
-    assert await usage_ledger.hours(DAY0, DAY0 + DAY, "acme") == [
-        HourlyUsage("acme", "mini", "v1", "embeddings", "interactive", DAY0, 1, 1, 10),
-        HourlyUsage("acme", "large", "v2", "embeddings", "interactive", DAY0 + HOUR, 1, 2, 20),
-        HourlyUsage("acme", "mini", "v1", "embeddings", "batch", DAY0 + HOUR, 1, 16, 10),
+    assert await usage_ledger.hours(DAY0, DAY0 + DAY, ACME) == [
+        HourlyUsage(ACME, "acme", "mini", "v1", "embeddings", "interactive", DAY0, 1, 1, 10),
+        HourlyUsage(
+            ACME, "acme", "large", "v2", "embeddings", "interactive", DAY0 + HOUR, 1, 2, 20
+        ),
+        HourlyUsage(ACME, "acme", "mini", "v1", "embeddings", "batch", DAY0 + HOUR, 1, 16, 10),
     ]
 
 
@@ -225,7 +238,8 @@ async def test_hours_returns_raw_aggregate_rows_of_a_tenant(usage_ledger: Ledger
 
 def intent(tenant: str, hour: int, meter: str, revision: int, quantity: int) -> ExportIntent:
     return ExportIntent(
-        f"{tenant}:{hour}:{meter}:{revision}",
+        f"id={tenant_id_of(tenant)}:{hour}:{meter}:{revision}",
+        tenant_id_of(tenant),
         tenant,
         hour,
         meter,  # type: ignore[arg-type]
@@ -287,8 +301,85 @@ async def test_marking_an_unknown_intent_fails_and_marking_twice_does_not(
     await ledger.mark_sent(texts.key, 1.0)
     await ledger.mark_sent(texts.key, 2.0)
     assert [unsent.key for unsent in await ledger.plan_exports(DAY0 + HOUR)] == [
-        "acme:8640000:tokens:0"
+        "id=1:8640000:tokens:0"
     ]
+
+
+# tenant ids -----------------------------------------------------------------
+
+
+async def test_a_tenant_created_with_a_deleted_ones_name_starts_with_no_usage(
+    backend: Backend,
+) -> None:
+    ledger, again = backend.ledger, 9  # the registry's id of the second tenant named acme
+    await ledger.apply([usage_event("old", DAY0 + 10, tenant_id=ACME, texts=5, tokens=50)], [])
+    for group_by in ("hour", "day", "model"):
+        assert await ledger.usage(UsageQuery(*EVERYTHING, group_by, again)) == [], group_by
+    assert await ledger.hours(*EVERYTHING, again) == []
+    await ledger.apply([usage_event("new", DAY0 + 20, tenant_id=again, texts=2, tokens=20)], [])
+    mine = await ledger.usage(UsageQuery(*EVERYTHING, "day", again))
+    assert mine == [UsageRow(again, "acme", DAY0, None, None, 1, 2, 20)]
+    every = await ledger.usage(UsageQuery(*EVERYTHING, "day", None))
+    assert [(row.tenant_id, row.tenant, row.texts) for row in every] == [
+        (ACME, "acme", 5),
+        (again, "acme", 2),
+    ]
+    assert [(i.key, i.quantity) for i in await ledger.plan_exports(DAY0 + HOUR)] == [
+        ("id=1:8640000:texts:0", 5),
+        ("id=1:8640000:tokens:0", 50),
+        ("id=9:8640000:texts:0", 2),
+        ("id=9:8640000:tokens:0", 20),
+    ]
+    assert await ledger.check_aggregates() == []
+
+
+def legacy(request_id: str, at: float, tenant: str, texts: int) -> UsageEvent:
+    """An event a gateway wrote before tenant ids, as the consumer decodes it."""
+    event = decode(schema_1(usage_event(request_id, at, tenant=tenant, texts=texts, tokens=0)))
+    assert event.tenant_id == LEGACY_TENANT_ID
+    return event
+
+
+async def test_legacy_usage_stays_apart_by_name_until_adopted_and_is_never_reported_twice(
+    backend: Backend,
+) -> None:
+    ledger = backend.ledger
+    await ledger.apply(
+        [
+            legacy("l1", DAY0 + 10, "acme", 3),
+            legacy("l2", DAY0 + 20, "acme", 4),
+            legacy("l3", DAY0 + 30, "beta", 1),
+            usage_event("n1", DAY0 + 40, tenant_id=ACME, texts=10, tokens=0),
+        ],
+        [],
+    )
+    by_day = UsageQuery(*EVERYTHING, "day", LEGACY_TENANT_ID)
+    assert [(r.tenant, r.texts) for r in await ledger.usage(by_day)] == [("acme", 7), ("beta", 1)]
+    ours = await ledger.usage(UsageQuery(*EVERYTHING, "day", ACME))
+    assert [(r.tenant_id, r.texts) for r in ours] == [(ACME, 10)]
+    reported = await ledger.plan_exports(DAY0 + HOUR)
+    assert [(i.key, i.quantity) for i in reported] == [
+        ("acme:8640000:texts:0", 7),  # keyed by name, as every key was before ids
+        ("beta:8640000:texts:0", 1),
+        ("id=1:8640000:texts:0", 10),
+    ]
+    for intent in reported:
+        await ledger.mark_sent(intent.key, DAY0 + HOUR)
+    await ledger.apply([legacy("l4", DAY0 + 50, "acme", 1)], [])  # a late one
+
+    assert await ledger.adopt_legacy("acme", ACME) == 3
+    assert await ledger.hours(*EVERYTHING, ACME) == [
+        HourlyUsage(ACME, "acme", "mini", "v1", "embeddings", "interactive", DAY0, 4, 18, 0)
+    ]
+    assert [r.tenant for r in await ledger.usage(by_day)] == ["beta"]
+    # What the provider holds (7 by name, 10 by id) counts for the id: only the late 1 goes.
+    assert [(i.key, i.quantity) for i in await ledger.plan_exports(DAY0 + HOUR)] == [
+        ("id=1:8640000:texts:2", 1)
+    ]
+    assert await ledger.check_aggregates() == []
+    assert await ledger.adopt_legacy("acme", ACME) == 0
+    with pytest.raises(LedgerError, match="not a registry id"):
+        await ledger.adopt_legacy("beta", LEGACY_TENANT_ID)
 
 
 # consistency ----------------------------------------------------------------
@@ -344,17 +435,19 @@ async def corrupt(backend: Backend) -> None:
     """By hand, around the ledger: one sum wrong, one row gone, one row from nowhere."""
     if isinstance(backend.ledger, MemoryLedger):
         hourly = backend.ledger.hourly
-        key = ("acme", "mini", "v1", "embeddings", "interactive", DAY0)
+        key = (ACME, "acme", "mini", "v1", "embeddings", "interactive", DAY0)
         requests, texts, tokens = hourly[key]
         hourly[key] = (requests, texts + 1, tokens)
-        del hourly[("beta", "mini", "v1", "embeddings", "interactive", DAY0)]
-        hourly[("ghost", "mini", "v1", "embeddings", "batch", 0)] = (1, 1, 1)
+        del hourly[(BETA, "beta", "mini", "v1", "embeddings", "interactive", DAY0)]
+        hourly[(GHOST, "ghost", "mini", "v1", "embeddings", "batch", 0)] = (1, 1, 1)
         return
     assert backend.sql is not None
-    await backend.sql("UPDATE hourly_usage SET texts = texts + 1 WHERE tenant = 'acme'")
-    await backend.sql("DELETE FROM hourly_usage WHERE tenant = 'beta'")
+    await backend.sql("UPDATE hourly_usage SET texts = texts + 1 WHERE tenant_id = 1")
+    await backend.sql("DELETE FROM hourly_usage WHERE tenant_id = 2")
     await backend.sql(
-        "INSERT INTO hourly_usage VALUES ('ghost', 'mini', 'v1', 'embeddings', 'batch', 0, 1, 1, 1)"
+        "INSERT INTO hourly_usage (tenant_id, tenant, alias, version, endpoint, tier, hour,"
+        " requests, texts, tokens) VALUES (7, 'ghost', 'mini', 'v1', 'embeddings', 'batch', 0,"
+        " 1, 1, 1)"
     )
 
 
@@ -366,6 +459,6 @@ async def test_check_aggregates_finds_every_kind_of_corruption(backend: Backend)
     problems = await ledger.check_aggregates()
     assert len(problems) == 3, problems
     acme, beta, ghost = sorted(problems)
-    assert "('acme'," in acme and "(2, 3, 20)" in acme and "(2, 2, 20)" in acme
-    assert "('beta'," in beta and "no aggregate row" in beta
-    assert "('ghost'," in ghost and "no billable events" in ghost
+    assert "(1, 'acme'," in acme and "(2, 3, 20)" in acme and "(2, 2, 20)" in acme
+    assert "(2, 'beta'," in beta and "no aggregate row" in beta
+    assert "(7, 'ghost'," in ghost and "no billable events" in ghost

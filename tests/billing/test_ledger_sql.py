@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from pathlib import Path
 
+import asyncpg
 import pytest
 
-from headway.billing.ledger.base import Ledger
+from headway.billing.ledger.base import HourlyUsage, Ledger, UsageQuery
 from headway.billing.ledger.errors import LedgerUnavailable, SchemaTooNew
-from headway.billing.ledger.migrations import MIGRATIONS, Migration, missing
+from headway.billing.ledger.migrations import (
+    MIGRATIONS,
+    Migration,
+    migrate_postgres,
+    migrate_sqlite,
+    missing,
+)
 from headway.billing.ledger.open import open_ledger
 from headway.billing.ledger.postgres import PostgresLedger
 from headway.billing.ledger.sqlite import SQLiteLedger
-from headway.metering.event import UsageEvent
+from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
 from headway.testing.postgres_server import PostgresServer
 from headway.testing.server import free_port
 from tests.billing.conftest import DAY0, HOUR, Backend, postgres_sql, sqlite_sql, usage_event
@@ -192,3 +200,70 @@ async def test_the_postgres_ledger_fails_clearly_while_postgres_is_down_then_rec
             assert set(await ledger.processed_ids()) == {"before", "during", "after"}
         finally:
             await ledger.close()
+
+
+# a ledger written before tenant ids ------------------------------------------------
+
+_OLD_ROWS = (
+    "INSERT INTO processed_requests (request_id, tenant, key_id, endpoint, alias, version,"
+    " tier, texts, tokens, outcome, billable, queue_s, inference_s, total_s, gateway_id, at,"
+    f" hour, recorded_at) VALUES ('old-1', 'acme', 'k1', 'embeddings', 'mini', 'v1',"
+    f" 'interactive', 3, 30, 'served', TRUE, 0, 0, 0, 'gw-1', {DAY0 + 10}, {DAY0}, 0)",
+    "INSERT INTO hourly_usage (tenant, alias, version, endpoint, tier, hour, requests, texts,"
+    f" tokens) VALUES ('acme', 'mini', 'v1', 'embeddings', 'interactive', {DAY0}, 1, 3, 30)",
+    "INSERT INTO export_intents (key, tenant, hour, meter, revision, quantity, created_at,"
+    f" sent_at) VALUES ('acme:{DAY0}:texts:0', 'acme', {DAY0}, 'texts', 0, 3, 0, 1)",
+)
+
+
+async def write_old_ledger(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Ledger:
+    """A database at migration 1 (the schema before tenant ids) holding one event, its
+    aggregate and its sent texts intent, opened by this code (which migrates it)."""
+    if kind == "sqlite":
+        path = tmp_path / "ledger.db"
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            migrate_sqlite(db, MIGRATIONS[:1])
+            for statement in _OLD_ROWS:
+                db.execute(statement)
+        finally:
+            db.close()
+        return await SQLiteLedger.open(path)
+    url: str = request.getfixturevalue("postgres_url")
+    conn = await asyncpg.connect(url)
+    try:
+        await migrate_postgres(conn, MIGRATIONS[:1])
+        for statement in _OLD_ROWS:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+    return await PostgresLedger.open(url)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_ledger_of_the_old_schema_keeps_its_usage_as_legacy_rows_by_name(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    ledger = await write_old_ledger(kind, request, tmp_path)
+    try:
+        everything = (0.0, 2.0**33)
+        assert await ledger.hours(*everything, LEGACY_TENANT_ID) == [
+            HourlyUsage(
+                LEGACY_TENANT_ID, "acme", "mini", "v1", "embeddings", "interactive", DAY0, 1, 3, 30
+            )
+        ]
+        # The tenant named acme now (id 1) sees none of it until an operator says it is its.
+        assert await ledger.usage(UsageQuery(*everything, "day", 1)) == []
+        await ledger.apply([usage_event("new-1", DAY0 + 20, tenant_id=1, texts=2, tokens=0)], [])
+        assert await ledger.check_aggregates() == []
+        # The old texts intent was sent: its hour's legacy tokens and the id's usage go now.
+        planned = [(i.key, i.quantity) for i in await ledger.plan_exports(DAY0 + HOUR)]
+        assert planned == [(f"acme:{DAY0}:tokens:0", 30), (f"id=1:{DAY0}:texts:0", 2)]
+        assert await ledger.adopt_legacy("acme", 1) == 1
+        assert [(r.tenant_id, r.texts, r.tokens) for r in await ledger.hours(*everything, 1)] == [
+            (1, 5, 30)
+        ]
+        assert await ledger.counts() == {"processed": 2, "billable": 2, "dead": 0}
+        assert await ledger.check_aggregates() == []
+    finally:
+        await ledger.close()

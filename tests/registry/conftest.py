@@ -26,6 +26,8 @@ class Backend:
     open_another: Callable[[], SqlRegistry]
     sql: Callable[[str], list[tuple[Any, ...]]]
     """Run one statement on the database directly (committed); its rows."""
+    location: str = ""
+    """The SQLite file's path, or the Postgres URL."""
 
 
 def backend_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
@@ -33,7 +35,11 @@ def backend_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Bac
     if kind == "sqlite":
         path = tmp_path / "registry.sqlite3"
         return Backend(
-            kind, clock, lambda: Registry(path, clock=clock), lambda s: sqlite_sql(path, s)
+            kind,
+            clock,
+            lambda: Registry(path, clock=clock),
+            lambda s: sqlite_sql(path, s),
+            str(path),
         )
     url: str = request.getfixturevalue("libpq_url")
 
@@ -42,7 +48,7 @@ def backend_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Bac
         request.addfinalizer(registry.close)
         return registry
 
-    return Backend(kind, clock, open_another, lambda s: postgres_sql(url, s))
+    return Backend(kind, clock, open_another, lambda s: postgres_sql(url, s), url)
 
 
 def sqlite_sql(path: Path, statement: str) -> list[tuple[Any, ...]]:

@@ -13,7 +13,9 @@ from headway.registry.errors import (
     InvalidRollout,
     InvalidSplit,
     LastAdminKey,
+    RegistryError,
     RolloutActive,
+    TenantBeingDeleted,
     UnknownKey,
     UnknownModel,
     UnknownRollout,
@@ -29,6 +31,7 @@ from headway.registry.model import (
     RolloutPlan,
     Shadow,
     Split,
+    TenantDeletion,
     key_id_of,
 )
 from headway.registry.sql import SqlRegistry
@@ -99,6 +102,7 @@ def test_every_write_appends_one_audit_entry_with_who_before_and_after(
     acme_key = key_id_of(key_digest("k-acme"))
     assert (entry.action, entry.target, entry.before) == ("tenant.create", "tenant:acme", None)
     assert entry.after == {
+        "id": 1,
         "name": "acme",
         "tier": "batch",
         "rate_texts_per_s": 500.0,
@@ -176,6 +180,10 @@ def test_every_write_appends_one_audit_entry_with_who_before_and_after(
     assert entry.after["reason"] == "paused by ops"
     entry = audited(lambda: registry.delete_tenant("acme", actor=actor))
     assert (entry.action, entry.target, entry.after) == ("tenant.delete", "tenant:acme", None)
+    assert entry.before is not None and entry.before["id"] == 1
+    entry = audited(lambda: registry.finish_deletion(1, actor=actor))
+    assert (entry.action, entry.target) == ("tenant.purge", "tenant:acme")
+    assert entry.after is not None and entry.after["finished_at"] == clock.now
     stored = json.dumps([(e.before, e.after) for e in registry.audit(AuditQuery(limit=1000))])
     for key in ("k-acme", "k-admin", new_key[0]):
         assert key not in stored
@@ -370,7 +378,64 @@ def test_a_deleted_tenant_loses_its_keys_and_its_pins(registry: SqlRegistry) -> 
     assert (before["key_ids"], before["pins"]) == (key_ids, {"mini": V2.version})
     with pytest.raises(UnknownTenant):
         registry.keys("acme")
-    registry.add_tenant("acme", "interactive", key=acme_key)  # the name and key are free again
+    registry.finish_deletion(deleted.id)  # what it left outside the registry is gone
+    again, _ = registry.add_tenant("acme", "interactive", key=acme_key)  # name and key free
+    assert again.id != deleted.id
+
+
+def test_a_tenant_id_is_never_given_again_not_even_the_newest_deleted_ones(
+    registry: SqlRegistry,
+) -> None:
+    first, _ = registry.add_tenant("acme", "batch")
+    newest_one, _ = registry.add_tenant("globex", "batch")
+    registry.delete_tenant("globex")  # SQLite would give its rowid, the largest, again
+    registry.finish_deletion(newest_one.id)
+    later, _ = registry.add_tenant("initech", "batch")
+    again, _ = registry.add_tenant("globex", "batch")
+    assert (first.id, newest_one.id) == (1, 2)
+    assert (later.id, again.id) == (3, 4)
+    assert registry.snapshot().tenants["globex"].id == 4
+    assert registry.tenant("globex") == again
+
+
+def test_a_deleted_tenants_name_waits_for_its_data_outside_the_registry_to_go(
+    registry: SqlRegistry, clock: FakeClock
+) -> None:
+    acme, _ = registry.add_tenant("acme", "batch")
+    registry.delete_tenant("acme")
+    (pending,) = registry.tenant_deletions()
+    assert pending == TenantDeletion(acme.id, "acme", clock.now, None, None)
+    with pytest.raises(TenantBeingDeleted, match="still being deleted"):
+        registry.add_tenant("acme", "batch")
+    nothing_recorded(registry, lambda: registry.list_deletion_blobs(acme.id, ("b1", "b2")))
+    listed = registry.list_deletion_blobs(acme.id, ("other",))  # the first list stays
+    assert listed.blobs == ("b1", "b2") == registry.tenant_deletions()[0].blobs
+    clock.advance(5)
+    finished = registry.finish_deletion(acme.id)
+    assert finished.finished_at == clock.now
+    assert registry.tenant_deletions() == []
+    assert registry.tenant_deletions(pending=False) == [finished]
+    nothing_recorded(registry, lambda: registry.finish_deletion(acme.id))
+    assert registry.add_tenant("acme", "batch")[0].id != acme.id
+    with pytest.raises(UnknownTenant):
+        registry.finish_deletion(999)
+
+
+def test_a_tenant_deletion_is_one_transaction(registry: SqlRegistry, backend: Backend) -> None:
+    with_models(registry)
+    acme, acme_key = registry.add_tenant("acme", "batch")
+    registry.set_split(Split("mini", ((V1.version, 1.0),), pins=(("acme", V2.version),)))
+    # The deletion record's insert fails (its id is there already): nothing else may go.
+    backend.sql(
+        f"INSERT INTO tenant_deletions (tenant_id, name, deleted_at) VALUES ({acme.id}, 'x', 0)"
+    )
+    changes = registry.changes()
+    with pytest.raises(RegistryError):
+        registry.delete_tenant("acme")
+    assert registry.tenant("acme") == acme
+    assert key_digest(acme_key) in registry.snapshot().principals
+    assert registry.splits()[0].pins == (("acme", V2.version),)
+    assert registry.changes() == changes
 
 
 # -- models, aliases, splits ---------------------------------------------------------

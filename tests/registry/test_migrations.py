@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from headway.registry.dialect import Dialect
 from headway.registry.errors import SchemaTooNew
 from headway.registry.keys import key_digest
-from headway.registry.migrations import MIGRATIONS
+from headway.registry.migrations import MIGRATIONS, migrate
 from headway.registry.model import key_id_of
+from headway.registry.postgres import PostgresDialect
 from headway.registry.sql import SqlRegistry
-from headway.registry.sqlite import Registry
+from headway.registry.sqlite import Registry, SqliteDialect
 from tests.registry.conftest import Backend
 
 # The registry's schema before it was versioned, as files written then hold it.
@@ -128,3 +130,34 @@ def test_an_unversioned_sqlite_file_upgrades_in_place_and_keeps_its_tenants(
         check.close()
     assert versions == ALL_VERSIONS
     Registry(path)  # and opening it again applies nothing
+
+
+def test_after_the_upgrade_no_tenant_id_is_given_twice(backend: Backend) -> None:
+    """A registry of migration 6 whose newest tenant was deleted: Postgres's identity had
+    given that id, and the upgrade keeps it given; SQLite knows only the ids there now."""
+    dialect: Dialect = (
+        SqliteDialect(Path(backend.location), 10.0)
+        if backend.kind == "sqlite"
+        else PostgresDialect(backend.location, 10.0)
+    )
+    try:
+        with dialect.write() as tx:
+            migrate(tx, dialect.name, lambda: 0.0, MIGRATIONS[:6])
+            for name in ("acme", "globex"):
+                tx.execute(
+                    "INSERT INTO tenants (name, tier, rate_texts_per_s, burst_texts, created_at)"
+                    " VALUES (?, 'batch', 1, 1, 0)",
+                    (name,),
+                )
+            tx.execute("DELETE FROM tenants WHERE name = 'globex'")
+    finally:
+        dialect.close()
+    registry = backend.open_another()
+    assert applied(backend) == ALL_VERSIONS
+    (kept,) = registry.tenants()
+    created, _ = registry.add_tenant("initech", "batch")
+    assert kept.id == 1
+    assert created.id == (2 if backend.kind == "sqlite" else 3)
+    registry.delete_tenant("initech")
+    registry.finish_deletion(created.id)
+    assert registry.add_tenant("initech", "batch")[0].id == created.id + 1

@@ -353,10 +353,28 @@ effective_from = 2026-01-01
 """
 
 
+async def test_a_tenants_month_is_its_ids_not_a_deleted_namesakes(tmp_path):
+    ledger = MonthLedger(
+        [
+            UsageRow(1, "search-app", 0, SYNTHETIC_ALIAS, "v", requests=2, texts=2, tokens=2),
+            UsageRow(99, "search-app", 0, SYNTHETIC_ALIAS, "v", requests=7, texts=7, tokens=7),
+        ]
+    )
+    stack = await make_stack(tmp_path, ledger=ledger)
+    try:
+        assert stack.registry.tenant("search-app").id == 1
+        cookie, _ = await session(stack.client)
+        tenants = (await call(stack.client, "GET", "/console/api/tenants", cookie)).json()
+        search = next(t for t in tenants["tenants"] if t["name"] == "search-app")
+        assert search["month"] == {"requests": 2, "texts": 2, "tokens": 2}
+    finally:
+        await stack.close()
+
+
 async def test_usage_this_month_and_revenue_come_from_the_ledger(tmp_path):
     rows = [
-        UsageRow("search-app", 0, SYNTHETIC_ALIAS, "v", requests=10, texts=40, tokens=400),
-        UsageRow("search-app", 0, "other-alias", "w", requests=5, texts=5, tokens=50),
+        UsageRow(1, "search-app", 0, SYNTHETIC_ALIAS, "v", requests=10, texts=40, tokens=400),
+        UsageRow(1, "search-app", 0, "other-alias", "w", requests=5, texts=5, tokens=50),
     ]
     ledger = MonthLedger(rows)
     stack = await make_stack(tmp_path, ledger=ledger)
@@ -367,7 +385,7 @@ async def test_usage_this_month_and_revenue_come_from_the_ledger(tmp_path):
         search = next(t for t in tenants["tenants"] if t["name"] == "search-app")
         assert search["month"] == {"requests": 15, "texts": 45, "tokens": 450}
         query = ledger.queries[-1]
-        assert (query.group_by, query.tenant) == ("model", None)
+        assert (query.group_by, query.tenant_id) == ("model", None)
         assert tenants["month_start"].endswith("-01T00:00:00Z")
         parts = parts_of(stack.gateway, parse_prices(PRICES, "test"))
         parts = replace(

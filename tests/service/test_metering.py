@@ -35,6 +35,7 @@ async def test_a_served_request_has_one_billable_event_with_real_tokens(tmp_path
             "interactive",
             "embeddings",
         )
+        assert event.tenant_id == stack.registry.tenant("search-app").id
         assert event.key_id == key_digest(KEY)[:8].hex()
         assert KEY not in repr(event)
         assert event.alias == "synthetic"

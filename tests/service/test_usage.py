@@ -10,6 +10,12 @@ from tests.service.conftest import auth, make_stack
 
 ADMIN = "demo-admin-key"
 HOUR = 3600
+SEARCH_APP, SUPPORT_BOT = 1, 2
+"""The registry's ids of the demo tenants (the stack's fixture checks them)."""
+
+
+def search_app(request_id: str, **fields: object):
+    return usage_event(request_id, tenant_id=SEARCH_APP, tenant="search-app", **fields)
 
 
 @pytest.fixture
@@ -17,12 +23,14 @@ async def ledger():
     ledger = MemoryLedger()
     await ledger.apply(
         [
-            usage_event("a1", tenant="search-app", at=NOV_1 + 10, texts=2, tokens=10),
-            usage_event("a2", tenant="search-app", at=NOV_1 + 20, texts=3, tokens=30),
-            usage_event("a3", tenant="search-app", at=NOV_1 + HOUR + 5, texts=1, tokens=7),
-            usage_event("a4", tenant="search-app", at=NOV_1 + 86400, texts=4, tokens=40),
-            usage_event("a5", tenant="search-app", at=NOV_1 + 30, billable=False, texts=9),
-            usage_event("b1", tenant="support-bot", at=NOV_1 + 10, texts=5, tokens=50),
+            search_app("a1", at=NOV_1 + 10, texts=2, tokens=10),
+            search_app("a2", at=NOV_1 + 20, texts=3, tokens=30),
+            search_app("a3", at=NOV_1 + HOUR + 5, texts=1, tokens=7),
+            search_app("a4", at=NOV_1 + 86400, texts=4, tokens=40),
+            search_app("a5", at=NOV_1 + 30, billable=False, texts=9),
+            usage_event(
+                "b1", tenant_id=SUPPORT_BOT, tenant="support-bot", at=NOV_1 + 10, texts=5, tokens=50
+            ),
         ],
         [],
     )
@@ -32,6 +40,8 @@ async def ledger():
 @pytest.fixture
 async def usage_stack(tmp_path, ledger):
     stack = await make_stack(tmp_path, ledger=ledger)
+    tenants = stack.registry.snapshot().tenants
+    assert (tenants["search-app"].id, tenants["support-bot"].id) == (SEARCH_APP, SUPPORT_BOT)
     yield stack
     await stack.close()
 
@@ -91,6 +101,12 @@ async def test_the_operator_sees_every_tenant_or_one(usage_stack):
         headers=auth(ADMIN),
     )
     assert [(r["tenant"], r["texts"]) for r in one.json()["data"]] == [("support-bot", 5)]
+    by_id = await client.get(
+        "/admin/usage",
+        params={"start": "2026-11-01", "end": "2026-11-02", "tenant_id": str(SUPPORT_BOT)},
+        headers=auth(ADMIN),
+    )
+    assert [(r["tenant_id"], r["texts"]) for r in by_id.json()["data"]] == [(SUPPORT_BOT, 5)]
     assert (
         await client.get("/admin/usage", params={"start": "2026-11-01"}, headers=auth())
     ).status_code == 403
@@ -112,6 +128,7 @@ async def test_the_operator_sees_every_tenant_or_one(usage_stack):
         ({"start": "2025-01-01", "end": "2026-11-01"}, "longer than 366 days"),
         ({"start": "2026-11-01", "group_by": "week"}, "is not one of hour, day, model"),
         ({"start": "2026-11-01", "tenant": "support-bot"}, "unknown parameter 'tenant'"),
+        ({"start": "2026-11-01", "tenant_id": "2"}, "unknown parameter 'tenant_id'"),
         ({"start": ["2026-11-01", "2026-11-02"]}, "given 2 times"),
         ({"start": "2026-11-01T25:00:00Z"}, "is not a date"),
         ({"start": "0001-01-01T00:00:00+01:00"}, "longer than 366 days"),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from headway.billing.consumer import Consumer
+import msgspec
+import pytest
+
+from headway.billing.consumer import Consumer, split
 from headway.billing.ledger.base import Applied, DeadLetter
 from headway.billing.ledger.memory import MemoryLedger
 from headway.billing.sources.base import Delivery, MemorySource
-from headway.metering.event import UsageEvent, encode
-from tests.builders import usage_event
+from headway.metering.event import LEGACY_TENANT_ID, UsageEvent, decode, encode
+from tests.builders import schema_1, usage_event
 
 
 def delivery(data: bytes, n: int) -> Delivery:
@@ -119,3 +122,39 @@ async def test_a_failed_fetch_or_ack_is_counted_and_the_consumer_carries_on():
     assert seen.source_failures == ["fetch", "ack"]
     assert (first.new, again.new, again.duplicates) == (1, 0, 1)
     assert len(source.acked) == 1 and (await ledger.counts())["processed"] == 1
+
+
+async def test_an_event_written_before_tenant_ids_is_billed_under_its_name_not_lost():
+    old = usage_event("old", tenant="acme", texts=3)
+    new = usage_event("new", tenant="acme", tenant_id=7, texts=2)
+    stream = [delivery(schema_1(old), 1), delivery(encode(new), 2)]
+    source, ledger = MemorySource(stream), MemoryLedger()
+    applied = await Consumer(source, ledger).step()
+    assert applied == Applied(new=2, duplicates=0, dead=0) and source.acked == stream
+    rows = await ledger.hours(0, 2**33, None)
+    assert [(row.tenant_id, row.tenant, row.texts) for row in rows] == [
+        (LEGACY_TENANT_ID, "acme", 3),
+        (7, "acme", 2),
+    ]
+    assert decode(schema_1(old)) == msgspec.structs.replace(old, tenant_id=0, schema=1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"tenant_id": None}, "tenant_id"),  # a current event without its id
+        ({"tenant_id": 0}, "tenant_id 0 in an event of schema 2"),
+        ({"tenant_id": 5, "schema": 1}, "tenant_id 5 in an event of schema 1"),
+        ({"tenant_id": -1}, "tenant_id"),
+        ({"tenant_id": "1"}, "tenant_id"),
+        ({"tenant_id": None, "schema": 3}, "tenant_id"),
+    ],
+)
+def test_an_event_whose_tenant_id_does_not_fit_its_schema_is_a_dead_letter(fields, says):
+    raw = msgspec.structs.asdict(usage_event("r1"))
+    raw.update(fields)
+    if fields.get("tenant_id", 1) is None:
+        del raw["tenant_id"]
+    events, dead = split([delivery(msgspec.json.encode(raw), 1)])
+    assert events == [] and len(dead) == 1
+    assert says in dead[0].reason

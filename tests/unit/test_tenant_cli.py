@@ -55,6 +55,7 @@ def test_a_tenant_is_added_its_key_rotated_and_revoked_and_it_is_deleted(cli, re
     assert "acme" not in cli("list").output
     actions = [entry.action for entry in registry.audit(AuditQuery(actor="cli:ana"))]
     assert actions == ["tenant.delete", "key.revoke", "key.rotate", "tenant.create"]
+    assert registry.audit(AuditQuery(limit=1))[0].action == "tenant.purge"  # the system's
 
 
 def test_a_rotation_keeps_the_old_key_for_the_overlap(cli, registry):

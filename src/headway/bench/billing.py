@@ -175,10 +175,11 @@ class WritePoint:
         return max(run.latency.max_s for run in self.runs)
 
 
-def usage_event(request_id: str, at: float, tenant: str = TENANT) -> UsageEvent:
+def usage_event(request_id: str, at: float, tenant: str = TENANT, tenant_id: int = 1) -> UsageEvent:
     """A valid event of a 1-text embeddings request, as the meter stage builds one."""
     return UsageEvent(
         request_id=request_id,
+        tenant_id=tenant_id,
         tenant=tenant,
         key_id="bench-key-id",
         endpoint="embeddings",
@@ -426,7 +427,9 @@ async def drain(source: EventSource, ledger: Ledger, events: int) -> DrainRun:
 
 def drain_events(count: int) -> list[UsageEvent]:
     now = time.time()
-    return [usage_event(f"drain-{i:07d}", now, tenant=f"tenant-{i % 10}") for i in range(count)]
+    return [
+        usage_event(f"drain-{i:07d}", now, f"tenant-{i % 10}", i % 10 + 1) for i in range(count)
+    ]
 
 
 async def relay_run(outbox: Path, config: StreamConfig, events: int) -> DrainRun:

@@ -73,7 +73,7 @@ from headway.bench.errors import ServingFailed
 from headway.billing.ledger.base import Ledger
 from headway.billing.ledger.open import open_ledger
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
-from headway.metering.event import UsageEvent, encode
+from headway.metering.event import LEGACY_SCHEMA, LEGACY_TENANT_ID, UsageEvent, encode
 from headway.metering.outbox import OutboxFile
 from headway.metering.outbox import connect as connect_outbox
 from headway.metering.stream import StreamConfig
@@ -117,7 +117,8 @@ _PR_SET_PDEATHSIG = 1
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
 _HTTP_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 _EVENT_COLUMNS = (
-    "request_id, tenant, key_id, endpoint, alias, version, tier, texts, tokens, outcome,"
+    "request_id, tenant_id, tenant, key_id, endpoint, alias, version, tier, texts, tokens,"
+    " outcome,"
     " billable, queue_s, inference_s, total_s, gateway_id, at"
 )
 
@@ -971,6 +972,8 @@ def _event_of(row: Sequence[Any]) -> UsageEvent:
     names = [name.strip() for name in _EVENT_COLUMNS.split(",")]
     fields: dict[str, Any] = dict(zip(names, row, strict=True))
     fields["billable"] = bool(fields["billable"])
+    if fields["tenant_id"] == LEGACY_TENANT_ID:
+        fields["schema"] = LEGACY_SCHEMA
     return UsageEvent(**fields)
 
 

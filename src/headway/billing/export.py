@@ -1,8 +1,12 @@
 """Report each closed hour's usage to the billing provider (Stripe meter events), once.
 
 The ledger plans: ``plan_exports`` records, in one transaction, an intent per
-(tenant, closed hour, meter) whose total exceeds what earlier intents report, with
-the difference as its quantity and ``{tenant}:{hour}:{meter}:{revision}`` as its key.
+(tenant id, closed hour, meter) whose total exceeds what earlier intents report, with
+the difference as its quantity and ``id={tenant_id}:{hour}:{meter}:{revision}`` as its
+key (``ExportIntent``: legacy rows and intents older than tenant ids are keyed by
+name). The provider's customer is named by the tenant's name, as before: a tenant
+created with a deleted one's name reports under a key of its own, and the operator
+maps it to a customer of its own.
 This module delivers: each unsent intent is sent under that key (as both the
 ``Idempotency-Key`` and the event's ``identifier``) and marked sent only after the
 provider accepted it. An intent is never changed, so a send that failed or whose

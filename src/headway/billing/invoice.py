@@ -1,10 +1,13 @@
 """Invoices: a tenant's UTC month of hourly usage, priced by the price book.
 
 One invoice per tenant with usage in the month (or exactly one, possibly empty, when a
-tenant is asked for). Its lines are one per (alias, tier, unit price): versions and
-endpoints of an alias share a line, and a price that changes mid-month makes two. A
-line's quantity is what its price is charged on (texts or tokens); its period runs
-from the start of its first hour of usage to the end of its last.
+tenant is asked for). A tenant is its id: a tenant created with a deleted
+one's name gets invoices of its own; the name is printed beside the id. Legacy rows
+(``LEGACY_TENANT_ID``, recorded before tenant ids) are invoiced per name. An invoice's
+lines are one per (alias, tier, unit price): versions and endpoints of an alias share
+a line, and a price that changes mid-month makes two. A line's quantity is what its
+price is charged on (texts or tokens); its period runs from the start of its first
+hour of usage to the end of its last.
 
 The rounding rule: a line's amount is ``quantity × amount / per`` computed exactly
 (rational arithmetic), then rounded to the currency's minor unit (ISO 4217: two
@@ -37,6 +40,7 @@ from fractions import Fraction
 
 from headway.billing.ledger.base import HourlyUsage
 from headway.billing.prices import EXACT, PriceBook, Unit, UnitPrice
+from headway.metering.event import LEGACY_TENANT_ID
 from headway.utc import rfc3339
 
 _MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
@@ -50,6 +54,7 @@ _MINOR_UNITS = {
 """ISO 4217 currencies whose minor unit is not the usual 1/100."""
 
 CSV_HEADER = (
+    "tenant_id",
     "tenant",
     "month",
     "currency",
@@ -110,6 +115,7 @@ class InvoiceLine:
 
 @dataclass(frozen=True, slots=True)
 class Invoice:
+    tenant_id: int
     tenant: str
     month: str
     period_start: int
@@ -138,29 +144,48 @@ def minor_unit(currency: str) -> int:
     return _MINOR_UNITS.get(currency, 2)
 
 
+Owner = tuple[int, str]
+"""Whose invoice: a tenant id and the name printed with it (for legacy rows, each name's)."""
+
+
 def build_invoices(
-    hours: Sequence[HourlyUsage], book: PriceBook, month: str, tenant: str | None
+    hours: Sequence[HourlyUsage],
+    book: PriceBook,
+    month: str,
+    tenant_id: int | None,
+    *,
+    name: str = "",
 ) -> list[Invoice]:
-    """The month's invoices from its aggregate rows, ordered by tenant; rows of other
-    months or tenants are left out. Lines are ordered by alias, tier, period."""
+    """The month's invoices from its aggregate rows, ordered by tenant id and name; rows
+    of other months or tenants are left out. Lines are ordered by alias, tier, period.
+    A tenant id asked for (other than ``LEGACY_TENANT_ID``) has one invoice, empty
+    under ``name`` when it had no usage."""
     start, end = month_range(month)
     rows = sorted(
-        (row for row in hours if start <= row.hour < end and tenant in (None, row.tenant)),
-        key=lambda row: (row.tenant, row.alias, row.tier, row.hour, row.version, row.endpoint),
+        (row for row in hours if start <= row.hour < end and tenant_id in (None, row.tenant_id)),
+        key=lambda row: (
+            row.tenant_id,
+            row.tenant,
+            row.alias,
+            row.tier,
+            row.hour,
+            row.version,
+            row.endpoint,
+        ),
     )
-    by_tenant: dict[str, dict[tuple[str, str, UnitPrice], _LineSums]] = {}
-    if tenant is not None:
-        by_tenant[tenant] = {}
+    by_tenant: dict[Owner, dict[tuple[str, str, UnitPrice], _LineSums]] = {}
     for row in rows:
         price = book.price_for(row.alias, row.tier, row.hour)
         if price is None:
             raise UnpricedUsage(row.tenant, row.alias, row.tier, row.hour, book.source)
-        lines = by_tenant.setdefault(row.tenant, {})
+        lines = by_tenant.setdefault((row.tenant_id, row.tenant), {})
         sums = lines.setdefault((row.alias, row.tier, price), _LineSums(row.hour))
         sums.add(row, price.unit)
+    if tenant_id not in (None, LEGACY_TENANT_ID) and not by_tenant:
+        by_tenant[(tenant_id, name)] = {}
     return [
-        _invoice(name, month, start, end, book.currency, lines)
-        for name, lines in sorted(by_tenant.items())
+        _invoice(owner, month, start, end, book.currency, lines)
+        for owner, lines in sorted(by_tenant.items(), key=lambda item: item[0])
     ]
 
 
@@ -179,7 +204,7 @@ class _LineSums:
 
 
 def _invoice(
-    tenant: str,
+    owner: Owner,
     month: str,
     start: int,
     end: int,
@@ -205,7 +230,14 @@ def _invoice(
     priced.sort(key=lambda item: _line_order(item[0]))
     total = _money(sum(minor for _, minor in priced), decimals)
     return Invoice(
-        tenant, month, start, end, currency, tuple(line for line, _ in priced), total, total
+        *owner,
+        month,
+        start,
+        end,
+        currency,
+        tuple(line for line, _ in priced),
+        total,
+        total,
     )
 
 
@@ -232,6 +264,7 @@ def render_json(invoices: Sequence[Invoice]) -> str:
 
 def _invoice_json(invoice: Invoice) -> dict[str, object]:
     return {
+        "tenant_id": invoice.tenant_id,
         "tenant": invoice.tenant,
         "month": invoice.month,
         "period": _period_json(invoice.period_start, invoice.period_end),
@@ -271,7 +304,7 @@ def render_csv(invoices: Sequence[Invoice]) -> str:
     writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(CSV_HEADER)
     for invoice in invoices:
-        head = (invoice.tenant, invoice.month, invoice.currency)
+        head = (invoice.tenant_id, invoice.tenant, invoice.month, invoice.currency)
         for line in invoice.lines:
             writer.writerow(
                 (

@@ -1,4 +1,5 @@
-"""``headway billing run | invoice | export``: the consumer, invoices, the provider export."""
+"""``headway billing run | invoice | export | adopt-legacy``: the consumer, invoices, the
+provider export, and giving usage recorded before tenant ids to a tenant."""
 
 from __future__ import annotations
 
@@ -62,10 +63,21 @@ def run(
     )
 
 
+TenantIdOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tenant-id", min=1, help="A tenant by its id (a deleted tenant's too), not its name."
+    ),
+]
+
+
 @billing_app.command()
 def invoice(
     month: Annotated[str, typer.Option(help="The UTC month, YYYY-MM.")],
-    tenant: Annotated[str | None, typer.Option(help="One tenant (default: every tenant).")] = None,
+    tenant: Annotated[
+        str | None, typer.Option(help="One tenant, the registry's of that name (default: all).")
+    ] = None,
+    tenant_id: TenantIdOpt = None,
     output_format: Annotated[str, typer.Option("--format", help="json or csv.")] = "json",
     prices: Annotated[
         Path | None, typer.Option(help="Price book TOML (default: billing.price_book).")
@@ -74,9 +86,12 @@ def invoice(
     data_dir: DataDirOpt = None,
     postgres_url: PostgresOpt = None,
 ) -> None:
-    """Print the month's invoices from the ledger, in exact decimals."""
+    """Print the month's invoices from the ledger, in exact decimals: one per tenant id,
+    its name beside it."""
     if output_format not in ("json", "csv"):
         raise typer.BadParameter("expected json or csv", param_hint="--format")
+    if tenant is not None and tenant_id is not None:
+        raise typer.BadParameter("give --tenant or --tenant-id, not both", param_hint="--tenant")
     settings = settings_from(
         config,
         data_dir=data_dir,
@@ -96,8 +111,10 @@ def invoice(
     try:
         book = _price_book(settings)
         start, end = month_range(month)
-        hours = asyncio.run(_hours(settings, start, end, tenant))
-        invoices = build_invoices(hours, book, month, tenant)
+        if tenant is not None:
+            tenant_id = _tenant_id(settings, tenant)
+        hours = asyncio.run(_hours(settings, start, end, tenant_id))
+        invoices = build_invoices(hours, book, month, tenant_id, name=tenant or "")
     except (InvoiceError, PriceBookError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
@@ -132,6 +149,64 @@ def export(
     raise typer.Exit(0 if not (report.failed or report.rejected or report.deferred) else 1)
 
 
+@billing_app.command("adopt-legacy")
+def adopt_legacy(
+    tenant: Annotated[str, typer.Option(help="The name the legacy usage was recorded under.")],
+    tenant_id: TenantIdOpt = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    postgres_url: PostgresOpt = None,
+) -> None:
+    """Give the usage recorded under a name before usage carried tenant ids (the ledger's
+    legacy rows) to a tenant id: by default the registry's tenant of that name. Run it
+    once every gateway writes tenant ids; it is refused when the registry's audit log
+    shows the name was deleted, as the rows may then be an earlier tenant's (give
+    --tenant-id to decide)."""
+    settings = settings_from(config, data_dir=data_dir, postgres_url=postgres_url)
+    if tenant_id is None:
+        tenant_id = _tenant_id(settings, tenant, refuse_reused=True)
+    moved = asyncio.run(_adopt(settings, tenant, tenant_id))
+    typer.echo(f"{moved} usage events recorded as {tenant!r} now belong to tenant id {tenant_id}")
+
+
+def _tenant_id(settings: Settings, name: str, *, refuse_reused: bool = False) -> int:
+    """The registry's tenant of that name; exits 1 if there is none (or, with
+    ``refuse_reused``, if the audit log holds a deletion of that name)."""
+    from headway.registry.errors import UnknownTenant
+    from headway.registry.model import AuditQuery
+    from headway.registry.open import open_registry
+
+    registry = open_registry(settings)
+    try:
+        found = registry.tenant(name)
+        deleted = registry.audit(
+            AuditQuery(action="tenant.delete", target=f"tenant:{name}", limit=1)
+        )
+    except UnknownTenant as exc:
+        typer.echo(f"error: {exc}; a deleted tenant is named by --tenant-id", err=True)
+        raise typer.Exit(1) from exc
+    finally:
+        registry.close()
+    if refuse_reused and deleted:
+        typer.echo(
+            f"error: a tenant named {name!r} was deleted before (audit entry {deleted[0].id}):"
+            " its legacy usage may be that tenant's; give --tenant-id to say whose it is",
+            err=True,
+        )
+        raise typer.Exit(1)
+    return found.id
+
+
+async def _adopt(settings: Settings, tenant: str, tenant_id: int) -> int:
+    from headway.billing.ledger.open import open_ledger
+
+    ledger = await open_ledger(settings.postgres_url, settings.ledger_path)
+    try:
+        return await ledger.adopt_legacy(tenant, tenant_id)
+    finally:
+        await ledger.close()
+
+
 def _price_book(settings: Settings) -> PriceBook:
     from headway.billing.prices import default_prices, load_prices
 
@@ -140,13 +215,13 @@ def _price_book(settings: Settings) -> PriceBook:
 
 
 async def _hours(
-    settings: Settings, start: float, end: float, tenant: str | None
+    settings: Settings, start: float, end: float, tenant_id: int | None
 ) -> list[HourlyUsage]:
     from headway.billing.ledger.open import open_ledger
 
     ledger = await open_ledger(settings.postgres_url, settings.ledger_path)
     try:
-        return await ledger.hours(start, end, tenant)
+        return await ledger.hours(start, end, tenant_id)
     finally:
         await ledger.close()
 

@@ -12,7 +12,7 @@ import typer
 from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
 
 if TYPE_CHECKING:
-    from headway.registry.model import Actor, ApiKey, Tenant
+    from headway.registry.model import Actor, ApiKey, Tenant, TenantDeletion
     from headway.registry.store import RegistryStore
     from headway.settings import Settings
 
@@ -249,46 +249,74 @@ def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
 def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """Delete a tenant: its keys are refused at once; its files, batches and Redis cache
     entries (its shared group's, if it is in one) go with it; its usage ledger rows are
-    kept (they are what it is billed for)."""
+    kept (they are what it is billed for, under its id, which no later tenant gets)."""
+    from headway.registry.model import TenantDeletion
+
     registry, actor = _registry(config, data_dir)
     with _refusals_exit():
         tenant = registry.delete_tenant(name, actor=actor)
-    blobs = _forget_tenant(settings_from(config, data_dir=data_dir), tenant.name)
+    deletion = TenantDeletion(tenant.id, tenant.name, 0.0, None, None)
+    finished = _finish_deletions(settings_from(config, data_dir=data_dir), registry, [deletion])
+    if not finished:
+        typer.echo(
+            f"tenant {tenant.name} deleted and its keys revoked; deleting its files and batches"
+            " failed (logged above): run `headway tenants finish-deletions` (or let a gateway"
+            " finish it); its name stays taken until then",
+            err=True,
+        )
+        raise typer.Exit(1)
     typer.echo(
-        f"tenant {tenant.name} deleted; its keys are revoked, its files and batches deleted "
-        f"({blobs} stored files), its usage is kept"
+        f"tenant {tenant.name} (id {tenant.id}) deleted; its keys are revoked, its files and"
+        " batches deleted, its usage is kept"
     )
 
 
-def _forget_tenant(settings: Settings, tenant: str) -> int:
-    """What the tenant left outside the registry (``gateway/batches/tenants.py`` does the
-    same for ``DELETE /admin/tenants/{name}``); how many stored files went."""
+@tenants_app.command("finish-deletions")
+def tenants_finish_deletions(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+    """Finish deleting what deleted tenants left outside the registry (files, batches,
+    cache entries) where a deletion stopped part-way; exits 1 if one still fails."""
+    registry, _ = _registry(config, data_dir)
+    pending = registry.tenant_deletions()
+    finished = _finish_deletions(settings_from(config, data_dir=data_dir), registry, pending)
+    typer.echo(f"{finished} of {len(pending)} unfinished tenant deletions finished")
+    raise typer.Exit(0 if finished == len(pending) else 1)
+
+
+def _finish_deletions(
+    settings: Settings, registry: RegistryStore, deletions: list[TenantDeletion]
+) -> int:
+    """``gateway/batches/tenants.py`` on this process's stores; how many finished."""
     import asyncio
 
     from headway.batches.filestore import DirectoryFileStore
     from headway.batches.open import open_batch_store
     from headway.cache.redis_tier import RedisCache
     from headway.cache.scopes import Scopes
+    from headway.gateway.batches.tenants import TenantData
 
-    store = open_batch_store(settings)
-    try:
-        digests = store.delete_tenant(tenant)
-    finally:
-        store.close()
-    files = DirectoryFileStore(settings.files_dir)
-    for digest in digests:
-        files.delete(digest)
     cache = settings.gateway.cache
+    shared = None
     if settings.redis_url and cache.redis:
         shared = RedisCache(settings.redis_url, ttl_s=cache.redis_ttl_s)
 
-        async def drop() -> None:
+    async def forget(tenant: str) -> None:
+        if shared is not None:
             for scope in Scopes(cache.shared_groups).holding(tenant):
                 await shared.drop_scope(scope)
-            await shared.close()
 
-        asyncio.run(drop())
-    return len(digests)
+    async def finish_all() -> int:
+        data = TenantData(registry, store, DirectoryFileStore(settings.files_dir), forget)
+        try:
+            return sum([await data.finish(deletion) for deletion in deletions])
+        finally:
+            if shared is not None:
+                await shared.close()
+
+    store = open_batch_store(settings)
+    try:
+        return asyncio.run(finish_all())
+    finally:
+        store.close()
 
 
 @tenants_app.command("keys")
@@ -368,6 +396,7 @@ def tenants_demo(
     import time
 
     from headway.registry.demo import DEMO_KEYS, DEMO_TENANTS, live_demo_keys, plan_removal
+    from headway.registry.model import TenantDeletion
 
     registry, actor = _registry(config, data_dir)
     live = live_demo_keys(registry.snapshot())
@@ -385,8 +414,9 @@ def tenants_demo(
             typer.echo(f"admin key {record.key_id} created to replace the demo one (shown once):")
             typer.echo(key)
         for name in plan.delete_tenants:
-            registry.delete_tenant(name, actor=actor)
-            _forget_tenant(settings, name)
+            tenant = registry.delete_tenant(name, actor=actor)
+            deletion = TenantDeletion(tenant.id, tenant.name, 0.0, None, None)
+            _finish_deletions(settings, registry, [deletion])
             typer.echo(f"demo tenant {name} deleted")
         for key_id in plan.revoke_keys:
             registry.revoke_key(key_id, actor=actor)

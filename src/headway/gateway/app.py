@@ -39,7 +39,7 @@ from headway.gateway.batches import files
 from headway.gateway.batches.lines import PATHS as LINE_PATHS
 from headway.gateway.batches.lines import executor_identify
 from headway.gateway.batches.parts import BatchParts
-from headway.gateway.batches.tenants import TenantData
+from headway.gateway.batches.tenants import FINISH_EVERY_S, TenantData
 from headway.gateway.console import routes as console
 from headway.gateway.endpoints import tei
 from headway.gateway.endpoints.base import Endpoint
@@ -93,7 +93,15 @@ def build_gateway_app(
     ``embed_models``: what serves an embedding request that names no model (TEI's), in
     order (empty: the last of ``rerank_models``, the embedding model rerank falls back to)."""
     tracing = tracing or ProcessTracing()
-    documented = gateway_routes(service, rerank_models, batches, prices, weights, embed_models)
+    tenant_data = TenantData(
+        service.registry,
+        None if batches is None else batches.store,
+        None if batches is None else batches.files,
+        service.cache.forget_tenant,
+    )
+    documented = gateway_routes(
+        service, rerank_models, batches, prices, weights, embed_models, tenant_data
+    )
     edge = Edge(
         Router(d.route for d in documented),
         max_body_bytes=service.settings.limits.max_body_bytes,
@@ -109,7 +117,13 @@ def build_gateway_app(
 
         closing.append(close_batch_store)
     closing.append(tracing.close)
-    return App(edge, on_startup=[service.start, tracing.start], on_shutdown=closing)
+
+    async def finish_deletions() -> None:
+        service.run_every("tenant_deletions", FINISH_EVERY_S, tenant_data.finish_pending)
+
+    return App(
+        edge, on_startup=[service.start, finish_deletions, tracing.start], on_shutdown=closing
+    )
 
 
 def gateway_routes(
@@ -119,12 +133,14 @@ def gateway_routes(
     prices: PriceBook | None = None,
     weights: WeightsParts | None = None,
     embed_models: Sequence[str] = (),
+    tenant_data: TenantData | None = None,
 ) -> list[DocumentedRoute]:
     parts = service.parts()
     snapshots, pools = service.snapshots, service.pools
     ledger, wall_clock = service.usage_ledger, service.meter.wall_clock
     admin_usage = usage.admin_usage(snapshots, ledger, wall_clock)
-    admin = AdminParts(snapshots, service.registry, TenantData(batches, service.cache).delete)
+    tenant_data = tenant_data or TenantData(service.registry)
+    admin = AdminParts(snapshots, service.registry, tenant_data.finish)
     embeddings, rerank = Embeddings(), Rerank(rerank_models)
     documented = [
         DocumentedRoute(

@@ -164,8 +164,11 @@ class Replicas(msgspec.Struct):
 
 class UsageEntry(msgspec.Struct):
     """Billable usage of one tenant in one period (``group_by=hour|day``), or of one
-    model version over the whole range (``group_by=model``)."""
+    model version over the whole range (``group_by=model``). A tenant is its id: one
+    created with a deleted tenant's name has usage of its own (0: usage recorded, by
+    name, before usage carried tenant ids)."""
 
+    tenant_id: int
     tenant: str
     period_start: str
     """RFC 3339, UTC: the hour's or the day's start; for ``model``, the range's start."""

@@ -15,6 +15,8 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
     usage_ledger_open  until the ledger /v1/usage reads opens (its database may be late)
     console_history    the console's samples of each pool's admission state (1 s)
+    tenant_deletions   finish deleting what deleted tenants left outside the registry
+                       (the app's: ``gateway/batches/tenants.py``, added by ``run_every``)
 
 The routes get ``parts()`` (``PathParts``), never the service itself.
 """
@@ -26,7 +28,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from headway.background import Background
+from headway.background import Background, Step
 from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.gateway.admission.controller import AdmissionConfig
@@ -225,6 +227,10 @@ class GatewayService:
         if self._heartbeat is not None:
             await self._heartbeat()
             background.every("quota_heartbeat", settings.quota.heartbeat_s, self._heartbeat)
+
+    def run_every(self, name: str, interval_s: float, step: Step) -> None:
+        """A periodic loop of a part the app owns, run (and stopped) with the service's."""
+        self._background.every(name, interval_s, step)
 
     async def stop(self) -> None:
         await self._background.stop()

@@ -3,11 +3,13 @@
 Query: ``start`` (required) and ``end`` (default: now), each a date (``2026-11-01``,
 midnight UTC) or an RFC 3339 time with its offset (``2026-11-01T10:00:00Z``); ``end``
 is exclusive and after ``start``, at most ``MAX_RANGE_DAYS`` later; ``group_by`` is
-``hour``, ``day`` (the default) or ``model``; ``/admin/usage`` also takes ``tenant``.
-Hours are the ledger's unit: the range covers every hour that starts in it (a
-``start`` inside an hour includes that hour). Anything else is a 422 that says what
-is wrong. A tenant never sees another's usage: its key chooses the tenant, and
-``/v1/usage`` takes no ``tenant``.
+``hour``, ``day`` (the default) or ``model``; ``/admin/usage`` also takes ``tenant``
+(a name: the tenant of that name now) or ``tenant_id`` (any id, a deleted tenant's
+too; 0 is the usage recorded by name before usage carried ids). Hours are the
+ledger's unit: the range covers every hour that starts in it (a ``start`` inside an
+hour includes that hour). Anything else is a 422 that says what is wrong. A tenant
+never sees another's usage: its key chooses the tenant, by id, so a tenant created
+with a deleted one's name starts with none; ``/v1/usage`` takes no ``tenant``.
 """
 
 from __future__ import annotations
@@ -29,8 +31,13 @@ from headway.utc import rfc3339
 log = logging.getLogger(__name__)
 
 MAX_RANGE_DAYS = 366
+MAX_TENANT_ID = 2**63 - 1
 GROUPS: tuple[str, ...] = get_args(GroupBy)
 _PARAMETERS = {"start", "end", "group_by"}
+_ADMIN_PARAMETERS = _PARAMETERS | {"tenant", "tenant_id"}
+
+TenantNamed = Callable[[str], int | None]
+"""The id of the tenant of that name now (None: there is none)."""
 
 
 def parse_time(value: str, name: str) -> float:
@@ -50,11 +57,20 @@ def parse_time(value: str, name: str) -> float:
         ) from exc
 
 
+def _nobody(name: str) -> int | None:
+    return None
+
+
 def usage_query(
-    params: Mapping[str, Sequence[str]], tenant: str | None, now: float, *, admin: bool
+    params: Mapping[str, Sequence[str]],
+    tenant_id: int | None,
+    now: float,
+    *,
+    admin: bool,
+    tenant_named: TenantNamed = _nobody,
 ) -> UsageQuery:
     """The query of ``params``, checked (``ValidationFailed`` says what is wrong)."""
-    one = one_each(params, _PARAMETERS | ({"tenant"} if admin else set()))
+    one = one_each(params, _ADMIN_PARAMETERS if admin else _PARAMETERS)
     if "start" not in one:
         raise ValidationFailed("start is required: a date (2026-11-01) or an RFC 3339 time")
     start = parse_time(one["start"], "start")
@@ -67,13 +83,37 @@ def usage_query(
     if group_by not in GROUPS:
         raise ValidationFailed(f"group_by {group_by[:20]!r} is not one of {', '.join(GROUPS)}")
     if admin:
-        tenant = one.get("tenant") or None
-    return UsageQuery(start, end, cast(GroupBy, group_by), tenant)
+        tenant_id = _asked_tenant(one, tenant_named)
+    return UsageQuery(start, end, cast(GroupBy, group_by), tenant_id)
+
+
+def _asked_tenant(one: Mapping[str, str], tenant_named: TenantNamed) -> int | None:
+    """The operator's ``tenant`` (a name, now) or ``tenant_id``; None: every tenant."""
+    if "tenant" in one and "tenant_id" in one:
+        raise ValidationFailed("give tenant or tenant_id, not both")
+    if "tenant_id" in one:
+        value = one["tenant_id"]
+        if not (value.isascii() and value.isdigit() and len(value) <= 19):
+            raise ValidationFailed(f"tenant_id {value[:40]!r} is not a whole number")
+        if int(value) > MAX_TENANT_ID:
+            raise ValidationFailed(f"tenant_id must be at most {MAX_TENANT_ID}")
+        return int(value)
+    name = one.get("tenant") or None
+    if name is None:
+        return None
+    found = tenant_named(name)
+    if found is None:
+        raise ValidationFailed(
+            f"no tenant is named {name[:64]!r} now; ask for a deleted tenant's usage by "
+            "its tenant_id"
+        )
+    return found
 
 
 def usage_answer(query: UsageQuery, rows: Sequence[UsageRow]) -> schemas.Usage:
     data = [
         schemas.UsageEntry(
+            row.tenant_id,
             row.tenant,
             rfc3339(row.period),
             row.alias,
@@ -96,7 +136,7 @@ def tenant_usage(
 ) -> Handler:
     async def handle(request: Request) -> Response:
         tenant = require_tenant(authenticate(request.headers, snapshots.current))
-        query = usage_query(request.query(), tenant.name, wall_clock(), admin=False)
+        query = usage_query(request.query(), tenant.id, wall_clock(), admin=False)
         return await _answer(query, ledger)
 
     return handle
@@ -105,7 +145,14 @@ def tenant_usage(
 def admin_usage(snapshots: Snapshots, ledger: LedgerOf, wall_clock: Callable[[], float]) -> Handler:
     async def handle(request: Request) -> Response:
         require_admin(authenticate(request.headers, snapshots.current))
-        query = usage_query(request.query(), None, wall_clock(), admin=True)
+
+        def tenant_named(name: str) -> int | None:
+            tenant = snapshots.current.tenants.get(name)
+            return None if tenant is None else tenant.id
+
+        query = usage_query(
+            request.query(), None, wall_clock(), admin=True, tenant_named=tenant_named
+        )
         return await _answer(query, ledger)
 
     return handle
@@ -152,13 +199,22 @@ def query_parameters(admin: bool) -> list[dict[str, Any]]:
         },
     ]
     if admin:
-        described.append(
+        described += [
             {
                 "name": "tenant",
                 "in": "query",
                 "required": False,
                 "schema": {"type": "string"},
-                "description": "One tenant's usage (default: every tenant's).",
-            }
-        )
+                "description": "The usage of the tenant of that name now (default: every "
+                "tenant's).",
+            },
+            {
+                "name": "tenant_id",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 0, "maximum": MAX_TENANT_ID},
+                "description": "One tenant's usage by its id, a deleted tenant's too (0: "
+                "usage recorded by name before usage carried tenant ids). Not with tenant.",
+            },
+        ]
     return described

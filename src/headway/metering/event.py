@@ -9,6 +9,14 @@ operator can read a stream or a dead letter with any tool.
 ``billable`` is False for work we refunded: our failure (5xx), shed after the quota
 was charged, our deadline. Those events still reach the ledger (an operator sees
 the work we did and gave back) but never its aggregates, nor an invoice.
+
+The tenant is ``tenant_id``, its registry id: immutable and never given to another
+tenant, so a tenant created with a deleted one's name starts with no usage. ``tenant``
+is its name, for display. Events of schema 1 (written before events carried the id,
+still in an outbox or the stream while a deployment upgrades) decode with
+``tenant_id`` = ``LEGACY_TENANT_ID``: they are billed, under their name, like the
+ledger rows written then (``billing/ledger/migrations.py`` says how an operator
+assigns them to a tenant id). Nothing of an old event is dropped, nor guessed.
 """
 
 from __future__ import annotations
@@ -18,7 +26,11 @@ from typing import Literal
 import msgspec
 
 Endpoint = Literal["embeddings", "rerank"]
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+LEGACY_SCHEMA = 1
+"""Events without ``tenant_id``; still decoded (see the module's docstring)."""
+LEGACY_TENANT_ID = 0
+"""The tenant id of usage recorded before events carried one (registry ids start at 1)."""
 
 
 class MalformedEvent(ValueError):
@@ -28,7 +40,11 @@ class MalformedEvent(ValueError):
 class UsageEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     request_id: str
     """Ours (the edge's ``X-Request-Id``): the key of the outbox, the stream and the ledger."""
+    tenant_id: int
+    """The tenant's registry id: what the ledger keys usage by (``LEGACY_TENANT_ID``
+    only in a schema 1 event)."""
     tenant: str
+    """The tenant's name when it was served: for display (a name can be re-created)."""
     key_id: str
     """An id of the API key (a prefix of its digest), never the key itself."""
     endpoint: Endpoint
@@ -63,8 +79,33 @@ class UsageEvent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return int(self.at // 3600) * 3600
 
 
+class _EventV1(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Schema 1, as the gateways before tenant ids wrote it (never edited: it is what
+    they wrote)."""
+
+    request_id: str
+    tenant: str
+    key_id: str
+    endpoint: Endpoint
+    alias: str
+    version: str
+    tier: Literal["interactive", "batch"]
+    texts: int
+    tokens: int
+    outcome: str
+    billable: bool
+    queue_s: float
+    inference_s: float
+    total_s: float
+    gateway_id: str
+    at: float
+    schema: int = LEGACY_SCHEMA
+    trace_id: str = ""
+
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(UsageEvent)
+_legacy_decoder = msgspec.json.Decoder(_EventV1)
 
 
 def encode(event: UsageEvent) -> bytes:
@@ -76,16 +117,35 @@ def decode(data: bytes) -> UsageEvent:
     try:
         event = _decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise MalformedEvent(str(exc)) from exc
+        legacy = _legacy(data)
+        if legacy is None:
+            raise MalformedEvent(str(exc)) from exc
+        event = legacy
     problem = _problem(event)
     if problem:
         raise MalformedEvent(problem)
     return event
 
 
+def _legacy(data: bytes) -> UsageEvent | None:
+    """A schema 1 event as a ``UsageEvent`` of ``LEGACY_TENANT_ID``; None if it is not one."""
+    try:
+        old = _legacy_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if old.schema != LEGACY_SCHEMA:
+        return None  # a newer event that lacks its tenant id: the first error says so
+    fields = {name: getattr(old, name) for name in old.__struct_fields__}
+    return UsageEvent(tenant_id=LEGACY_TENANT_ID, **fields)
+
+
 def _problem(event: UsageEvent) -> str | None:
-    if event.schema != SCHEMA_VERSION:
+    if event.schema not in (LEGACY_SCHEMA, SCHEMA_VERSION):
         return f"schema {event.schema} is not {SCHEMA_VERSION}"
+    if (event.schema == LEGACY_SCHEMA) != (event.tenant_id == LEGACY_TENANT_ID):
+        return f"tenant_id {event.tenant_id} in an event of schema {event.schema}"
+    if event.tenant_id < 0 or event.tenant_id >= 2**63:
+        return f"tenant_id {event.tenant_id} is not a registry id"
     if not event.request_id or not event.tenant or not event.version:
         return "request_id, tenant and version must not be empty"
     if event.texts < 0 or event.tokens < 0:

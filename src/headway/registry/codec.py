@@ -26,6 +26,7 @@ from headway.registry.model import (
     Split,
     Sticky,
     Tenant,
+    TenantDeletion,
 )
 from headway.registry.rules import tier_of
 
@@ -41,11 +42,26 @@ def tenant_of(row: Row) -> Tenant:
 
 def tenant_json(tenant: Tenant) -> JsonDict:
     return {
+        "id": tenant.id,
         "name": tenant.name,
         "tier": tenant.tier,
         "rate_texts_per_s": tenant.rate_texts_per_s,
         "burst_texts": tenant.burst_texts,
     }
+
+
+DELETION_COLUMNS = "tenant_id, name, deleted_at, blobs, finished_at"
+
+
+def deletion_of(row: Row, parsed: Parse) -> TenantDeletion:
+    blobs = parsed(row[3])
+    return TenantDeletion(
+        int(row[0]),
+        row[1],
+        float(row[2]),
+        None if blobs is None else tuple(blobs),
+        None if row[4] is None else float(row[4]),
+    )
 
 
 KEY_COLUMNS = (

@@ -168,6 +168,35 @@ def _model_shapes() -> tuple[str, ...]:
     )
 
 
+def _tenant_ids_and_deletions(t: _Types, highest_ever: str) -> tuple[str, ...]:
+    """The highest tenant id ever given, so that none is given again (SQLite's ``INTEGER
+    PRIMARY KEY`` without ``AUTOINCREMENT`` gives the largest id plus one, the id of a
+    deleted newest tenant again; a Postgres identity does not, and is read too), and a
+    record of each deletion whose data outside the registry is still to delete. On SQLite
+    the ids of tenants deleted before this migration are not known (the audit log did not
+    record ids), so only the tenants there now count; nothing was keyed by such an id yet
+    (usage carries ids only from code that opened, so migrated, the registry)."""
+    return (
+        f"ALTER TABLE registry_state ADD COLUMN last_tenant_id {t.big} NOT NULL DEFAULT 0",
+        f"UPDATE registry_state SET last_tenant_id = {highest_ever}",
+        f"""CREATE TABLE tenant_deletions (
+            tenant_id {t.big} PRIMARY KEY,
+            name TEXT NOT NULL,
+            deleted_at {t.real} NOT NULL,
+            blobs {t.json},
+            finished_at {t.real}
+        )""",
+        "CREATE INDEX tenant_deletions_pending ON tenant_deletions (name)"
+        " WHERE finished_at IS NULL",
+    )
+
+
+_MAX_TENANT_ID = "(SELECT COALESCE(MAX(id), 0) FROM tenants)"
+_POSTGRES_HIGHEST_TENANT_ID = (
+    f"GREATEST({_MAX_TENANT_ID},"
+    " COALESCE(pg_sequence_last_value(pg_get_serial_sequence('tenants', 'id')), 0))"
+)
+
 # No code path updates or deletes an audit entry; these make the database refuse it too.
 _SQLITE_APPEND_ONLY = tuple(
     f"""CREATE TRIGGER audit_log_no_{verb.lower()} BEFORE {verb} ON audit_log
@@ -217,6 +246,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         "each model's token limit and the narrower widths it was trained for (Matryoshka)",
         sqlite=_model_shapes(),
         postgres=_model_shapes(),
+    ),
+    # 7 is another branch's (tenant limits): the numbers are put in order when both merge.
+    Migration(
+        8,
+        "tenant ids never given twice; a record of each tenant deletion to finish",
+        sqlite=_tenant_ids_and_deletions(SQLITE, _MAX_TENANT_ID),
+        postgres=_tenant_ids_and_deletions(POSTGRES, _POSTGRES_HIGHEST_TENANT_ID),
     ),
 )
 

@@ -39,10 +39,28 @@ ObservedRole = Literal["primary", "candidate", "shadow"]
 @dataclass(frozen=True, slots=True)
 class Tenant:
     id: int
+    """Given once, never to another tenant (not even after this one is deleted): what its
+    usage, and anything else that must not pass to a later tenant of its name, is keyed by."""
     name: str
     tier: Tier
     rate_texts_per_s: float
     burst_texts: float
+
+
+@dataclass(frozen=True, slots=True)
+class TenantDeletion:
+    """The record of a deleted tenant, written in the deletion's transaction: what it left
+    outside the registry (batches, files, cache entries, keyed by its name there) is
+    deleted from it, by whoever finishes it first, as many times as it takes."""
+
+    tenant_id: int
+    name: str
+    deleted_at: float
+    blobs: tuple[str, ...] | None
+    """The stored contents its files named, listed before its file records went, to
+    delete where no other file names them; None: not listed yet."""
+    finished_at: float | None
+    """None: still to finish (its name cannot be given to a new tenant until then)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,12 @@ audit entry.
 from __future__ import annotations
 
 from headway.registry.codec import (
+    DELETION_COLUMNS,
     MODEL_COLUMNS,
     ROLLOUT_COLUMNS,
     SPLIT_COLUMNS,
     TENANT_COLUMNS,
+    deletion_of,
     model_of,
     rollout_of,
     split_of,
@@ -35,6 +37,7 @@ from headway.registry.model import (
     Rollout,
     Split,
     Tenant,
+    TenantDeletion,
     key_id_of,
 )
 
@@ -62,6 +65,33 @@ def ever_held_principals(tx: Tx) -> bool:
 def tenant(tx: Tx, name: str) -> Tenant | None:
     row = tx.one(f"SELECT {TENANT_COLUMNS} FROM tenants WHERE name = ?", (name,))
     return None if row is None else tenant_of(row)
+
+
+def next_tenant_id(tx: Tx) -> int:
+    """An id no tenant ever had, recorded as the highest given (in a write: it holds the
+    lock). Above every id there now too: a tenant another writer added without it."""
+    given = tx.one("SELECT last_tenant_id FROM registry_state WHERE id = 1")
+    present = tx.one("SELECT COALESCE(MAX(id), 0) FROM tenants")
+    assert given is not None and present is not None, "migration 5 inserts the one row"
+    tenant_id = max(int(given[0]), int(present[0])) + 1
+    tx.execute("UPDATE registry_state SET last_tenant_id = ? WHERE id = 1", (tenant_id,))
+    return tenant_id
+
+
+def deletions(tx: Tx, *, name: str | None = None, pending: bool = True) -> list[TenantDeletion]:
+    """Oldest first; ``pending``: only those not finished; ``name``: only of that name."""
+    where = ["finished_at IS NULL"] if pending else []
+    params: list[str] = []
+    if name is not None:
+        where.append("name = ?")
+        params.append(name)
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = tx.all(
+        f"SELECT {DELETION_COLUMNS} FROM tenant_deletions{condition}"
+        " ORDER BY deleted_at, tenant_id",
+        params,
+    )
+    return [deletion_of(row, tx.parsed) for row in rows]
 
 
 def existing_tenant(tx: Tx, name: str) -> Tenant:

@@ -37,6 +37,7 @@ from headway.registry.model import (
     Snapshot,
     Split,
     Tenant,
+    TenantDeletion,
 )
 
 
@@ -100,6 +101,10 @@ class RegistryReads:
     def tenant(self, name: str) -> Tenant:
         with self._dialect.read() as tx:
             return q.existing_tenant(tx, name)
+
+    def tenant_deletions(self, *, pending: bool = True) -> list[TenantDeletion]:
+        with self._dialect.read() as tx:
+            return q.deletions(tx, pending=pending)
 
     def keys(self, tenant: str | None) -> list[ApiKey]:
         order = "ORDER BY k.created_at DESC, k.key_id DESC"

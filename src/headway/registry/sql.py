@@ -20,12 +20,14 @@ from dataclasses import replace
 
 from headway.registry import queries as q
 from headway.registry.codec import (
+    DELETION_COLUMNS,
     KEY_COLUMNS,
     LIVE_KEY,
     MODEL_COLUMNS,
     OBSERVATION_COLUMNS,
     JsonDict,
     api_key_of,
+    deletion_of,
     key_json,
     model_json,
     model_row,
@@ -41,8 +43,10 @@ from headway.registry.errors import (
     InvalidRollout,
     InvalidSplit,
     LastAdminKey,
+    TenantBeingDeleted,
     UnknownKey,
     UnknownModel,
+    UnknownTenant,
 )
 from headway.registry.keys import new_key
 from headway.registry.migrations import migrate
@@ -58,6 +62,7 @@ from headway.registry.model import (
     RolloutState,
     Split,
     Tenant,
+    TenantDeletion,
     Tier,
 )
 from headway.registry.reads import RegistryReads
@@ -172,9 +177,47 @@ class SqlRegistry(RegistryReads):
                     q.put_split(tx, replace(split, pins=kept), self._clock())
             tx.execute("DELETE FROM api_keys WHERE tenant_id = ?", (tenant.id,))
             tx.execute("DELETE FROM tenants WHERE id = ?", (tenant.id,))
+            tx.execute(
+                "INSERT INTO tenant_deletions (tenant_id, name, deleted_at) VALUES (?, ?, ?)",
+                (tenant.id, name, self._clock()),
+            )
             before = {**tenant_json(tenant), "key_ids": sorted(key_ids), "pins": pins}
             self._record(tx, actor, "tenant.delete", f"tenant:{name}", before, None)
         return tenant
+
+    def list_deletion_blobs(self, tenant_id: int, blobs: tuple[str, ...]) -> TenantDeletion:
+        """Bookkeeping, as observations are (no audit entry, no change): the first list
+        recorded stays, so two finishers delete the same contents."""
+        with self._dialect.write(lock=False) as tx:
+            tx.execute(
+                "UPDATE tenant_deletions SET blobs = ? WHERE tenant_id = ? AND blobs IS NULL",
+                (tx.json(list(blobs)), tenant_id),
+            )
+            return _existing_deletion(tx, tenant_id)
+
+    def finish_deletion(self, tenant_id: int, *, actor: Actor = SYSTEM) -> TenantDeletion:
+        with self._dialect.write() as tx:
+            before = _existing_deletion(tx, tenant_id)
+            if before.finished_at is not None:
+                return before
+            after = replace(before, finished_at=self._clock())
+            tx.execute(
+                "UPDATE tenant_deletions SET finished_at = ? WHERE tenant_id = ?",
+                (after.finished_at, tenant_id),
+            )
+            self._record(
+                tx,
+                actor,
+                "tenant.purge",
+                f"tenant:{before.name}",
+                {"id": tenant_id, "deleted_at": before.deleted_at, "finished_at": None},
+                {
+                    "id": tenant_id,
+                    "deleted_at": before.deleted_at,
+                    "finished_at": after.finished_at,
+                },
+            )
+        return after
 
     def rotate_key(
         self, tenant: str, *, actor: Actor = SYSTEM, overlap_s: float, key: str | None = None
@@ -513,14 +556,18 @@ class SqlRegistry(RegistryReads):
     ) -> Tenant:
         if q.tenant(tx, name) is not None:
             raise DuplicateTenant(f"tenant {name!r} already exists")
+        if q.deletions(tx, name=name):
+            raise TenantBeingDeleted(
+                f"the tenant named {name!r} was deleted and its batches, files and cache"
+                " entries are still being deleted; the name is free once that is finished"
+            )
         now = self._clock()
-        row = tx.one(
-            "INSERT INTO tenants (name, tier, rate_texts_per_s, burst_texts, created_at)"
-            " VALUES (?, ?, ?, ?, ?) RETURNING id",
-            (name, tier, rate, burst, now),
+        tenant = Tenant(q.next_tenant_id(tx), name, tier, rate, burst)
+        tx.execute(
+            "INSERT INTO tenants (id, name, tier, rate_texts_per_s, burst_texts, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (tenant.id, name, tier, rate, burst, now),
         )
-        assert row is not None
-        tenant = Tenant(int(row[0]), name, tier, rate, burst)
         created = q.insert_key(tx, key, tenant, "tenant", now)
         self._record(
             tx,
@@ -538,6 +585,15 @@ class SqlRegistry(RegistryReads):
             tx, actor, "admin_key.create", f"key:{created.key_id}", None, key_json(created)
         )
         return created
+
+
+def _existing_deletion(tx: Tx, tenant_id: int) -> TenantDeletion:
+    row = tx.one(
+        f"SELECT {DELETION_COLUMNS} FROM tenant_deletions WHERE tenant_id = ?", (tenant_id,)
+    )
+    if row is None:
+        raise UnknownTenant(f"no deleted tenant had the id {tenant_id}")
+    return deletion_of(row, tx.parsed)
 
 
 def _move_json(rollout: Rollout, version: str | None, split: Split | None) -> JsonDict:

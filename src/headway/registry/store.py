@@ -27,6 +27,7 @@ from headway.registry.model import (
     Snapshot,
     Split,
     Tenant,
+    TenantDeletion,
 )
 
 
@@ -43,6 +44,11 @@ class RegistryStore(Protocol):
 
     def tenant(self, name: str) -> Tenant:
         """``UnknownTenant`` if there is none of that name."""
+        ...
+
+    def tenant_deletions(self, *, pending: bool = True) -> list[TenantDeletion]:
+        """Deleted tenants, oldest deletion first; ``pending``: only those whose data
+        outside the registry is not yet deleted."""
         ...
 
     def keys(self, tenant: str | None) -> list[ApiKey]:
@@ -105,7 +111,22 @@ class RegistryStore(Protocol):
 
     def delete_tenant(self, name: str, *, actor: Actor) -> Tenant:
         """Removes the tenant and revokes every key of it at once; its pins go from every
-        split. The usage ledger is another store and keeps its rows (billing)."""
+        split; and records the deletion (``TenantDeletion``), all in one transaction. The
+        usage ledger is another store and keeps its rows (billing), keyed by the tenant's
+        id, which no later tenant gets. Until ``finish_deletion``, ``add_tenant`` refuses
+        the name (``TenantBeingDeleted``): what is keyed by name outside the registry
+        must be gone before a new tenant has the name."""
+        ...
+
+    def list_deletion_blobs(self, tenant_id: int, blobs: tuple[str, ...]) -> TenantDeletion:
+        """Record the stored contents a deleted tenant's files named, unless a list is
+        recorded already (that one stays); the deletion as it is now (``UnknownTenant``).
+        Neither audited nor a change: bookkeeping of the deletion's progress."""
+        ...
+
+    def finish_deletion(self, tenant_id: int, *, actor: Actor) -> TenantDeletion:
+        """Mark the deletion finished (audited ``tenant.purge``; again: nothing changes);
+        its name is free from then (``UnknownTenant`` for an id never deleted)."""
         ...
 
     def rotate_key(

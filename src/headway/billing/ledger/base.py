@@ -6,10 +6,16 @@ Two implementations keep the same contract: ``sqlite.py`` (embedded mode) and
 The invariant every implementation keeps: ``apply`` runs in **one transaction**:
 each event's ``request_id`` is inserted into ``processed_requests`` (primary key;
 a duplicate is dropped by ``ON CONFLICT DO NOTHING``), and only the rows that were
-new are added to ``hourly_usage`` keyed by ``(tenant, alias, version, endpoint,
-tier, hour)`` (billable events only). So a duplicate, a redelivery or a replay
-from any point changes nothing, and every aggregate equals the sum of its
+new are added to ``hourly_usage`` keyed by ``(tenant_id, tenant, alias, version,
+endpoint, tier, hour)`` (billable events only). So a duplicate, a redelivery or a
+replay from any point changes nothing, and every aggregate equals the sum of its
 billable processed events (``check_aggregates`` proves it).
+
+Usage belongs to a tenant id (the registry's, never reused): a tenant created with a
+deleted tenant's name has an id of its own and so no usage. The name rides along for
+display (one per id: the registry never renames a tenant); it tells apart only the
+legacy rows (``LEGACY_TENANT_ID``), recorded before events carried an id, until
+``adopt_legacy`` gives a name's legacy rows to a tenant id.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ class UsageQuery:
     end: float
     """Unix seconds, exclusive."""
     group_by: GroupBy
-    tenant: str | None
+    tenant_id: int | None
     """None: every tenant (the operator's view)."""
 
 
@@ -57,6 +63,7 @@ class UsageRow:
     """One row of ``GET /v1/usage``: ``period`` is the hour's or day's start (unix
     seconds, UTC) for ``hour``/``day``; for ``model`` it is the query's ``start``."""
 
+    tenant_id: int
     tenant: str
     period: int
     alias: str | None
@@ -71,6 +78,7 @@ class UsageRow:
 class HourlyUsage:
     """One aggregate row, as invoices and the export read it."""
 
+    tenant_id: int
     tenant: str
     alias: str
     version: str
@@ -86,12 +94,16 @@ class HourlyUsage:
 class ExportIntent:
     """One report to the external billing provider, recorded before it is sent.
 
-    ``key`` is the idempotency key: ``{tenant}:{hour}:{meter}:{revision}``. The first
-    report of a closed hour is revision 0; events that arrive after it (late) make a
-    further revision with only the difference, so the provider's sum is the ledger's.
+    ``key`` is the idempotency key: ``id={tenant_id}:{hour}:{meter}:{revision}``
+    (``{tenant}:{hour}:{meter}:{revision}``, by name, for intents recorded before
+    tenant ids, and for legacy rows; ``=`` is in no tenant name, so the two never
+    meet). The first report of a closed hour is revision 0; events that arrive after
+    it (late) make a further revision with only the difference, so the provider's sum
+    is the ledger's. A revision is the number of intents its (tenant, hour, meter) had.
     """
 
     key: str
+    tenant_id: int
     tenant: str
     hour: int
     meter: Literal["texts", "tokens"]
@@ -106,22 +118,32 @@ class Ledger(Protocol):
         ...
 
     async def usage(self, query: UsageQuery) -> list[UsageRow]:
-        """Billable usage in ``[start, end)``, grouped, ordered by tenant, period, alias."""
+        """Billable usage in ``[start, end)``, grouped, ordered by tenant id, name, period,
+        alias."""
         ...
 
-    async def hours(self, start: float, end: float, tenant: str | None) -> list[HourlyUsage]:
+    async def hours(self, start: float, end: float, tenant_id: int | None) -> list[HourlyUsage]:
         """The aggregate rows of the hours a query of ``[start, end)`` covers: from the hour
-        holding ``start`` to the last hour that starts before ``end``."""
+        holding ``start`` to the last hour that starts before ``end``; ordered by hour,
+        then by key."""
         ...
 
     async def plan_exports(self, closed_before: float) -> list[ExportIntent]:
-        """In one transaction, record a new intent for every (tenant, hour, meter) of an hour
-        that ended by ``closed_before`` (``hour + 3600 <= closed_before``) whose aggregate
-        exceeds what its intents already report; return every intent not yet marked sent,
-        oldest first."""
+        """In one transaction, record a new intent for every (tenant_id, tenant, hour,
+        meter) of an hour that ended by ``closed_before`` (``hour + 3600 <= closed_before``)
+        whose aggregate exceeds what its intents already report; return every intent not
+        yet marked sent, oldest first."""
         ...
 
     async def mark_sent(self, key: str, at: float) -> None: ...
+
+    async def adopt_legacy(self, tenant: str, tenant_id: int) -> int:
+        """In one transaction, give every legacy row (``LEGACY_TENANT_ID``) of the name
+        ``tenant`` (processed events, aggregates, export intents) to ``tenant_id``,
+        adding its aggregates to the id's rows of the same key; the events moved. Export
+        intents keep their keys: the provider counted them, and the id's next revisions
+        count them too, so nothing is reported twice."""
+        ...
 
     async def check_aggregates(self) -> list[str]:
         """Every aggregate row that is not the sum of its billable processed events,

@@ -8,6 +8,7 @@ contract's arithmetic, which the SQL ledgers reuse so that the three cannot disa
 - ``hourly_sums``: the new billable events, summed per aggregate key;
 - ``new_intents``: for every closed (tenant, hour, meter), the difference between the
   hour's total and what its intents already report, as the next revision;
+- ``intent_key``: an intent's idempotency key;
 - ``aggregate_problems``: what differs between aggregates recomputed from events and
   the stored ones, both ways.
 
@@ -20,7 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
+
+import msgspec
 
 from headway.billing.ledger.base import (
     Applied,
@@ -30,14 +33,18 @@ from headway.billing.ledger.base import (
     UsageQuery,
     UsageRow,
 )
-from headway.billing.ledger.errors import UnknownIntent
-from headway.metering.event import UsageEvent
+from headway.billing.ledger.errors import LedgerError, UnknownIntent
+from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
 
 Meter = Literal["texts", "tokens"]
 METERS: tuple[Meter, ...] = ("texts", "tokens")
 
-HourKey = tuple[str, str, str, str, str, int]
-"""An aggregate row's key: tenant, alias, version, endpoint, tier, hour."""
+HourKey = tuple[int, str, str, str, str, str, int]
+"""An aggregate row's key: tenant id, tenant, alias, version, endpoint, tier, hour."""
+HOUR: Final = 6
+"""The hour's place in a ``HourKey``."""
+Group = tuple[int, str, int]
+"""What is exported together: tenant id, tenant, hour."""
 Sums = tuple[int, int, int]
 """requests, texts, tokens."""
 
@@ -66,7 +73,15 @@ def first_of_each(events: Sequence[UsageEvent]) -> list[UsageEvent]:
 
 
 def hour_key(event: UsageEvent) -> HourKey:
-    return (event.tenant, event.alias, event.version, event.endpoint, event.tier, event.hour)
+    return (
+        event.tenant_id,
+        event.tenant,
+        event.alias,
+        event.version,
+        event.endpoint,
+        event.tier,
+        event.hour,
+    )
 
 
 def hourly_sums(new_events: Iterable[UsageEvent]) -> dict[HourKey, Sums]:
@@ -80,27 +95,47 @@ def hourly_sums(new_events: Iterable[UsageEvent]) -> dict[HourKey, Sums]:
     return dict(sorted(sums.items()))
 
 
+def intent_key(tenant_id: int, tenant: str, hour: int, meter: str, revision: int) -> str:
+    """``id={tenant_id}:…`` for a tenant id, ``{tenant}:…`` by name for legacy rows (as every
+    key was before tenant ids: the provider has those)."""
+    owner = tenant if tenant_id == LEGACY_TENANT_ID else f"id={tenant_id}"
+    return f"{owner}:{hour}:{meter}:{revision}"
+
+
 def new_intents(
-    totals: Mapping[tuple[str, int], tuple[int, int]],
-    reported: Mapping[tuple[str, int, str], tuple[int, int]],
+    totals: Mapping[Group, tuple[int, int]],
+    reported: Mapping[tuple[int, str, int, str], tuple[int, int]],
 ) -> list[ExportIntent]:
     """The intents to record now.
 
-    ``totals``: (tenant, closed hour) → (texts, tokens) summed over its aggregate rows.
-    ``reported``: (tenant, hour, meter) → (sum of quantities, number of intents).
-    A meter whose total exceeds what is reported gets revision ``number of intents``
-    with the difference; the provider's sum of revisions is then the ledger's total.
+    ``totals``: (tenant id, tenant, closed hour) → (texts, tokens) summed over its
+    aggregate rows. ``reported``: (tenant id, tenant, hour, meter) → (sum of quantities,
+    number of intents). A meter whose total exceeds what is reported gets the
+    difference, as the next revision of its key's owner: the number of intents of its
+    tenant id at that hour and meter (by name for legacy rows), so that a key is never
+    made twice, also after ``adopt_legacy`` gave an id intents keyed by name. The
+    provider's sum of revisions is then the ledger's total.
     """
+    by_id: dict[tuple[int, int, str], int] = {}
+    by_name: dict[tuple[str, int, str], int] = {}
+    for (tenant_id, tenant, hour, meter), (_, count) in reported.items():
+        by_id[(tenant_id, hour, meter)] = by_id.get((tenant_id, hour, meter), 0) + count
+        by_name[(tenant, hour, meter)] = by_name.get((tenant, hour, meter), 0) + count
     intents: list[ExportIntent] = []
-    for (tenant, hour), meter_totals in sorted(
-        totals.items(), key=lambda item: (item[0][1], item[0][0])
+    for (tenant_id, tenant, hour), meter_totals in sorted(
+        totals.items(), key=lambda item: (item[0][2], item[0][0], item[0][1])
     ):
         for meter, total in zip(METERS, meter_totals, strict=True):
-            quantity, revision = reported.get((tenant, hour, meter), (0, 0))
+            quantity, _ = reported.get((tenant_id, tenant, hour, meter), (0, 0))
             if total > quantity:
+                if tenant_id == LEGACY_TENANT_ID:
+                    revision = by_name.get((tenant, hour, meter), 0)
+                else:
+                    revision = by_id.get((tenant_id, hour, meter), 0)
                 intents.append(
                     ExportIntent(
-                        key=f"{tenant}:{hour}:{meter}:{revision}",
+                        key=intent_key(tenant_id, tenant, hour, meter, revision),
+                        tenant_id=tenant_id,
                         tenant=tenant,
                         hour=hour,
                         meter=meter,
@@ -112,13 +147,14 @@ def new_intents(
     return intents
 
 
-def unsent_order(intent: ExportIntent) -> tuple[int, str, str, int]:
-    return (intent.hour, intent.tenant, intent.meter, intent.revision)
+def unsent_order(intent: ExportIntent) -> tuple[int, int, str, str, int, str]:
+    return (intent.hour, intent.tenant_id, intent.tenant, intent.meter, intent.revision, intent.key)
 
 
 def keyed_sums(rows: Iterable[Sequence[Any]]) -> dict[HourKey, Sums]:
-    """Rows of (tenant, alias, version, endpoint, tier, hour, requests, texts, tokens)."""
-    return {(r[0], r[1], r[2], r[3], r[4], r[5]): (r[6], r[7], r[8]) for r in rows}
+    """Rows of (tenant id, tenant, alias, version, endpoint, tier, hour, requests, texts,
+    tokens)."""
+    return {(r[0], r[1], r[2], r[3], r[4], r[5], r[6]): (r[7], r[8], r[9]) for r in rows}
 
 
 def aggregate_problems(
@@ -140,17 +176,23 @@ def aggregate_problems(
     return problems
 
 
+def check_adoption(tenant_id: int) -> None:
+    """Legacy rows go to a registry id (1 and up), never to the legacy marker itself."""
+    if not 0 < tenant_id < 2**63:
+        raise LedgerError(f"tenant id {tenant_id} is not a registry id (1 and up)")
+
+
 def usage_rows(rows: Iterable[HourlyUsage], query: UsageQuery) -> list[UsageRow]:
     """``GET /v1/usage`` from aggregate rows already restricted to the query's hours."""
-    groups: dict[tuple[str, int, str | None, str | None], list[int]] = {}
+    groups: dict[tuple[int, str, int, str | None, str | None], list[int]] = {}
     for row in rows:
-        group: tuple[str, int, str | None, str | None]
+        group: tuple[int, str, int, str | None, str | None]
         if query.group_by == "hour":
-            group = (row.tenant, row.hour, None, None)
+            group = (row.tenant_id, row.tenant, row.hour, None, None)
         elif query.group_by == "day":
-            group = (row.tenant, row.hour - row.hour % 86400, None, None)
+            group = (row.tenant_id, row.tenant, row.hour - row.hour % 86400, None, None)
         else:
-            group = (row.tenant, floor_hour(query.start), row.alias, row.version)
+            group = (row.tenant_id, row.tenant, floor_hour(query.start), row.alias, row.version)
         sums = groups.setdefault(group, [0, 0, 0])
         sums[0] += row.requests
         sums[1] += row.texts
@@ -160,9 +202,9 @@ def usage_rows(rows: Iterable[HourlyUsage], query: UsageQuery) -> list[UsageRow]
 
 
 def _usage_order(
-    tenant: str, period: int, alias: str | None, version: str | None
-) -> tuple[str, int, str, str]:
-    return (tenant, period, alias or "", version or "")
+    tenant_id: int, tenant: str, period: int, alias: str | None, version: str | None
+) -> tuple[int, str, int, str, str]:
+    return (tenant_id, tenant, period, alias or "", version or "")
 
 
 class MemoryLedger:
@@ -186,29 +228,27 @@ class MemoryLedger:
         return Applied(new=len(new), duplicates=len(events) - len(new), dead=len(dead))
 
     async def usage(self, query: UsageQuery) -> list[UsageRow]:
-        return usage_rows(await self.hours(query.start, query.end, query.tenant), query)
+        return usage_rows(await self.hours(query.start, query.end, query.tenant_id), query)
 
-    async def hours(self, start: float, end: float, tenant: str | None) -> list[HourlyUsage]:
+    async def hours(self, start: float, end: float, tenant_id: int | None) -> list[HourlyUsage]:
         low, high = hour_range(start, end)
         return [
             HourlyUsage(*key, *sums)
-            for key, sums in sorted(self.hourly.items(), key=lambda item: (item[0][5], item[0]))
-            if low <= key[5] < high and tenant in (None, key[0])
+            for key, sums in sorted(self.hourly.items(), key=lambda item: (item[0][HOUR], item[0]))
+            if low <= key[HOUR] < high and tenant_id in (None, key[0])
         ]
 
     async def plan_exports(self, closed_before: float) -> list[ExportIntent]:
-        totals: dict[tuple[str, int], tuple[int, int]] = {}
-        for (tenant, _, _, _, _, hour), (_, texts, tokens) in self.hourly.items():
+        totals: dict[Group, tuple[int, int]] = {}
+        for (tenant_id, tenant, _, _, _, _, hour), (_, texts, tokens) in self.hourly.items():
             if hour + 3600 <= closed_before:
-                old = totals.get((tenant, hour), (0, 0))
-                totals[(tenant, hour)] = (old[0] + texts, old[1] + tokens)
-        reported: dict[tuple[str, int, str], tuple[int, int]] = {}
+                old = totals.get((tenant_id, tenant, hour), (0, 0))
+                totals[(tenant_id, tenant, hour)] = (old[0] + texts, old[1] + tokens)
+        reported: dict[tuple[int, str, int, str], tuple[int, int]] = {}
         for intent in self.intents.values():
-            quantity, count = reported.get((intent.tenant, intent.hour, intent.meter), (0, 0))
-            reported[(intent.tenant, intent.hour, intent.meter)] = (
-                quantity + intent.quantity,
-                count + 1,
-            )
+            group = (intent.tenant_id, intent.tenant, intent.hour, intent.meter)
+            quantity, count = reported.get(group, (0, 0))
+            reported[group] = (quantity + intent.quantity, count + 1)
         for intent in new_intents(totals, reported):
             self.intents[intent.key] = intent
         unsent = [intent for intent in self.intents.values() if intent.sent_at is None]
@@ -220,6 +260,23 @@ class MemoryLedger:
             raise UnknownIntent(f"no export intent has key {key!r}")
         if intent.sent_at is None:
             self.intents[key] = replace(intent, sent_at=at)
+
+    async def adopt_legacy(self, tenant: str, tenant_id: int) -> int:
+        check_adoption(tenant_id)
+        moved = 0
+        for request_id, event in self.processed.items():
+            if (event.tenant_id, event.tenant) == (LEGACY_TENANT_ID, tenant):
+                self.processed[request_id] = msgspec.structs.replace(event, tenant_id=tenant_id)
+                moved += 1
+        for key in sorted(k for k in self.hourly if k[:2] == (LEGACY_TENANT_ID, tenant)):
+            legacy = self.hourly.pop(key)
+            adopted: HourKey = (tenant_id, *key[1:])
+            old = self.hourly.get(adopted, (0, 0, 0))
+            self.hourly[adopted] = (old[0] + legacy[0], old[1] + legacy[1], old[2] + legacy[2])
+        for name, intent in self.intents.items():
+            if (intent.tenant_id, intent.tenant) == (LEGACY_TENANT_ID, tenant):
+                self.intents[name] = replace(intent, tenant_id=tenant_id)
+        return moved
 
     async def check_aggregates(self) -> list[str]:
         return aggregate_problems(hourly_sums(self.processed.values()), self.hourly)

@@ -8,6 +8,21 @@ at once apply each migration once. A database holding a version this code does n
 know raises ``SchemaTooNew`` rather than being written by older code.
 
 Migrations are never edited once released: a change is a new version at the end.
+
+Migration 2 keys usage by tenant id (the registry's, never reused), no longer by
+name: ``processed_requests``, ``hourly_usage`` and ``export_intents`` gain
+``tenant_id``, part of the aggregate's key. The ledger cannot know which tenant a row
+written before it belonged to (the registry is another database, and a name may have
+been deleted and created again since), so those rows get the **legacy marker**,
+``tenant_id`` 0 (``LEGACY_TENANT_ID``; registry ids start at 1), keep their name, and
+stay billed and exported under it, apart from every id. The mapping step is the
+operator's, once every gateway writes tenant ids: ``headway billing adopt-legacy
+--tenant NAME`` gives a name's legacy rows to the registry's tenant of that name (or
+to ``--tenant-id``), in one transaction (``Ledger.adopt_legacy``). Export intents
+recorded before keep their keys (``{tenant}:{hour}:{meter}:{revision}``); new ones of
+an id are ``id={tenant_id}:…``. The unique (tenant, hour, meter, revision) goes: a
+revision is now counted per key owner (``memory.new_intents``), and the key stays the
+primary key.
 """
 
 from __future__ import annotations
@@ -83,6 +98,66 @@ def _tables(blob: str, real: str, identity: str) -> tuple[str, ...]:
     )
 
 
+_TENANT_IDS_SQLITE = (
+    # processed_requests keeps its place: a column with a default is all SQLite adds.
+    "ALTER TABLE processed_requests ADD COLUMN tenant_id BIGINT NOT NULL DEFAULT 0",
+    "DROP INDEX processed_requests_tenant_hour",
+    "CREATE INDEX processed_requests_tenant_hour ON processed_requests (tenant_id, hour)",
+    # A new primary key, and no unique revision: SQLite rebuilds the two tables.
+    """CREATE TABLE hourly_usage_v2 (
+        tenant_id BIGINT NOT NULL,
+        tenant TEXT NOT NULL,
+        alias TEXT NOT NULL,
+        version TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        tier TEXT NOT NULL,
+        hour BIGINT NOT NULL,
+        requests BIGINT NOT NULL,
+        texts BIGINT NOT NULL,
+        tokens BIGINT NOT NULL,
+        PRIMARY KEY (tenant_id, tenant, alias, version, endpoint, tier, hour)
+    )""",
+    "INSERT INTO hourly_usage_v2 SELECT 0, tenant, alias, version, endpoint, tier, hour,"
+    " requests, texts, tokens FROM hourly_usage",
+    "DROP TABLE hourly_usage",
+    "ALTER TABLE hourly_usage_v2 RENAME TO hourly_usage",
+    "CREATE INDEX hourly_usage_hour ON hourly_usage (hour)",
+    """CREATE TABLE export_intents_v2 (
+        key TEXT PRIMARY KEY,
+        tenant_id BIGINT NOT NULL,
+        tenant TEXT NOT NULL,
+        hour BIGINT NOT NULL,
+        meter TEXT NOT NULL CHECK (meter IN ('texts', 'tokens')),
+        revision INTEGER NOT NULL,
+        quantity BIGINT NOT NULL CHECK (quantity > 0),
+        created_at REAL NOT NULL,
+        sent_at REAL
+    )""",
+    "INSERT INTO export_intents_v2 SELECT key, 0, tenant, hour, meter, revision, quantity,"
+    " created_at, sent_at FROM export_intents",
+    "DROP TABLE export_intents",
+    "ALTER TABLE export_intents_v2 RENAME TO export_intents",
+    "CREATE INDEX export_intents_unsent ON export_intents (hour) WHERE sent_at IS NULL",
+    "CREATE INDEX export_intents_owner ON export_intents (tenant_id, tenant, hour, meter)",
+)
+_TENANT_IDS_POSTGRES = (
+    *(
+        statement
+        for table in ("processed_requests", "hourly_usage", "export_intents")
+        for statement in (
+            f"ALTER TABLE {table} ADD COLUMN tenant_id BIGINT NOT NULL DEFAULT 0",
+            f"ALTER TABLE {table} ALTER COLUMN tenant_id DROP DEFAULT",
+        )
+    ),
+    "DROP INDEX processed_requests_tenant_hour",
+    "CREATE INDEX processed_requests_tenant_hour ON processed_requests (tenant_id, hour)",
+    "ALTER TABLE hourly_usage DROP CONSTRAINT hourly_usage_pkey",
+    "ALTER TABLE hourly_usage ADD PRIMARY KEY"
+    " (tenant_id, tenant, alias, version, endpoint, tier, hour)",
+    "ALTER TABLE export_intents DROP CONSTRAINT export_intents_tenant_hour_meter_revision_key",
+    "CREATE INDEX export_intents_owner ON export_intents (tenant_id, tenant, hour, meter)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -91,6 +166,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         postgres=_tables(
             "BYTEA", "DOUBLE PRECISION", "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
         ),
+    ),
+    Migration(
+        2,
+        "usage keyed by tenant id; rows written before get the legacy id 0 and keep their name",
+        sqlite=_TENANT_IDS_SQLITE,
+        postgres=_TENANT_IDS_POSTGRES,
     ),
 )
 

@@ -44,6 +44,7 @@ from headway.billing.ledger.base import (
 from headway.billing.ledger.errors import LedgerError, LedgerUnavailable, UnknownIntent
 from headway.billing.ledger.memory import (
     aggregate_problems,
+    check_adoption,
     first_of_each,
     floor_hour,
     hour_range,
@@ -52,7 +53,7 @@ from headway.billing.ledger.memory import (
     new_intents,
 )
 from headway.billing.ledger.migrations import migrate_postgres
-from headway.metering.event import UsageEvent
+from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
 
 T = TypeVar("T")
 
@@ -60,6 +61,7 @@ PLAN_LOCK_KEY = 0x6865_6164_7761_7A  # held by the one plan_exports running on a
 
 _EVENT_COLUMNS = (
     ("request_id", "text"),
+    ("tenant_id", "int8"),
     ("tenant", "text"),
     ("key_id", "text"),
     ("endpoint", "text"),
@@ -84,29 +86,42 @@ _INSERT_PROCESSED = (
     + ", ".join(f"${i}::{kind}[]" for i, (_, kind) in enumerate(_EVENT_COLUMNS, 1))
     + ") ON CONFLICT (request_id) DO NOTHING RETURNING request_id"
 )
-_KEY = "tenant, alias, version, endpoint, tier, hour"
-_ADD_HOURLY = (
-    f"INSERT INTO hourly_usage ({_KEY}, requests, texts, tokens)"
-    " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],"
-    " $6::int8[], $7::int8[], $8::int8[], $9::int8[])"
+_KEY = "tenant_id, tenant, alias, version, endpoint, tier, hour"
+_ORDER = "hour, tenant_id, tenant, alias, version, endpoint, tier"
+_ADD = (
     f" ON CONFLICT ({_KEY}) DO UPDATE SET"
     " requests = hourly_usage.requests + EXCLUDED.requests,"
     " texts = hourly_usage.texts + EXCLUDED.texts,"
     " tokens = hourly_usage.tokens + EXCLUDED.tokens"
 )
+_ADD_HOURLY = (
+    f"INSERT INTO hourly_usage ({_KEY}, requests, texts, tokens)"
+    " SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],"
+    f" $6::text[], $7::int8[], $8::int8[], $9::int8[], $10::int8[]){_ADD}"
+)
+_LEGACY = f"tenant_id = {LEGACY_TENANT_ID} AND tenant = $1"
+_ADOPT_ROWS = (
+    # The legacy rows summed into the id's, locked in key order (as ``apply`` locks them).
+    f"INSERT INTO hourly_usage ({_KEY}, requests, texts, tokens)"
+    " SELECT $2::int8, tenant, alias, version, endpoint, tier, hour, requests, texts, tokens"
+    f" FROM hourly_usage WHERE {_LEGACY} ORDER BY {_ORDER}{_ADD}"
+)
+_INTENT = "key, tenant_id, tenant, hour, meter, revision, quantity, sent_at"
 _INSERT_DEAD = (
     "INSERT INTO dead_letters (data, reason, source, recorded_at)"
     " SELECT *, $4::float8 FROM unnest($1::bytea[], $2::text[], $3::text[])"
 )
 _SUMS = "SUM(requests)::int8, SUM(texts)::int8, SUM(tokens)::int8"
-_IN_RANGE = "hour >= $1 AND hour < $2 AND ($3::text IS NULL OR tenant = $3)"
+_IN_RANGE = "hour >= $1 AND hour < $2 AND ($3::int8 IS NULL OR tenant_id = $3)"
 _USAGE = {
-    "hour": f"SELECT tenant, hour AS period, NULL, NULL, {_SUMS} FROM hourly_usage"
-    f" WHERE {_IN_RANGE} GROUP BY tenant, hour ORDER BY tenant, period",
-    "day": f"SELECT tenant, hour - hour % 86400 AS period, NULL, NULL, {_SUMS}"
-    f" FROM hourly_usage WHERE {_IN_RANGE} GROUP BY tenant, period ORDER BY tenant, period",
-    "model": f"SELECT tenant, $4::int8, alias, version, {_SUMS} FROM hourly_usage"
-    f" WHERE {_IN_RANGE} GROUP BY tenant, alias, version ORDER BY tenant, alias, version",
+    "hour": f"SELECT tenant_id, tenant, hour AS period, NULL, NULL, {_SUMS} FROM hourly_usage"
+    f" WHERE {_IN_RANGE} GROUP BY tenant_id, tenant, hour ORDER BY tenant_id, tenant, period",
+    "day": f"SELECT tenant_id, tenant, hour - hour % 86400 AS period, NULL, NULL, {_SUMS}"
+    f" FROM hourly_usage WHERE {_IN_RANGE} GROUP BY tenant_id, tenant, period"
+    " ORDER BY tenant_id, tenant, period",
+    "model": f"SELECT tenant_id, tenant, $4::int8, alias, version, {_SUMS} FROM hourly_usage"
+    f" WHERE {_IN_RANGE} GROUP BY tenant_id, tenant, alias, version"
+    " ORDER BY tenant_id, tenant, alias, version",
 }
 _UNAVAILABLE = (
     OSError,  # refused, reset, unreachable; TimeoutError is one
@@ -188,21 +203,21 @@ class PostgresLedger:
 
     async def usage(self, query: UsageQuery) -> list[UsageRow]:
         low, high = hour_range(query.start, query.end)
-        params: list[Any] = [low, high, query.tenant]
+        params: list[Any] = [low, high, query.tenant_id]
         if query.group_by == "model":
             params.append(floor_hour(query.start))
         rows = await self._run(lambda conn: conn.fetch(_USAGE[query.group_by], *params))
         return [UsageRow(*row) for row in rows]
 
-    async def hours(self, start: float, end: float, tenant: str | None) -> list[HourlyUsage]:
+    async def hours(self, start: float, end: float, tenant_id: int | None) -> list[HourlyUsage]:
         low, high = hour_range(start, end)
         rows = await self._run(
             lambda conn: conn.fetch(
                 f"SELECT {_KEY}, requests, texts, tokens FROM hourly_usage WHERE {_IN_RANGE}"
-                " ORDER BY hour, tenant, alias, version, endpoint, tier",
+                f" ORDER BY {_ORDER}",
                 low,
                 high,
-                tenant,
+                tenant_id,
             )
         )
         return [HourlyUsage(*row) for row in rows]
@@ -215,35 +230,36 @@ class PostgresLedger:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", PLAN_LOCK_KEY)
                 totals = await conn.fetch(
-                    "SELECT tenant, hour, SUM(texts)::int8, SUM(tokens)::int8 FROM hourly_usage"
-                    " WHERE hour + 3600 <= $1 GROUP BY tenant, hour",
+                    "SELECT tenant_id, tenant, hour, SUM(texts)::int8, SUM(tokens)::int8"
+                    " FROM hourly_usage WHERE hour + 3600 <= $1 GROUP BY tenant_id, tenant, hour",
                     closed,
                 )
                 reported = await conn.fetch(
-                    "SELECT tenant, hour, meter, SUM(quantity)::int8, COUNT(*)"
-                    " FROM export_intents WHERE hour + 3600 <= $1 GROUP BY tenant, hour, meter",
+                    "SELECT tenant_id, tenant, hour, meter, SUM(quantity)::int8, COUNT(*)"
+                    " FROM export_intents WHERE hour + 3600 <= $1"
+                    " GROUP BY tenant_id, tenant, hour, meter",
                     closed,
                 )
                 intents = new_intents(
-                    {(row[0], row[1]): (row[2], row[3]) for row in totals},
-                    {(row[0], row[1], row[2]): (row[3], row[4]) for row in reported},
+                    {(row[0], row[1], row[2]): (row[3], row[4]) for row in totals},
+                    {(row[0], row[1], row[2], row[3]): (row[4], row[5]) for row in reported},
                 )
                 if intents:
                     rows = [
-                        (i.key, i.tenant, i.hour, i.meter, i.revision, i.quantity) for i in intents
+                        (i.key, i.tenant_id, i.tenant, i.hour, i.meter, i.revision, i.quantity)
+                        for i in intents
                     ]
                     await conn.execute(
                         "INSERT INTO export_intents"
-                        " (key, tenant, hour, meter, revision, quantity, created_at)"
-                        " SELECT *, $7::float8 FROM unnest($1::text[], $2::text[], $3::int8[],"
-                        " $4::text[], $5::int4[], $6::int8[])",
+                        " (key, tenant_id, tenant, hour, meter, revision, quantity, created_at)"
+                        " SELECT *, $8::float8 FROM unnest($1::text[], $2::int8[], $3::text[],"
+                        " $4::int8[], $5::text[], $6::int4[], $7::int8[])",
                         *_transpose(rows),
                         now,
                     )
                 unsent = await conn.fetch(
-                    "SELECT key, tenant, hour, meter, revision, quantity, sent_at"
-                    " FROM export_intents WHERE sent_at IS NULL"
-                    " ORDER BY hour, tenant, meter, revision"
+                    f"SELECT {_INTENT} FROM export_intents WHERE sent_at IS NULL"
+                    " ORDER BY hour, tenant_id, tenant, meter, revision, key"
                 )
             return [ExportIntent(*row) for row in unsent]
 
@@ -263,6 +279,26 @@ class PostgresLedger:
 
         if not await self._run(mark):
             raise UnknownIntent(f"no export intent has key {key!r}")
+
+    async def adopt_legacy(self, tenant: str, tenant_id: int) -> int:
+        check_adoption(tenant_id)
+
+        async def adopt(conn: asyncpg.Connection) -> int:
+            async with conn.transaction():
+                moved: int = await conn.fetchval(
+                    "WITH moved AS (UPDATE processed_requests SET tenant_id = $2"
+                    f" WHERE {_LEGACY} RETURNING 1) SELECT COUNT(*) FROM moved",
+                    tenant,
+                    tenant_id,
+                )
+                await conn.execute(_ADOPT_ROWS, tenant, tenant_id)
+                await conn.execute(f"DELETE FROM hourly_usage WHERE {_LEGACY}", tenant)
+                await conn.execute(
+                    f"UPDATE export_intents SET tenant_id = $2 WHERE {_LEGACY}", tenant, tenant_id
+                )
+            return moved
+
+        return await self._run(adopt)
 
     async def check_aggregates(self) -> list[str]:
         """Both sides read from one snapshot (REPEATABLE READ), whatever commits meanwhile."""

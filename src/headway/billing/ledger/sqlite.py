@@ -39,6 +39,7 @@ from headway.billing.ledger.memory import (
     HourKey,
     Sums,
     aggregate_problems,
+    check_adoption,
     first_of_each,
     floor_hour,
     hour_range,
@@ -47,35 +48,52 @@ from headway.billing.ledger.memory import (
     new_intents,
 )
 from headway.billing.ledger.migrations import migrate_sqlite
-from headway.metering.event import UsageEvent
+from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
 from headway.sqlite_wal import enable_wal
 
 T = TypeVar("T")
 
 _INSERT_PROCESSED = (
-    "INSERT INTO processed_requests (request_id, tenant, key_id, endpoint, alias, version,"
-    " tier, texts, tokens, outcome, billable, queue_s, inference_s, total_s, gateway_id, at,"
-    " hour, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO processed_requests (request_id, tenant_id, tenant, key_id, endpoint, alias,"
+    " version, tier, texts, tokens, outcome, billable, queue_s, inference_s, total_s,"
+    " gateway_id, at, hour, recorded_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (request_id) DO NOTHING"
 )
-_ADD_HOURLY = (
-    "INSERT INTO hourly_usage (tenant, alias, version, endpoint, tier, hour, requests, texts,"
-    " tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (tenant, alias, version, endpoint, tier, hour) DO UPDATE SET"
+_KEY = "tenant_id, tenant, alias, version, endpoint, tier, hour"
+_ADD = (
+    " ON CONFLICT (tenant_id, tenant, alias, version, endpoint, tier, hour) DO UPDATE SET"
     " requests = requests + excluded.requests, texts = texts + excluded.texts,"
     " tokens = tokens + excluded.tokens"
 )
+_ADD_HOURLY = (
+    f"INSERT INTO hourly_usage ({_KEY}, requests, texts, tokens)"
+    f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?){_ADD}"
+)
 _USAGE = {
-    "hour": "SELECT tenant, hour AS period, NULL, NULL, {sums} FROM hourly_usage WHERE {where}"
-    " GROUP BY tenant, hour ORDER BY tenant, period",
-    "day": "SELECT tenant, hour - hour % 86400 AS period, NULL, NULL, {sums} FROM hourly_usage"
-    " WHERE {where} GROUP BY tenant, period ORDER BY tenant, period",
-    "model": "SELECT tenant, :period, alias, version, {sums} FROM hourly_usage WHERE {where}"
-    " GROUP BY tenant, alias, version ORDER BY tenant, alias, version",
+    "hour": "SELECT tenant_id, tenant, hour AS period, NULL, NULL, {sums} FROM hourly_usage"
+    " WHERE {where} GROUP BY tenant_id, tenant, hour ORDER BY tenant_id, tenant, period",
+    "day": "SELECT tenant_id, tenant, hour - hour % 86400 AS period, NULL, NULL, {sums}"
+    " FROM hourly_usage WHERE {where} GROUP BY tenant_id, tenant, period"
+    " ORDER BY tenant_id, tenant, period",
+    "model": "SELECT tenant_id, tenant, :period, alias, version, {sums} FROM hourly_usage"
+    " WHERE {where} GROUP BY tenant_id, tenant, alias, version"
+    " ORDER BY tenant_id, tenant, alias, version",
 }
 _SUMS = "SUM(requests), SUM(texts), SUM(tokens)"
-_IN_RANGE = "hour >= :low AND hour < :high AND (:tenant IS NULL OR tenant = :tenant)"
-_KEY = "tenant, alias, version, endpoint, tier, hour"
+_IN_RANGE = "hour >= :low AND hour < :high AND (:tenant IS NULL OR tenant_id = :tenant)"
+_ORDER = "hour, tenant_id, tenant, alias, version, endpoint, tier"
+_INTENT = "key, tenant_id, tenant, hour, meter, revision, quantity, sent_at"
+_LEGACY = f"tenant_id = {LEGACY_TENANT_ID} AND tenant = :tenant"
+_ADOPT = (
+    # Relative upserts into the id's rows, then the legacy rows go; ``WHERE true`` tells
+    # SQLite's parser that ON CONFLICT is the upsert's, not the join's.
+    f"INSERT INTO hourly_usage ({_KEY}, requests, texts, tokens)"
+    " SELECT :tenant_id, tenant, alias, version, endpoint, tier, hour, requests, texts, tokens"
+    f" FROM hourly_usage WHERE {_LEGACY} AND true ORDER BY {_ORDER}{_ADD}",
+    f"DELETE FROM hourly_usage WHERE {_LEGACY}",
+    f"UPDATE export_intents SET tenant_id = :tenant_id WHERE {_LEGACY}",
+)
 
 
 class SQLiteLedger:
@@ -144,19 +162,19 @@ class SQLiteLedger:
         params = {
             "low": low,
             "high": high,
-            "tenant": query.tenant,
+            "tenant": query.tenant_id,
             "period": floor_hour(query.start),
         }
         rows = await self._run(lambda db: db.execute(sql, params).fetchall())
         return [UsageRow(*row) for row in rows]
 
-    async def hours(self, start: float, end: float, tenant: str | None) -> list[HourlyUsage]:
+    async def hours(self, start: float, end: float, tenant_id: int | None) -> list[HourlyUsage]:
         low, high = hour_range(start, end)
         sql = (
             f"SELECT {_KEY}, requests, texts, tokens FROM hourly_usage WHERE {_IN_RANGE}"
-            " ORDER BY hour, tenant, alias, version, endpoint, tier"
+            f" ORDER BY {_ORDER}"
         )
-        params = {"low": low, "high": high, "tenant": tenant}
+        params = {"low": low, "high": high, "tenant": tenant_id}
         rows = await self._run(lambda db: db.execute(sql, params).fetchall())
         return [HourlyUsage(*row) for row in rows]
 
@@ -169,31 +187,31 @@ class SQLiteLedger:
         def plan(db: sqlite3.Connection) -> list[ExportIntent]:
             with _write(db):
                 totals = db.execute(
-                    "SELECT tenant, hour, SUM(texts), SUM(tokens) FROM hourly_usage"
-                    " WHERE hour + 3600 <= ? GROUP BY tenant, hour",
+                    "SELECT tenant_id, tenant, hour, SUM(texts), SUM(tokens) FROM hourly_usage"
+                    " WHERE hour + 3600 <= ? GROUP BY tenant_id, tenant, hour",
                     closed,
                 ).fetchall()
                 reported = db.execute(
-                    "SELECT tenant, hour, meter, SUM(quantity), COUNT(*) FROM export_intents"
-                    " WHERE hour + 3600 <= ? GROUP BY tenant, hour, meter",
+                    "SELECT tenant_id, tenant, hour, meter, SUM(quantity), COUNT(*)"
+                    " FROM export_intents WHERE hour + 3600 <= ?"
+                    " GROUP BY tenant_id, tenant, hour, meter",
                     closed,
                 ).fetchall()
                 intents = new_intents(
-                    {(row[0], row[1]): (row[2], row[3]) for row in totals},
-                    {(row[0], row[1], row[2]): (row[3], row[4]) for row in reported},
+                    {(row[0], row[1], row[2]): (row[3], row[4]) for row in totals},
+                    {(row[0], row[1], row[2], row[3]): (row[4], row[5]) for row in reported},
                 )
                 db.executemany(
-                    "INSERT INTO export_intents (key, tenant, hour, meter, revision, quantity,"
-                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO export_intents (key, tenant_id, tenant, hour, meter, revision,"
+                    " quantity, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [
-                        (i.key, i.tenant, i.hour, i.meter, i.revision, i.quantity, now)
+                        (i.key, i.tenant_id, i.tenant, i.hour, i.meter, i.revision, i.quantity, now)
                         for i in intents
                     ],
                 )
                 unsent = db.execute(
-                    "SELECT key, tenant, hour, meter, revision, quantity, sent_at"
-                    " FROM export_intents WHERE sent_at IS NULL"
-                    " ORDER BY hour, tenant, meter, revision"
+                    f"SELECT {_INTENT} FROM export_intents WHERE sent_at IS NULL"
+                    " ORDER BY hour, tenant_id, tenant, meter, revision, key"
                 ).fetchall()
             return [ExportIntent(*row) for row in unsent]
 
@@ -211,6 +229,22 @@ class SQLiteLedger:
 
         if not await self._run(mark):
             raise UnknownIntent(f"no export intent has key {key!r}")
+
+    async def adopt_legacy(self, tenant: str, tenant_id: int) -> int:
+        check_adoption(tenant_id)
+        params = {"tenant": tenant, "tenant_id": tenant_id}
+
+        def adopt(db: sqlite3.Connection) -> int:
+            with _write(db):
+                moved = db.execute(
+                    f"UPDATE processed_requests SET tenant_id = :tenant_id WHERE {_LEGACY}",
+                    params,
+                ).rowcount
+                for statement in _ADOPT:
+                    db.execute(statement, params)
+            return moved
+
+        return await self._run(adopt)
 
     async def check_aggregates(self) -> list[str]:
         """Both sides read in one transaction: one snapshot, whatever commits meanwhile."""
@@ -288,6 +322,7 @@ def _write(db: sqlite3.Connection) -> Iterator[None]:
 def _processed_row(event: UsageEvent, recorded_at: float) -> tuple[object, ...]:
     return (
         event.request_id,
+        event.tenant_id,
         event.tenant,
         event.key_id,
         event.endpoint,

@@ -29,7 +29,7 @@ from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import authenticate, require_admin
 from headway.http.asgi import Request
 from headway.registry.errors import RegistryError
-from headway.registry.model import Actor
+from headway.registry.model import Actor, TenantDeletion
 from headway.registry.store import RegistryStore
 
 T = TypeVar("T")
@@ -47,16 +47,18 @@ WITH_BODY: tuple[type[HeadwayError], ...] = (
 )
 
 
-async def _nothing_else(tenant: str) -> None:
-    return None
+async def _nothing_else(deletion: TenantDeletion) -> bool:
+    return False
 
 
 @dataclass(frozen=True, slots=True)
 class AdminParts:
     snapshots: Snapshots
     store: RegistryStore
-    forget_tenant: Callable[[str], Awaitable[None]] = _nothing_else
-    """Deletes what a deleted tenant left outside the registry (files, batches, cache)."""
+    finish_deletion: Callable[[TenantDeletion], Awaitable[bool]] = _nothing_else
+    """Deletes what a deleted tenant left outside the registry (files, batches, cache);
+    False: some is left, for the gateways' ``tenant_deletions`` loop
+    (``gateway/batches/tenants.py``)."""
 
 
 def admin_actor(request: Request, snapshots: Snapshots) -> Actor:

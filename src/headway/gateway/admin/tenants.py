@@ -29,7 +29,7 @@ from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.registry.errors import UnknownKey
 from headway.registry.keys import key_digest
-from headway.registry.model import Actor, ApiKey, Tenant, key_id_of
+from headway.registry.model import Actor, ApiKey, Tenant, TenantDeletion, key_id_of
 from headway.registry.store import RegistryStore
 from headway.utc import rfc3339
 
@@ -108,9 +108,12 @@ class KeyCreated(msgspec.Struct):
 
 class TenantDeleted(msgspec.Struct):
     """The tenant is gone and every key of it refused; its usage stays in the ledger
-    (``usage_kept``), which is what it is billed for."""
+    (``usage_kept``), which is what it is billed for. ``data_deleted``: its batches,
+    files and cache entries are gone; false: the gateways finish deleting them shortly,
+    and the name stays taken until they have."""
 
     tenant: TenantAnswer
+    data_deleted: bool
     keys_revoked: bool = True
     usage_kept: bool = True
 
@@ -202,8 +205,9 @@ def delete_tenant(parts: AdminParts) -> Handler:
         actor = admin_actor(request, parts.snapshots)
         name = request.path_params["name"]
         tenant = await write(parts, lambda store: store.delete_tenant(name, actor=actor))
-        await parts.forget_tenant(name)
-        return json_response(TenantDeleted(tenant_answer(tenant)))
+        deletion = TenantDeletion(tenant.id, tenant.name, 0.0, None, None)
+        finished = await parts.finish_deletion(deletion)
+        return json_response(TenantDeleted(tenant_answer(tenant), finished))
 
     return handle
 

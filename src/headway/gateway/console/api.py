@@ -126,9 +126,9 @@ async def month_usage(parts: ConsoleParts) -> tuple[str, list[UsageRow]]:
 
 async def tenants_view(parts: ConsoleParts) -> dict[str, Any]:
     ledger, rows = await month_usage(parts)
-    usage: dict[str, list[int]] = {}
+    usage: dict[int, list[int]] = {}  # by tenant id: a re-created name starts at nothing
     for row in rows:
-        totals = usage.setdefault(row.tenant, [0, 0, 0])
+        totals = usage.setdefault(row.tenant_id, [0, 0, 0])
         totals[0] += row.requests
         totals[1] += row.texts
         totals[2] += row.tokens
@@ -136,7 +136,7 @@ async def tenants_view(parts: ConsoleParts) -> dict[str, Any]:
     tenants = []
     for name, tenant in sorted(parts.snapshots.current.tenants.items()):
         seen = counts.get(name, readings.TenantCounts())
-        used = usage.get(name, [0, 0, 0]) if ledger == "ok" else None
+        used = usage.get(tenant.id, [0, 0, 0]) if ledger == "ok" else None
         tenants.append(
             {
                 "name": name,

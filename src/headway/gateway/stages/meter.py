@@ -130,6 +130,7 @@ class UsageMeter:
             request_id = request_id[:24] + os.urandom(4).hex()
         return UsageEvent(
             request_id=request_id,
+            tenant_id=ctx.tenant.id,
             tenant=ctx.tenant.name,
             key_id=self._caller.key_id,
             endpoint=endpoint,

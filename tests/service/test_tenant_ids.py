@@ -1,0 +1,187 @@
+"""A tenant is its id, through the gateway app: a tenant created with a deleted tenant's
+name starts with no usage, files or batches, and a deletion that fails part-way is
+finished later, before the name can be had again."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from headway.billing.consumer import Consumer
+from headway.billing.ledger.memory import MemoryLedger
+from headway.billing.sources.base import Delivery, MemorySource
+from headway.gateway.batches.tenants import TenantData
+from headway.metering.event import encode
+from headway.metering.sink import MemorySink
+from headway.registry.errors import RegistryUnavailable
+from tests.service.batch_helpers import BATCHES, create, embed_line, jsonl, upload
+from tests.service.conftest import Stack, auth, make_stack
+
+ADMIN = auth("demo-admin-key")
+SEARCH_APP = auth("demo-key-search-app")
+
+
+async def new_tenant(client: httpx.AsyncClient, name: str) -> dict[str, str]:
+    """Its key's headers."""
+    created = await client.post("/admin/tenants", headers=ADMIN, json={"name": name})
+    assert created.status_code == 201, created.text
+    return auth(created.json()["key"])
+
+
+async def embed(client: httpx.AsyncClient, key: dict[str, str], text: str) -> int:
+    response = await client.post(
+        "/v1/embeddings", headers=key, json={"model": "synthetic", "input": [text]}
+    )
+    return response.status_code
+
+
+async def bill(sink: MemorySink, ledger: MemoryLedger) -> None:
+    """What the billing consumer does with the gateway's events (encoded, decoded, once)."""
+    deliveries = [Delivery(encode(e), f"test #{i}", None, i) for i, e in enumerate(sink.events)]
+    sink.events.clear()
+    await Consumer(MemorySource(deliveries), ledger).step()
+
+
+def today() -> dict[str, str]:
+    now = dt.datetime.now(dt.UTC)
+    return {"start": (now - dt.timedelta(days=1)).date().isoformat(), "group_by": "day"}
+
+
+async def usage(client: httpx.AsyncClient, key: dict[str, str], **params: str) -> list[Any]:
+    path = "/admin/usage" if key is ADMIN else "/v1/usage"
+    response = await client.get(path, headers=key, params=today() | params)
+    assert response.status_code == 200, response.text
+    return [(r["tenant_id"], r["tenant"], r["requests"]) for r in response.json()["data"]]
+
+
+async def test_a_tenant_created_with_a_deleted_ones_name_sees_none_of_its_usage(tmp_path):
+    sink, ledger = MemorySink(), MemoryLedger()
+    stack = await make_stack(tmp_path, metering=sink, ledger=ledger)
+    client = stack.client
+    try:
+        first_key = await new_tenant(client, "acme")
+        old_id = stack.registry.tenant("acme").id
+        assert await embed(client, first_key, "the first acme's text") == 200
+        assert await embed(client, first_key, "and another") == 200
+        await bill(sink, ledger)
+        assert await usage(client, first_key) == [(old_id, "acme", 2)]
+
+        deleted = await client.delete("/admin/tenants/acme", headers=ADMIN)
+        assert deleted.status_code == 200 and deleted.json()["data_deleted"] is True
+        second_key = await new_tenant(client, "acme")
+        new_id = stack.registry.tenant("acme").id
+        assert new_id > old_id
+        assert await usage(client, second_key) == []
+        assert await usage(client, ADMIN, tenant="acme") == []  # the acme there is now
+        assert await usage(client, ADMIN, tenant_id=str(old_id)) == [(old_id, "acme", 2)]
+
+        assert await embed(client, second_key, "the second acme's text") == 200
+        [event] = sink.events
+        assert (event.tenant_id, event.tenant) == (new_id, "acme")
+        await bill(sink, ledger)
+        assert await usage(client, second_key) == [(new_id, "acme", 1)]
+        assert await usage(client, ADMIN, tenant="acme") == [(new_id, "acme", 1)]
+        refused = await client.get("/v1/usage", headers=first_key, params=today())
+        assert refused.status_code == 401  # the first acme's key died with it
+    finally:
+        await stack.close()
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"tenant": "nobody"}, "no tenant is named 'nobody' now"),
+        ({"tenant": "acme", "tenant_id": "1"}, "not both"),
+        ({"tenant_id": "²"}, "is not a whole number"),
+        ({"tenant_id": "-1"}, "is not a whole number"),
+        ({"tenant_id": "1" * 20}, "is not a whole number"),
+        ({"tenant_id": "9223372036854775808"}, "at most"),
+    ],
+)
+async def test_the_operator_names_a_tenant_by_a_current_name_or_any_id(tmp_path, params, says):
+    stack = await make_stack(tmp_path, ledger=MemoryLedger())
+    try:
+        response = await stack.client.get("/admin/usage", headers=ADMIN, params=today() | params)
+        assert response.status_code == 422, response.text
+        assert says in response.json()["error"]["message"]
+    finally:
+        await stack.close()
+
+
+def _raise(error: Exception) -> Callable[..., Any]:
+    def broken(*args: object, **kwargs: object) -> Any:
+        raise error
+
+    return broken
+
+
+STEPS: dict[str, Callable[[Stack], tuple[object, str, Exception]]] = {
+    # where a deletion stops: the object, its method, and what it raises
+    "listing its files": lambda s: (s.batches.store, "files", OSError("disk gone")),
+    "deleting its records": lambda s: (s.batches.store, "delete_tenant", OSError("disk gone")),
+    "deleting its contents": lambda s: (s.batches.files, "delete", OSError("disk gone")),
+    "marking it finished": lambda s: (
+        s.registry,
+        "finish_deletion",
+        RegistryUnavailable("the registry is away"),
+    ),
+}
+
+
+@pytest.mark.parametrize("step", STEPS)
+async def test_a_deletion_that_fails_part_way_is_finished_later_and_the_name_waits_for_it(
+    tmp_path, monkeypatch, step
+):
+    stack = await make_stack(tmp_path, batches=BATCHES)
+    client = stack.client
+    assert stack.batches is not None
+    store, files = stack.batches.store, stack.batches.files
+    try:
+        acme = await new_tenant(client, "acme")
+        own, shared = jsonl(embed_line("a", "acme's own")), jsonl(embed_line("s", "everyone's"))
+        own_file = (await upload(client, own, acme)).json()
+        (await upload(client, shared, acme)).json()
+        theirs = (await upload(client, shared, SEARCH_APP)).json()  # the same content
+        batch = (await create(client, own_file["id"], acme)).json()
+        own_digest = store.file("acme", own_file["id"]).sha256  # type: ignore[union-attr]
+        assert files.exists(own_digest)
+
+        owner, method, error = STEPS[step](stack)
+        monkeypatch.setattr(owner, method, _raise(error))
+        deleted = await client.delete("/admin/tenants/acme", headers=ADMIN)
+        assert deleted.status_code == 200 and deleted.json()["data_deleted"] is False
+        assert await embed(client, acme, "x") == 401  # the registry's part is done
+        refused = await client.post("/admin/tenants", headers=ADMIN, json={"name": "acme"})
+        assert refused.status_code == 409 and "still being deleted" in refused.text
+        monkeypatch.undo()
+
+        # Another process (a gateway's tenant_deletions loop, or the CLI) finishes it.
+        later = TenantData(stack.registry, store, files, stack.gateway.cache.forget_tenant)
+        assert await later.finish_pending() == 1
+        assert await later.finish_pending() == 0
+        assert not files.exists(own_digest)
+        assert store.batch_by_id(batch["id"]) is None
+        content = await client.get(f"/v1/files/{theirs['id']}/content", headers=SEARCH_APP)
+        assert content.content == shared  # another tenant's file of the same content stays
+
+        acme_again = await new_tenant(client, "acme")
+        for path in ("/v1/files", "/v1/batches"):
+            listed = await client.get(path, headers=acme_again)
+            assert listed.status_code == 200 and listed.json()["data"] == [], path
+        for path in (f"/v1/files/{own_file['id']}", f"/v1/batches/{batch['id']}"):
+            assert (await client.get(path, headers=acme_again)).status_code == 404, path
+    finally:
+        await stack.close()
+
+
+async def test_every_gateway_runs_the_loop_that_finishes_deletions_left_unfinished(tmp_path):
+    stack = await make_stack(tmp_path)
+    try:
+        failures = 'headway_background_failures_total{loop="tenant_deletions"} 0.0'
+        assert failures in stack.metrics()
+    finally:
+        await stack.close()
