@@ -71,7 +71,7 @@ QUICK_EXIT_S = 10.0
 MAX_QUICK_EXITS = 3
 TICK_S = 0.2
 READ_GATEWAYS_S = 1.0
-METRICS_PREFIX = "gateway metrics (operators only; not on the client port): "
+METRICS_PREFIX = "gateway metrics (for operators; the client port has none): "
 """Printed before the ready line, then each gateway's /metrics URL."""
 
 
