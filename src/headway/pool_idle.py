@@ -1,8 +1,9 @@
 """When ``headway up`` stops an idle pool's workers (``up.idle_stop_s``).
 
-Once a second the supervisor reads every gateway's ``/metrics`` and sums, per pool, the
-chunks sent to it (``headway_chunk_attempts_total{kind="first"}``) and the requests held
-for it (``headway_pool_waiting_requests``), and takes the most ready replicas any
+Once a second the supervisor reads every gateway's ``/metrics`` (on its operations
+listener) and sums, per pool, the chunks sent to it
+(``headway_chunk_attempts_total{kind="first"}``) and the requests held for it
+(``headway_pool_waiting_requests``), and takes the most ready replicas any
 gateway sees (``headway_ready_replicas``). A pool is busy while its chunk count moves,
 while requests wait for it, while no gateway sees a ready replica (it is starting:
 never stop a worker still loading its model) and while the gateways cannot be read
@@ -58,7 +59,8 @@ def pool_traffic(expositions: Iterable[str]) -> dict[str, PoolTraffic]:
 
 
 def read_metrics(url: str, context: ssl.SSLContext | None = None) -> str | None:
-    """A gateway's ``/metrics`` text; None when it does not answer 200 in time."""
+    """A gateway's ``/metrics`` text (``url``: its operations listener); None when it does
+    not answer 200 in time."""
     try:
         with urllib.request.urlopen(
             url + "/metrics", timeout=READ_TIMEOUT_S, context=context

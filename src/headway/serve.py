@@ -1,12 +1,25 @@
-"""Running an ASGI app under uvicorn (uvloop + httptools), on a port or an inherited socket."""
+"""Running an ASGI app under uvicorn (uvloop + httptools), on a port or an inherited socket;
+and beside it, in the same process and event loop, an operations listener of its own.
+
+The operations listener (``OpsListener``: the gateway's ``/metrics``, ``gateway/ops.py``)
+is a second uvicorn server on its own socket, app and ``EdgeGuard``: its caps are its own,
+so a flood of the client port cannot take the slots a scrape needs (nor the reverse); its
+refusals and timeouts are counted with the client listener's. It starts listening with
+the client listener, keeps answering through the drain (Prometheus sees ``/readyz`` turn
+503), and closes once the client listener has shut down. Signals are the client
+listener's (``DrainingServer``); if the operations listener fails, the process stops.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from types import FrameType
 
 import uvicorn
@@ -14,10 +27,15 @@ from prometheus_client import CollectorRegistry
 
 from headway.heap import settle_heap
 from headway.http.asgi import App
-from headway.http.guard import guarded_protocol, measured_guard
+from headway.http.guard import EdgeGuard, guarded_protocol, measured_guard
 from headway.settings import EdgeLimits
 
 BACKLOG = 4096
+OPS_SHUTDOWN_S = 5
+"""How long the operations listener waits for a scrape in flight once the client listener
+has shut down (the client listener's own is in ``client_config``)."""
+
+log = logging.getLogger(__name__)
 
 
 def listening_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
@@ -62,9 +80,7 @@ class DrainingServer(uvicorn.Server):
             return
         self._draining = True
         self._drain()
-        logging.getLogger(__name__).info(
-            "draining: unready now, closing in %.1fs", self._drain_delay_s
-        )
+        log.info("draining: unready now, closing in %.1fs", self._drain_delay_s)
         timer = threading.Timer(self._drain_delay_s, self._close)
         timer.daemon = True
         timer.start()
@@ -73,6 +89,27 @@ class DrainingServer(uvicorn.Server):
         """uvicorn's exit, without its re-raising the signal once it has shut down: a
         drained shutdown is a clean exit (status 0), not a death by signal."""
         self.should_exit = True
+
+
+class SideServer(uvicorn.Server):
+    """A uvicorn server that leaves the process's signals alone: it runs beside a
+    ``DrainingServer``, which handles them, and is told when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass(frozen=True, slots=True)
+class OpsListener:
+    """The operations listener of a process: its app, address (or inherited socket) and
+    edge limits."""
+
+    app: App
+    host: str
+    port: int
+    fd: int | None = None
+    edge: EdgeLimits = field(default_factory=EdgeLimits)
 
 
 def serve(
@@ -87,21 +124,43 @@ def serve(
     edge: EdgeLimits | None = None,
     metrics_registry: CollectorRegistry | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    ops: OpsListener | None = None,
 ) -> None:
     """Blocks until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish).
 
     Every connection is under ``edge``'s timeouts and caps (``http/guard.py``), counted on
-    ``metrics_registry`` when given (the app's own, so they show on its /metrics)."""
+    ``metrics_registry`` when given (the app's own, so they show on its /metrics); those of
+    ``ops`` under its own limits and caps, counted alike. Both listeners use ``ssl_context``."""
     # TCP_NODELAY is set where the socket is made. uvicorn is handed the socket itself, not
     # a descriptor it would duplicate: on shutdown it closes it, and nothing else holds it
     # open, so new connections are refused while in-flight requests finish.
     app.add_startup_hook(settle_heap)  # once started: see headway/heap.py
     sock = listening_socket(host, port) if fd is None else socket.socket(fileno=fd)
-    edge = edge or EdgeLimits()
+    guard = measured_guard(edge or EdgeLimits(), metrics_registry)
+    config = client_config(app, guard, log_level, ssl_context)
+    server = DrainingServer(config, drain, drain_delay_s)
+    if ops is None:
+        server.run(sockets=[sock])
+        return
+    ops_sock = (
+        listening_socket(ops.host, ops.port) if ops.fd is None else socket.socket(fileno=ops.fd)
+    )
+    side = SideServer(ops_config(ops, guard, log_level, ssl_context))
+    ops_host, ops_port = ops_sock.getsockname()[:2]
+    scheme = "https" if ssl_context is not None else "http"
+    log.info("operations listener (/metrics) on %s://%s:%d", scheme, ops_host, ops_port)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(serve_beside(server, sock, side, ops_sock))
+
+
+def client_config(
+    app: App, guard: EdgeGuard, log_level: str, ssl_context: ssl.SSLContext | None
+) -> uvicorn.Config:
+    """The client listener's: ``app`` with its lifespan, every connection under ``guard``."""
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        http=guarded_protocol(measured_guard(edge, metrics_registry)),
+        http=guarded_protocol(guard),
         ws="none",  # no websocket routes; an upgrade would leave the guard's accounting
         lifespan="on",
         access_log=False,
@@ -110,12 +169,59 @@ def serve(
         timeout_graceful_shutdown=30,
         # The keep-alive (idle) timeout is the guard's: edge.idle_timeout_s.
         limit_concurrency=None,
-        backlog=4096,
+        backlog=BACKLOG,
     )
+    _use_tls(config, ssl_context)
+    return config
+
+
+def ops_config(
+    ops: OpsListener, client_guard: EdgeGuard, log_level: str, ssl_context: ssl.SSLContext | None
+) -> uvicorn.Config:
+    """The operations listener's: no lifespan (the client app's starts and stops what both
+    serve); a guard of its own, on ``ops.edge``, counting on the client guard's observer."""
+    config = uvicorn.Config(
+        ops.app,
+        loop="uvloop",
+        http=guarded_protocol(EdgeGuard(ops.edge, observer=client_guard.observer)),
+        ws="none",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        log_level=log_level,
+        timeout_graceful_shutdown=OPS_SHUTDOWN_S,
+        limit_concurrency=None,
+        backlog=BACKLOG,
+    )
+    _use_tls(config, ssl_context)
+    return config
+
+
+async def serve_beside(
+    main: uvicorn.Server, sock: socket.socket, side: uvicorn.Server, side_sock: socket.socket
+) -> None:
+    """``main`` on ``sock`` until it shuts down, ``side`` on ``side_sock`` meanwhile; if
+    ``side`` stops on its own (it failed), ``main`` is told to exit."""
+    side_task = asyncio.create_task(side.serve(sockets=[side_sock]))
+
+    def side_ended(task: asyncio.Task[None]) -> None:
+        if not side.should_exit and not main.should_exit:
+            failure = None if task.cancelled() else task.exception()
+            log.error("the operations listener stopped (%r): stopping this process", failure)
+            main.should_exit = True
+
+    side_task.add_done_callback(side_ended)
+    try:
+        await main.serve(sockets=[sock])
+    finally:
+        side.should_exit = True
+        await side_task
+
+
+def _use_tls(config: uvicorn.Config, ssl_context: ssl.SSLContext | None) -> None:
+    """HTTPS with a context of ours (``headway.tls``: it swaps certificates without a
+    restart), set where uvicorn would put the one it builds from files. uvicorn takes
+    scope["scheme"] from each connection (its transport's sslcontext)."""
     if ssl_context is not None:
-        # HTTPS with a context of ours (``headway.tls``: it swaps certificates without a
-        # restart), set where uvicorn would put the one it builds from files. uvicorn
-        # takes scope["scheme"] from each connection (its transport's sslcontext).
         config.load()
         config.ssl = ssl_context
-    DrainingServer(config, drain, drain_delay_s).run(sockets=[sock])

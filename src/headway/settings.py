@@ -224,8 +224,22 @@ class GatewaySettings(_Section):
         "(empty: HOSTNAME-PORT). Keep it across restarts so a restarted gateway relays "
         "what its predecessor left.",
     )
-    host: str = Field("127.0.0.1", description="Address the gateway listens on.")
-    port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on.")
+    host: str = Field("127.0.0.1", description="Address the gateway listens on for clients.")
+    port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on for clients.")
+    ops_host: str = Field(
+        "127.0.0.1",
+        description="Address of the gateway's operations listener (/metrics, /healthz, "
+        "/readyz; gateway/ops.py), for Prometheus and operators only: the client port does "
+        "not serve /metrics, whose series name every tenant. Open it to Prometheus alone "
+        "(docs/kubernetes.md).",
+    )
+    ops_port: int = Field(
+        9200,
+        ge=0,
+        le=65535,
+        description="Port of the operations listener (0: any free one, logged at start). "
+        "`headway up` gives each gateway it starts a free port and prints it.",
+    )
     embed_replicas: tuple[str, ...] = Field(
         (), description="Base URLs of the embed pool's workers, e.g. http://127.0.0.1:9101."
     )
@@ -299,6 +313,12 @@ class GatewaySettings(_Section):
     limits: LimitsSettings = LimitsSettings()
     cache: CacheSettings = CacheSettings()
     edge: EdgeLimits = EdgeLimits()
+    ops_edge: EdgeLimits = Field(
+        EdgeLimits(max_connections=256, max_connections_per_client=32, max_header_bytes=16 << 10),
+        description="The operations listener's own timeouts and caps, apart from the client "
+        "port's: its clients are a few scrapers and operators, so a client-port flood never "
+        "takes the slots a scrape needs, nor the reverse.",
+    )
 
 
 class BillingSettings(_Section):

@@ -3,20 +3,24 @@
 The supervisor opens every listening socket itself and hands each child its
 socket (no race for free ports), starts the workers, the billing consumer (its
 socket serves its /metrics), the gateways and a batch executor (its /metrics
-likewise), and waits. The executor and the gateways share a token made for this
-run, in the run's settings file (readable by this user only).
+likewise), and waits. Each gateway gets two sockets: its client port, and its
+operations listener (``gateway/ops.py``, the only place its /metrics is served) on a
+free port of ``gateway.ops_host``, so gateways never collide; it prints where they
+are. The executor and the gateways share a token made for this run, in the run's
+settings file (readable by this user only).
 On SIGINT or SIGTERM it stops the gateway first (it finishes in-flight
 requests), then the workers (they finish their queues), and exits. Children
 live in their own process group, so a terminal's Ctrl-C reaches only the
 supervisor, which signals each child once; each child also asks the kernel to
 send it SIGTERM if the supervisor dies, so nothing is orphaned. If a child
-exits on its own it is started again on the same address (the gateway retries
+exits on its own it is started again on the same addresses (the gateway retries
 its chunks elsewhere meanwhile); one that keeps exiting right after it starts
 stops everything, and ``up`` exits non-zero.
 
-Once every child is started it writes ``<data_dir>/run/prometheus-targets.json``, the
-children's addresses in Prometheus ``file_sd`` form (deploy/prometheus/prometheus.yml
-reads it); a restarted child keeps its address, so the file stays true without rewrites.
+Once every child is started it writes ``<data_dir>/run/prometheus-targets.json``, where
+each child's /metrics is (a gateway's: its operations listener), in Prometheus
+``file_sd`` form (deploy/prometheus/prometheus.yml reads it); a restarted child keeps
+its addresses, so the file stays true without rewrites.
 
 Pools may scale to zero (docs/scale-to-zero.md). The supervisor serves a control
 endpoint on 127.0.0.1 (``wake_endpoint.py``) and gives its URL to the gateways as
@@ -67,6 +71,8 @@ QUICK_EXIT_S = 10.0
 MAX_QUICK_EXITS = 3
 TICK_S = 0.2
 READ_GATEWAYS_S = 1.0
+METRICS_PREFIX = "gateway metrics (for operators; the client port has none): "
+"""Printed before the ready line, then each gateway's /metrics URL."""
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -86,6 +92,19 @@ class Child:
     quick_exits: int = 0
     stopped: bool = False
     """Stopped on purpose (its pool was idle): not restarted, started again on a wake."""
+    ops_address: tuple[str, int] | None = None
+    """A gateway's operations listener (its /metrics); None: /metrics is on ``address``."""
+
+    @property
+    def metrics_address(self) -> tuple[str, int]:
+        return self.ops_address or self.address
+
+    @property
+    def metrics_url(self) -> str:
+        """The base URL of its /metrics (the scheme of ``url``: a gateway serving https
+        serves its operations listener with the same certificate)."""
+        host, port = self.metrics_address
+        return f"{self.url.split('://')[0]}://{host}:{port}"
 
 
 @dataclass
@@ -145,18 +164,36 @@ class Supervisor:
         sock: socket.socket,
         env: Mapping[str, str] | None = None,
         scheme: str = "http",
+        ops_sock: socket.socket | None = None,
     ) -> Child:
         host, port = sock.getsockname()[:2]
-        process = self._popen(args, sock, env)
+        process = self._popen(args, sock, env, ops_sock)
         child = Child(name, process, f"{scheme}://{host}:{port}", args, (host, port), 0.0, env)
+        if ops_sock is not None:
+            child.ops_address = ops_sock.getsockname()[:2]
         child.started = time.monotonic()
         self.children.append(child)
-        log.info("started %s (pid %d) on %s", name, child.process.pid, child.url)
+        if ops_sock is None:
+            log.info("started %s (pid %d) on %s", name, process.pid, child.url)
+        else:
+            log.info(
+                "started %s (pid %d) on %s, its /metrics on %s",
+                name,
+                process.pid,
+                child.url,
+                child.metrics_url,
+            )
         return child
 
     def _popen(
-        self, args: list[str], sock: socket.socket, env: Mapping[str, str] | None
+        self,
+        args: list[str],
+        sock: socket.socket,
+        env: Mapping[str, str] | None,
+        ops_sock: socket.socket | None = None,
     ) -> subprocess.Popen[bytes]:
+        """The child's command with its socket (``--fd``) and, for a gateway, its
+        operations listener's (``--ops-fd``), both inherited."""
         command = [
             sys.executable,
             "-m",
@@ -167,9 +204,13 @@ class Supervisor:
             "--fd",
             str(sock.fileno()),
         ]
+        fds = [sock.fileno()]
+        if ops_sock is not None:
+            command += ["--ops-fd", str(ops_sock.fileno())]
+            fds.append(ops_sock.fileno())
         return subprocess.Popen(
             command,
-            pass_fds=(sock.fileno(),),
+            pass_fds=tuple(fds),
             env={**os.environ, **env} if env else None,
             start_new_session=True,
             preexec_fn=_die_with_parent,
@@ -191,9 +232,17 @@ class Supervisor:
             log.error("cannot listen on %s again for %s: %s", child.url, child.name, exc)
             return False
         try:
-            child.process = self._popen(child.args, sock, child.env)
+            ops_sock = None if child.ops_address is None else listening_socket(*child.ops_address)
+        except OSError as exc:
+            sock.close()
+            log.error("cannot listen on %s again for %s: %s", child.metrics_url, child.name, exc)
+            return False
+        try:
+            child.process = self._popen(child.args, sock, child.env, ops_sock)
         finally:
             sock.close()
+            if ops_sock is not None:
+                ops_sock.close()
         child.started = time.monotonic()
         log.warning("restarted %s (pid %d) on %s", child.name, child.process.pid, child.url)
         return True
@@ -221,13 +270,17 @@ class Supervisor:
         port = self.settings.gateway.port
         for index in range(up.gateways):
             sock = listening_socket(self.settings.gateway.host, port + index if port else 0)
-            sockets.append(sock)
+            # Its /metrics: a free port each (a fixed one would collide with the next
+            # gateway's, or another `up`'s); printed, and in the scrape targets.
+            ops_sock = listening_socket(self.settings.gateway.ops_host, 0)
+            sockets += [sock, ops_sock]
             name = "gateway" if index == 0 else f"gateway-{index}"
             # Its id names its outbox: a gateway restarted here relays what it left.
             scheme = "https" if self.settings.tls.public else "http"
-            self.gateways.append(
-                self._spawn(name, [*gateway_args, "--id", name], sock, wake, scheme=scheme)
+            gateway = self._spawn(
+                name, [*gateway_args, "--id", name], sock, wake, scheme=scheme, ops_sock=ops_sock
             )
+            self.gateways.append(gateway)
         sock = listening_socket(self.settings.worker.host, 0)
         sockets.append(sock)
         urls_of_gateways = ",".join(g.url for g in self.gateways)
@@ -309,6 +362,8 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_signal)
         gateway = self.start()
         if self.wait_ready(gateway):
+            metrics = " ".join(f"{g.metrics_url}/metrics" for g in self.gateways)
+            print(f"{METRICS_PREFIX}{metrics}", flush=True)
             others = "".join(f" {g.url}" for g in self.gateways[1:])
             up = self.settings.up
             started = "" if up.prewarm else ", each pool started by its first request"
@@ -374,7 +429,7 @@ class Supervisor:
         """One reading of the gateways: start the rest of pools whose first worker is
         ready; stop the workers of pools idle long enough."""
         context = None if self._gateway_tls is None else self._gateway_tls.current()
-        texts = [read_metrics(gateway.url, context) for gateway in self.gateways]
+        texts = [read_metrics(gateway.metrics_url, context) for gateway in self.gateways]
         traffic = pool_traffic(t for t in texts if t is not None) if None not in texts else None
         for pool, rest in list(self._rest.items()):
             reading = None if traffic is None else traffic.get(pool)
@@ -483,11 +538,12 @@ _JOBS = {"worker": "worker", "billing": "billing", "gateway": "gateway", "batche
 
 
 def scrape_targets(children: list[Child]) -> list[dict[str, object]]:
-    """One Prometheus ``file_sd`` entry per child: its host:port, and labels ``job``,
-    ``instance`` (the child's name) and, for a worker, ``pool``."""
+    """One Prometheus ``file_sd`` entry per child: the host:port of its /metrics (a
+    gateway's operations listener), and labels ``job``, ``instance`` (the child's name)
+    and, for a worker, ``pool``."""
     entries: list[dict[str, object]] = []
     for child in children:
-        host, port = child.address
+        host, port = child.metrics_address
         labels = {"job": _JOBS[child.args[0]], "instance": child.name}
         if "--pool" in child.args:
             labels["pool"] = child.args[child.args.index("--pool") + 1]

@@ -18,6 +18,7 @@ import pytest
 from headway.catalog import ensure_default_model
 from headway.registry.sqlite import Registry
 from headway.settings import load_settings
+from headway.supervisor import METRICS_PREFIX
 
 READY_PREFIX = "headway is ready on "
 
@@ -65,11 +66,19 @@ class Up:
     process: subprocess.Popen[str]
     url: str = ""
     urls: list[str] = field(default_factory=list)  # every gateway, the first is ``url``
+    metrics_urls: list[str] = field(default_factory=list)
+    """Each gateway's operations listener (its /metrics), in the order of ``urls``."""
     lines: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60)
+
+    def metrics(self, index: int = 0) -> str:
+        """A gateway's /metrics, from its operations listener."""
+        answer = httpx.get(self.metrics_urls[index] + "/metrics", timeout=60)
+        answer.raise_for_status()
+        return answer.text
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
         if self.process.poll() is None:
@@ -100,6 +109,9 @@ def start_up(
         assert process.stdout is not None
         for line in process.stdout:
             up.lines.append(line)
+            if line.startswith(METRICS_PREFIX):  # printed before the ready line
+                words = line[len(METRICS_PREFIX) :].split()
+                up.metrics_urls = [w.removesuffix("/metrics") for w in words]
             if line.startswith(READY_PREFIX):
                 up.urls = [w for w in line[len(READY_PREFIX) :].split() if w.startswith("http")]
                 up.url = up.urls[0]

@@ -63,6 +63,11 @@ class Stack:
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)
 
+    def metrics(self) -> str:
+        """The first gateway's /metrics, from its operations listener."""
+        url = self.supervisor.gateways[0].metrics_url + "/metrics"
+        return httpx.get(url, timeout=30).text
+
 
 @contextmanager
 def lifecycle_stack(

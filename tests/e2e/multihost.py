@@ -53,7 +53,7 @@ from headway.testing.redis_server import RedisServer
 from tests.e2e.conftest import wait_for
 
 EMBED_NAME = "embed.headway.test"
-GATEWAY_PORT, BILLING_PORT, WORKER_PORT = 8080, 9300, 9100
+GATEWAY_PORT, GATEWAY_OPS_PORT, BILLING_PORT, WORKER_PORT = 8080, 9200, 9300, 9100
 POSTGRES_PORT, REDIS_PORT, NATS_PORT, DNS_PORT = 5432, 6379, 4222, 53
 DATABASE = "headway"
 ADMIN = {"authorization": f"Bearer {DEMO_ADMIN_KEY}"}
@@ -205,6 +205,7 @@ class Cluster:
         self.hosts = {name: network.host(name) for name in names}
         self.client, self.gw = self.hosts["client"], self.hosts["gw"]
         self.gateway_url = f"http://{self.gw.address}:{GATEWAY_PORT}"
+        self.gateway_metrics_url = f"http://{self.gw.address}:{GATEWAY_OPS_PORT}"
         self.billing_url = f"http://{self.gw.address}:{BILLING_PORT}"
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.postgres: PostgresServer | None = None
@@ -248,6 +249,10 @@ class Cluster:
                 gw.address,
                 "--port",
                 str(GATEWAY_PORT),
+                "--ops-host",
+                gw.address,
+                "--ops-port",
+                str(GATEWAY_OPS_PORT),
                 "--embed-dns",
                 f"{EMBED_NAME}:{WORKER_PORT}",
                 "--dns-server",

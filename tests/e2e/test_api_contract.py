@@ -33,12 +33,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from headway.registry.sqlite import Registry
-from tests.e2e.conftest import start_up
+from tests.e2e.conftest import Up, start_up
 
 pytestmark = pytest.mark.e2e
 
@@ -93,9 +92,9 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 """
 
 
-def served(gateway_url: str) -> dict[tuple[str, str], float]:
+def served(up: Up) -> dict[tuple[str, str], float]:
     """Answers the gateway counted, by (route, status code)."""
-    exposition = httpx.get(gateway_url + "/metrics", timeout=10).text
+    exposition = up.metrics()
     return {
         (sample.labels["route"], sample.labels["code"]): sample.value
         for family in text_string_to_metric_families(exposition)
@@ -138,7 +137,7 @@ def test_a_schema_fuzzer_finds_every_answer_as_documented(tmp_path: Path) -> Non
             cwd=tmp_path,
         )
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
-        counts = served(up.url)
+        counts = served(up)
         # It really ran: every model route was served, and refused, many times over.
         for route in ("embeddings", "rerank"):
             assert counts.get((route, "200"), 0) >= 20, counts

@@ -139,7 +139,7 @@ def test_the_gateway_follows_dns_as_replicas_join_and_leave(tmp_path):
         }
         processes.append(
             spawn(
-                ["gateway", "--port", str(gateway_port), *common, *discovery],
+                ["gateway", "--port", str(gateway_port), "--ops-port", "0", *common, *discovery],
                 gateway_env,
                 tmp_path / "gateway.log",
             )

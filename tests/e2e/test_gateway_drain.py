@@ -60,7 +60,18 @@ def test_sigterm_stops_accepting_finishes_in_flight_and_exits_0(tmp_path):
         tmp_path / "worker.log",
     )
     process = spawn(
-        ["gateway", "--port", str(port), "--embed-replicas", worker_url, *common], env, log
+        [
+            "gateway",
+            "--port",
+            str(port),
+            "--ops-port",
+            "0",
+            "--embed-replicas",
+            worker_url,
+            *common,
+        ],
+        env,
+        log,
     )
 
     def ready() -> bool:

@@ -33,14 +33,15 @@ def admission_state(metrics: str) -> tuple[float, float]:
     return values[0], values[1]
 
 
-async def sample(urls: list[str], until: asyncio.Task) -> list[tuple[float, float, float]]:
-    """(seconds into the load, sum of limits, sum of outstanding) every 250 ms."""
+async def sample(metrics_urls: list[str], until: asyncio.Task) -> list[tuple[float, float, float]]:
+    """(seconds into the load, sum of limits, sum of outstanding) every 250 ms, read from
+    each gateway's operations listener."""
     samples = []
     loop = asyncio.get_running_loop()
     started = loop.time()
     async with httpx.AsyncClient(timeout=5) as client:
         while not until.done():
-            pages = await asyncio.gather(*(client.get(url + "/metrics") for url in urls))
+            pages = await asyncio.gather(*(client.get(url + "/metrics") for url in metrics_urls))
             states = [admission_state(page.text) for page in pages]
             samples.append(
                 (loop.time() - started, sum(s[0] for s in states), sum(s[1] for s in states))
@@ -63,6 +64,9 @@ def test_three_gateways_hold_about_one_limit_not_three(tmp_path):
     )
     try:
         assert len(up.urls) == GATEWAYS
+        # Each gateway its own operations port, none of them a client port.
+        assert len(set(up.metrics_urls)) == GATEWAYS
+        assert not set(up.metrics_urls) & set(up.urls)
 
         async def overload() -> list[tuple[float, float, float]]:
             # ~2x the pool's capacity (2 replicas x 32 texts per 210 ms, 2-text requests)
@@ -75,7 +79,7 @@ def test_three_gateways_hold_about_one_limit_not_three(tmp_path):
                     client_timeout_s=3.0,
                 )
             )
-            samples = await sample(up.urls, load)
+            samples = await sample(up.metrics_urls, load)
             result = await load
             assert result.report.overall.served > 0
             assert result.report.overall.shed > 0  # overloaded: admission had to refuse

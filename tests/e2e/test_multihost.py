@@ -65,7 +65,7 @@ def report(title: str, *lines: str) -> str:
 def test_a_partitioned_worker_host_costs_no_answer_but_sheds(cluster: Cluster) -> None:
     w1 = cluster.hosts["w1"]
     w1_url = cluster.worker_url("w1")
-    before_types = outcomes_by_type(cluster.metrics(cluster.gateway_url), PARTITION)
+    before_types = outcomes_by_type(cluster.metrics(cluster.gateway_metrics_url), PARTITION)
     load = cluster.load(PARTITION, rate=RATE, seconds=15.0, seed=1)
     load.at(5.0)
     texts_at_cut = samples(cluster.metrics(w1_url), "headway_worker_texts_total")
@@ -86,7 +86,7 @@ def test_a_partitioned_worker_host_costs_no_answer_but_sheds(cluster: Cluster) -
     )
     serving_again_s = time.perf_counter() - healed_at
     run = load.finish(timeout_s=30)
-    types = outcomes_by_type(cluster.metrics(cluster.gateway_url), PARTITION) - before_types
+    types = outcomes_by_type(cluster.metrics(cluster.gateway_metrics_url), PARTITION) - before_types
 
     overall = run.result.report.overall
     split = phases(run, "cut", "heal")
@@ -110,12 +110,12 @@ def test_the_redis_host_cut_falls_back_to_local_quotas_and_back(cluster: Cluster
     redis = cluster.hosts["redis"]
 
     def mode() -> str:
-        exposition = cluster.metrics(cluster.gateway_url)
+        exposition = cluster.metrics(cluster.gateway_metrics_url)
         modes = [m for m in ("redis", "local") if samples(exposition, "headway_quota_mode", mode=m)]
         return modes[0] if len(modes) == 1 else "?"
 
     assert mode() == "redis"
-    before_types = outcomes_by_type(cluster.metrics(cluster.gateway_url), QUOTA)
+    before_types = outcomes_by_type(cluster.metrics(cluster.gateway_metrics_url), QUOTA)
     load = cluster.load(QUOTA, rate=RATE, seconds=12.0, seed=2)
     load.at(3.0)
     load.mark("cut")
@@ -129,7 +129,7 @@ def test_the_redis_host_cut_falls_back_to_local_quotas_and_back(cluster: Cluster
     wait_for(lambda: mode() == "redis", 10, "quotas to return to Redis")
     back_s = time.perf_counter() - healed_at
     run = load.finish(timeout_s=30)
-    types = outcomes_by_type(cluster.metrics(cluster.gateway_url), QUOTA) - before_types
+    types = outcomes_by_type(cluster.metrics(cluster.gateway_metrics_url), QUOTA) - before_types
 
     overall = run.result.report.overall
     split = phases(run, "cut", "heal")
@@ -153,7 +153,7 @@ def test_the_nats_host_cut_buffers_usage_and_bills_each_request_once(cluster: Cl
     nats = cluster.hosts["nats"]
 
     def outbox() -> float:
-        return samples(cluster.metrics(cluster.gateway_url), "headway_usage_outbox_events")
+        return samples(cluster.metrics(cluster.gateway_metrics_url), "headway_usage_outbox_events")
 
     wait_for(lambda: outbox() == 0, 30, "the outbox to be empty before the cut")
     load = cluster.load(BILLING, rate=RATE, seconds=13.0, seed=3)

@@ -13,6 +13,7 @@ from typing import ClassVar
 import msgspec
 import pytest
 
+from headway.supervisor import METRICS_PREFIX
 from tests.e2e.conftest import start_up, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -135,6 +136,7 @@ def test_logs_and_spans_never_hold_an_input_text_and_one_trace_crosses_the_proce
 
     plain = [line for line in up.lines if not line.startswith("{")]
     assert [line.split(":")[0].split(" on ")[0] for line in plain] == [
+        METRICS_PREFIX.split(":")[0],
         "headway is ready",
         "operator console",
     ], plain[:5]

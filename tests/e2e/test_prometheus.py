@@ -1,8 +1,9 @@
 """A real Prometheus scrapes a real ``headway up``: every dashboard panel and every rule
 returns data.
 
-``headway up`` (synthetic backend: overload is cheap to cause on two cores) writes its
-scrape targets file; a ``prometheus`` in a temp dir reads it through the example config
+``headway up`` (synthetic backend: overload is cheap to cause on two cores; two gateways,
+each with its /metrics on an operations port of its own) writes its scrape targets file;
+a ``prometheus`` in a temp dir reads it through the example config
 (deploy/prometheus/prometheus.yml, intervals cut to 1 s) with deploy/prometheus/rules.yml.
 Load makes every outcome the panels show: served, shed (a batch tenant flooding a small
 admission limit), over quota (a tenant with a tiny bucket), refused (a bad key, a bad
@@ -55,7 +56,7 @@ ENV = {
     "HEADWAY_OBSERVABILITY__QUALITY__INTERVAL_S": "1",
 }
 TEMPLATE_VALUES = {"$tenant": ".*", "$pool": ".*", "$__rate_interval": "1m"}
-CHILDREN = 6  # 2 embed workers, 1 rerank worker, billing, gateway, batch executor
+CHILDREN = 7  # 2 embed workers, 1 rerank worker, billing, 2 gateways, batch executor
 
 
 def with_bool(expr: str) -> str:
@@ -158,6 +159,8 @@ def headway(tmp_path: Path) -> Iterator[Up]:
         "2",
         "--rerank-replicas",
         "1",
+        "--gateways",
+        "2",
         env=ENV,
     )
     children = children_of(up.process.pid)
@@ -283,7 +286,14 @@ def test_every_panel_and_rule_returns_data_from_a_real_prometheus(
     wait_for(targets_up, 30, f"all {CHILDREN} targets scraped and up", interval_s=0.5)
     active = prometheus.get("/api/v1/targets", state="active")["activeTargets"]
     jobs = sorted(target["labels"]["job"] for target in active)
-    assert jobs == ["billing", "executor", "gateway", "worker", "worker", "worker"], jobs
+    assert jobs == ["billing", "executor", "gateway", "gateway", "worker", "worker", "worker"]
+    # Each gateway scraped on its operations port; its client port serves no /metrics.
+    scraped = {t["scrapeUrl"] for t in active if t["labels"]["job"] == "gateway"}
+    assert scraped == {url + "/metrics" for url in headway.metrics_urls}, scraped
+    assert len(headway.metrics_urls) == len(headway.urls) == 2
+    for url in headway.urls:
+        assert url + "/metrics" not in scraped
+        assert httpx.get(url + "/metrics", timeout=10).status_code == 404
     pools = sorted(t["labels"]["pool"] for t in active if t["labels"]["job"] == "worker")
     assert pools == ["embed", "embed", "rerank"]
 

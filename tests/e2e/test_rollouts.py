@@ -207,5 +207,5 @@ def test_the_int8_model_passes_shadow_agreement_and_reaches_100_percent(int8_set
             "/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": "hi"}, headers=TENANT
         )
         assert reply.headers["x-model-version"] == int8.version
-        metrics = client.get("/metrics").text
+        metrics = stack.metrics()
         assert "headway_shadow_agreement_count" in metrics

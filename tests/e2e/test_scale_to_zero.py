@@ -43,8 +43,8 @@ def embed_states(client: httpx.Client) -> list[str]:
     return [replica["state"] for replica in replicas["pools"]["embed"]]
 
 
-def waiting(client: httpx.Client) -> float:
-    for line in client.get("/metrics").text.splitlines():
+def waiting(up: Up) -> float:
+    for line in up.metrics().splitlines():
         if line.startswith('headway_pool_waiting_requests{pool="embed"}'):
             return float(line.split()[-1])
     raise AssertionError("no headway_pool_waiting_requests for the embed pool")
@@ -56,18 +56,18 @@ def timed_embed(client: httpx.Client) -> tuple[httpx.Response, float]:
     return response, time.perf_counter() - started
 
 
-def cold_then_warm(client: httpx.Client) -> tuple[float, float]:
+def cold_then_warm(up: Up, client: httpx.Client) -> tuple[float, float]:
     """A request to the pool at zero, held (the gauge at 1) until its worker is ready, and
     then a warm one; their times, side by side."""
     answered: list[tuple[httpx.Response, float]] = []
     sender = threading.Thread(target=lambda: answered.append(timed_embed(client)))
     sender.start()
-    wait_for(lambda: waiting(client) == 1, 30, "the request to be held for the pool")
+    wait_for(lambda: waiting(up) == 1, 30, "the request to be held for the pool")
     sender.join(60)
     ((cold, cold_s),) = answered
     assert cold.status_code == 200, cold.text
     assert len(cold.json()["data"]) == 2
-    assert waiting(client) == 0
+    assert waiting(up) == 0
     warm, warm_s = timed_embed(client)
     assert warm.status_code == 200, warm.text
     return cold_s, warm_s
@@ -89,7 +89,7 @@ def test_a_pool_at_zero_starts_on_demand_and_stops_when_idle(tmp_path: Path) -> 
             assert client.get("/readyz").status_code == 200  # ready at zero: requests wait
             assert embed_states(client) == ["unready"] and not worker_pids(up)
 
-            cold_s, warm_s = cold_then_warm(client)
+            cold_s, warm_s = cold_then_warm(up, client)
             assert cold_s > warm_s  # the first waited for its worker to start
             assert embed_states(client) == ["ready"] and len(worker_pids(up)) == 1
 
@@ -98,7 +98,7 @@ def test_a_pool_at_zero_starts_on_demand_and_stops_when_idle(tmp_path: Path) -> 
             assert any("had no traffic" in line for line in up.lines)
             assert not any("exited with status" in line for line in up.lines)  # not a death
 
-            cold_s, warm_s = cold_then_warm(client)  # started again on demand
+            cold_s, warm_s = cold_then_warm(up, client)  # started again on demand
             assert cold_s > warm_s
             assert len(worker_pids(up)) == 1
     finally:

@@ -89,15 +89,12 @@ def test_redis_down_falls_back_to_a_local_share_and_comes_back(tmp_path, zero_co
             assert set(during) <= {200, 429}, during  # never a 5xx, never unlimited
             assert during.get(429, 0) > 0
             with httpx.Client() as client:
-                assert (
-                    'headway_quota_mode{mode="local"} 1.0' in client.get(up.url + "/metrics").text
-                )
+                assert 'headway_quota_mode{mode="local"} 1.0' in up.metrics()
                 redis.start()
                 wait_for(
                     lambda: (
                         _probe(client, up.url)
-                        and 'headway_quota_mode{mode="redis"} 1.0'
-                        in client.get(up.url + "/metrics").text
+                        and 'headway_quota_mode{mode="redis"} 1.0' in up.metrics()
                     ),
                     timeout_s=10,
                     what="the gateway to return to Redis",

@@ -58,6 +58,8 @@ class Stack:
     worker: subprocess.Popen[bytes]
     https_gateway: str
     http_gateway: str
+    https_metrics: str
+    """The https gateway's operations listener."""
 
     def client(self, url: str) -> httpx.Client:
         trust = ssl.create_default_context(cafile=self.certs / "ca.crt")
@@ -92,7 +94,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         assert worker.url.startswith("https://")
         http_port = free_port()
         env = tls_env(certs, "gateway") | {"HEADWAY_GATEWAY__REGISTRY_POLL_S": "0.1"}
-        args = ["gateway", "--port", str(http_port), "--id", "plain", "--data-dir", str(root)]
+        args = ["gateway", "--port", str(http_port), "--ops-port", "0", "--id", "plain"]
+        args += ["--data-dir", str(root)]
         with (root / "plain-gateway.log").open("w") as log:
             plain = subprocess.Popen(
                 [*HEADWAY, *args, "--embed-replicas", worker.url],
@@ -105,6 +108,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             worker.process,
             supervisor.gateways[0].url,
             f"http://127.0.0.1:{http_port}",
+            supervisor.gateways[0].metrics_url,
         )
         try:
             for url in (found.https_gateway, found.http_gateway):
@@ -140,6 +144,12 @@ def test_the_gateway_serves_https_through_mutual_tls_workers_as_it_serves_http(s
         assert "Secure" not in http.get("/console/login").headers["set-cookie"]
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         httpx.get(stack.https_gateway + "/healthz")  # a client that does not trust the CA
+    # /metrics: on the operations listener only, with the public listener's certificate.
+    assert stack.https_metrics.startswith("https://")
+    assert stack.https_metrics != stack.https_gateway
+    with stack.client(stack.https_metrics) as ops, stack.client(stack.https_gateway) as https:
+        assert "headway_requests_total" in ops.get("/metrics").text
+        assert https.get("/metrics").status_code == 404
 
 
 def worker_call(stack: Stack, context: ssl.SSLContext) -> tuple[int, bytes]:

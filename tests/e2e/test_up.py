@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 from headway.models.store import ModelStore
 from headway.registry.sqlite import Registry
 from headway.worker.backends.onnx import OnnxBackend
-from tests.e2e.conftest import alive, children_of, start_up, wait_for
+from tests.e2e.conftest import Up, alive, children_of, start_up, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -52,6 +55,12 @@ def test_quick_start_serves_the_real_model_and_stops_cleanly(running, model_data
         results = ranked.json()["results"]
         assert next(r["index"] for r in results) == 1
         assert len(results) == 2 and results[0]["relevance_score"] > results[1]["relevance_score"]
+
+        # /metrics: where `up` printed it (the operations port), not on the client port.
+        assert client.get("/metrics", headers=SEARCH_APP).status_code == 404
+    (metrics_url,) = running.metrics_urls
+    assert metrics_url != running.url
+    assert 'tenant="search-app"' in running.metrics()
 
     workers = children_of(running.process.pid)
     assert len(workers) >= 4  # gateway + 2 embed + 1 rerank
@@ -101,3 +110,39 @@ def test_killing_the_supervisor_takes_every_child_with_it(model_data_dir):
     wait_for(
         lambda: not [pid for pid in workers if alive(pid)], timeout_s=30, what="children to exit"
     )
+
+
+def gateway_pids(up: Up) -> set[int]:
+    """The supervisor's gateway children, from /proc."""
+    found = set()
+    for pid in children_of(up.process.pid):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"gateway" in command and alive(pid):
+            found.add(pid)
+    return found
+
+
+def test_a_gateway_that_dies_comes_back_on_both_of_its_ports(tmp_path: Path) -> None:
+    up = start_up(tmp_path, "--backend", "synthetic", "--rerank-replicas", "0")
+    try:
+        (killed,) = gateway_pids(up)
+        os.kill(killed, signal.SIGKILL)
+
+        def back() -> bool:
+            pids = gateway_pids(up) - {killed}
+            if not pids:
+                return False
+            try:
+                ready = httpx.get(up.url + "/readyz", timeout=2).status_code == 200
+                return ready and "headway_requests_total" in up.metrics()
+            except httpx.HTTPError:
+                return False
+
+        wait_for(back, 60, "the gateway restarted on its client and operations ports")
+        assert httpx.get(up.url + "/metrics", timeout=10).status_code == 404
+        assert any("restarted gateway" in line for line in up.lines)
+    finally:
+        assert up.stop(signal.SIGTERM) == 0

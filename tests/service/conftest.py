@@ -21,6 +21,7 @@ from headway.gateway.app import build_gateway_app
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.static import StaticDiscovery
+from headway.gateway.ops import build_ops_app
 from headway.gateway.service import GatewayService, Heartbeat
 from headway.http.asgi import App, Handler
 from headway.http.edge import Edge
@@ -49,6 +50,9 @@ TEST_LIMITS = LimitsSettings(max_texts=64, max_chars=200, max_body_bytes=20_000)
 @dataclass
 class Stack:
     client: httpx.AsyncClient
+    """The client port."""
+    ops: httpx.AsyncClient
+    """The operations listener (/metrics, /healthz, /readyz)."""
     gateway: GatewayService
     gateway_app: App
     workers: dict[str, WorkerService]
@@ -63,6 +67,7 @@ class Stack:
 
     async def close(self) -> None:
         await self.client.aclose()
+        await self.ops.aclose()
         await self.gateway_app.shutdown()
         for app in self.worker_apps.values():
             await app.shutdown()
@@ -145,8 +150,11 @@ async def make_stack(
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway"
     )
+    ops = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=build_ops_app(service)), base_url="http://gateway-ops"
+    )
     return Stack(
-        client, service, gateway_app, workers, worker_apps, transport, registry, batch_parts
+        client, ops, service, gateway_app, workers, worker_apps, transport, registry, batch_parts
     )
 
 

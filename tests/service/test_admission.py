@@ -47,7 +47,7 @@ async def test_saturated_pool_sheds_with_retry_after_while_admitted_work_succeed
         assert [r.status_code for r in await asyncio.gather(*admitted)] == [200, 200, 200]
         assert pool.admission.outstanding == 0
         assert (await embed(stack, "demo-key-support-bot")).status_code == 200
-        metrics = (await stack.client.get("/metrics")).text
+        metrics = (await stack.ops.get("/metrics")).text
         assert 'headway_shed_total{pool="embed",reason="pool_full"} 1.0' in metrics
         assert 'headway_admission_limit_texts{pool="embed"} 12.0' in metrics
     finally:

@@ -75,7 +75,7 @@ async def test_models_health_readiness_metrics_openapi(stack):
     assert ready.status_code == 200 and ready.json()["pools"]["embed"]["ready"] == 2
     await rerank(stack)
     await stack.client.post("/v1/embeddings", headers=auth(), json={"model": "x", "input": ["a"]})
-    metrics = (await stack.client.get("/metrics")).text
+    metrics = (await stack.ops.get("/metrics")).text
     assert 'headway_requests_total{code="200",route="rerank"} 1.0' in metrics
     assert 'headway_request_failures_total{reason="not_found",route="embeddings"} 1.0' in metrics
     spec = (await stack.client.get("/openapi.json")).json()
@@ -93,5 +93,5 @@ async def test_a_draining_gateway_is_unready_but_still_serves(stack):
         "/v1/embeddings", headers=auth(), json={"model": "synthetic", "input": ["a"]}
     )
     assert response.status_code == 200
-    metrics = (await stack.client.get("/metrics")).text
+    metrics = (await stack.ops.get("/metrics")).text
     assert 'headway_chunk_attempts_total{kind="first",pool="embed"} 1.0' in metrics

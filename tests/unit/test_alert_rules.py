@@ -122,10 +122,18 @@ def test_the_targets_file_headway_up_writes_is_what_the_example_config_reads(
             ("batches", ["batches", "run", "--gateway-urls", "http://127.0.0.1:8080"], 9103),
         )
     ]
-    assert scrape_targets(children)[0] == {
+    children[3].ops_address = ("127.0.0.1", 9200)  # the gateway's operations listener
+    targets = scrape_targets(children)
+    assert targets[0] == {
         "targets": ["127.0.0.1:9101"],
         "labels": {"job": "worker", "instance": "embed-worker-0", "pool": "embed"},
     }
+    # A gateway is scraped on its operations listener, never on its client port.
+    assert targets[3] == {
+        "targets": ["127.0.0.1:9200"],
+        "labels": {"job": "gateway", "instance": "gateway"},
+    }
+    assert children[3].metrics_url == "http://127.0.0.1:9200"
     path = write_scrape_targets(settings, children)
     assert path == tmp_path / "data" / "run" / "prometheus-targets.json"
     jobs = {entry["labels"]["job"] for entry in json.loads(path.read_text(encoding="utf-8"))}

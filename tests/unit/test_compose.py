@@ -21,7 +21,7 @@ import jsonschema
 import pytest
 import yaml
 
-from headway.settings import load_settings
+from headway.settings import GatewaySettings, load_settings
 from tests.unit.test_manifests import check_command, setting_field
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,3 +187,19 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
     postgres = services(compose)["postgres"]
     assert postgres["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password"
     assert compose["secrets"]["postgres-password"]["file"].endswith("/postgres-password")
+
+
+def test_the_gateways_metrics_are_on_their_own_port_published_on_loopback_only(
+    compose: Doc,
+) -> None:
+    """/metrics is on the gateway's operations port (its default, listening on the
+    container's addresses), published beside the client port, and nothing is published
+    beyond this machine's loopback."""
+    gateway = services(compose)["gateway"]
+    assert gateway["environment"]["HEADWAY_GATEWAY__OPS_HOST"] == "0.0.0.0"
+    assert "HEADWAY_GATEWAY__OPS_PORT" not in gateway["environment"]
+    ops_port, port = GatewaySettings().ops_port, GatewaySettings().port
+    assert gateway["ports"] == [f"127.0.0.1:{port}:{port}", f"127.0.0.1:{ops_port}:{ops_port}"]
+    for name, service in services(compose).items():
+        for published in service.get("ports", []):
+            assert str(published).startswith("127.0.0.1:"), f"{name}: {published}"

@@ -569,7 +569,7 @@ def test_network_policies_allow_the_flows_there_are_and_no_others(
         *(
             (PROMETHEUS, pod, port)
             for pod, port in (
-                (gateway, 8080),
+                (gateway, 9200),  # the operations port: /metrics is there only
                 (embed, 9100),
                 (rerank, 9100),
                 (billing, 9300),
@@ -578,6 +578,8 @@ def test_network_policies_allow_the_flows_there_are_and_no_others(
         ),
     ]
     refused: list[tuple[Peer, Peer, int]] = [
+        # The gateways' operations port: Prometheus alone, not clients nor our own pods.
+        *((peer, gateway, 9200) for peer in (INGRESS_CONTROLLER, None, executor, embed, billing)),
         (INGRESS_CONTROLLER, embed, 9100),  # workers answer the gateways alone
         (executor, embed, 9100),
         (billing, gateway, 8080),
@@ -626,6 +628,58 @@ def test_network_policies_allow_the_flows_there_are_and_no_others(
                 ):
                     problems.append(f"{named(pod)}: port {port['containerPort']} unreachable")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_gateways_metrics_are_on_a_port_only_prometheus_may_reach(
+    rendered: dict[str, list[Doc]],
+    secret_files: dict[str, Path],
+    overlay: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The port the gateway serves /metrics on (gateway.ops_port, listening on every pod
+    address) is the one scraped, is in no Service, and every ingress rule that names it
+    admits Prometheus's pods (by namespace and pod selector) and nothing else; the client
+    port stays open to everyone."""
+    docs = rendered[overlay]
+    (workload,) = [w for w in headway_deployments(docs) if component(w) == "gateway"]
+    settings = role_settings(docs, workload, secret_files[overlay], monkeypatch, tmp_path)
+    ops_port, client_port = settings.gateway.ops_port, settings.gateway.port
+    assert settings.gateway.ops_host == "0.0.0.0" and ops_port != client_port
+    (container,) = pod_spec(workload)["containers"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"http": client_port, "ops": ops_port}
+    annotations = workload["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(ops_port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    for service in of_kind(docs, "Service"):
+        if selects({"matchLabels": service["spec"].get("selector", {})}, pod_labels(workload)):
+            for port in service["spec"]["ports"]:
+                assert port["targetPort"] in ("http", client_port), named(service)
+
+    policies = of_kind(docs, "NetworkPolicy")
+    naming_ops = [
+        rule
+        for policy in policies
+        if "Ingress" in policy["spec"]["policyTypes"]
+        and selects(policy["spec"]["podSelector"], pod_labels(workload))
+        for rule in policy["spec"].get("ingress", [])
+        if not rule.get("ports") or any(p["port"] == ops_port for p in rule["ports"])
+    ]
+    assert naming_ops, "no rule opens the operations port"
+    for rule in naming_ops:
+        peers = rule.get("from")
+        assert peers, f"an ingress rule opens {ops_port} to every source"
+        for peer in peers:
+            assert set(peer) == {"namespaceSelector", "podSelector"}, peer
+            assert peer_matches(peer, PROMETHEUS), peer
+            assert not peer_matches(peer, INGRESS_CONTROLLER), peer
+    gateway = ours(docs, "gateway")
+    assert flow_allowed(policies, PROMETHEUS, gateway, ops_port)
+    for client in (None, INGRESS_CONTROLLER):
+        assert flow_allowed(policies, client, gateway, client_port)
+        assert not flow_allowed(policies, client, gateway, ops_port)
 
 
 # --- settings -------------------------------------------------------------------------

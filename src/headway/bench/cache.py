@@ -266,13 +266,13 @@ def cache_point(
     """A fresh system (a cold cache), ``OFFERED_X`` times capacity offered for ``seconds``."""
     with (
         serving(cache_settings(data_dir, cache)) as processes,
-        httpx.Client(base_url=processes.gateway_url, timeout=10) as client,
+        httpx.Client(base_url=processes.gateway_metrics_url, timeout=10) as scraper,
     ):
-        before = cache_lookups(client.get("/metrics").text)
+        before = cache_lookups(scraper.get("/metrics").text)
         cpu_before = process_cpu_s(processes.pids[GATEWAY])
         report = _load(processes, workload, OFFERED_X * capacity_rps, seconds)
         cpu_s = process_cpu_s(processes.pids[GATEWAY]) - cpu_before
-        after = cache_lookups(client.get("/metrics").text)
+        after = cache_lookups(scraper.get("/metrics").text)
     lookups = {result: after[result] - before.get(result, 0.0) for result in after}
     ideal = ideal_hit_ratio(workload.ranks(report.overall.offered))
     return CachePoint(

@@ -504,7 +504,9 @@ class _Run:
         consumer.start()
         await self._ready(worker)
         for gateway_id in self.spec.gateways:
-            args = ["gateway", *data, "--id", gateway_id, "--embed-replicas", worker.url]
+            # Its /metrics on a free port (not read here): the default would collide.
+            args = ["gateway", *data, "--id", gateway_id, "--ops-port", "0"]
+            args += ["--embed-replicas", worker.url]
             gateway = _Process(gateway_id, [*args, *shared_args], env, self.logs)
             self.processes[gateway_id] = gateway
             gateway.start()

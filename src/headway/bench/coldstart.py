@@ -33,6 +33,7 @@ from headway.bench.served import API_KEY, demo_registry
 from headway.catalog import ensure_default_model
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import load_settings
+from headway.supervisor import METRICS_PREFIX
 
 DEADLINE_MS = 30_000
 READY_PREFIX = "headway is ready on "
@@ -73,12 +74,16 @@ class _Up:
     process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
     url: str = ""
+    metrics_url: str = ""
+    """The gateway's operations listener (printed before the ready line)."""
     ready: threading.Event = field(default_factory=threading.Event)
 
     def read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.lines.append(line)
+            if line.startswith(METRICS_PREFIX):
+                self.metrics_url = line[len(METRICS_PREFIX) :].split()[0].removesuffix("/metrics")
             if line.startswith(READY_PREFIX):
                 self.url = line[len(READY_PREFIX) :].split()[0]
                 self.ready.set()
@@ -131,9 +136,9 @@ def _post(url: str) -> float:
     return time.perf_counter() - started
 
 
-def _held_s(url: str) -> float:
+def _held_s(metrics_url: str) -> float:
     """Seconds the gateway has held requests for the embed pool, in all."""
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+    with urllib.request.urlopen(metrics_url + "/metrics", timeout=5) as response:
         text = response.read().decode()
     for line in text.splitlines():
         if line.startswith('headway_cold_start_wait_seconds_sum{pool="embed"}'):
@@ -183,9 +188,9 @@ def _loads(up: _Up) -> list[float]:
 def _cold_then_warm(up: _Up, start: int) -> tuple[float, float, float, float]:
     """The first request's time, the warm one's, the hold, and the worker's model load
     (its ``start``-th since ``up`` began, counting from 1)."""
-    held_before = _held_s(up.url)
+    held_before = _held_s(up.metrics_url)
     cold_s = _post(up.url)
-    held_s = _held_s(up.url) - held_before
+    held_s = _held_s(up.metrics_url) - held_before
     warm_s = _post(up.url)
     _until(lambda: len(_loads(up)) >= start, "the worker's ready line", STOP_TIMEOUT_S)
     return cold_s, warm_s, held_s, _loads(up)[start - 1]

@@ -138,6 +138,7 @@ def running(stack: Stack, data_dir: Path) -> Iterator[Processes]:
             workers[0].url,
             pids | {"client": os.getpid()},
             tuple(g.url for g in supervisor.gateways),
+            supervisor.gateways[0].metrics_url,
         )
 
 

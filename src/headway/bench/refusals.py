@@ -143,7 +143,7 @@ async def _while_held(
     headers = (*traffic.headers, ("X-Timeout-Ms", "60000"))
     holder = asyncio.create_task(post(traffic.url, body, headers=headers, client_timeout_s=90))
     try:
-        await _until_outstanding(processes.gateway_url)
+        await _until_outstanding(processes.gateway_metrics_url)
         return await refusal_cost(
             "503, pool full",
             traffic,
@@ -158,10 +158,11 @@ async def _while_held(
             await holder
 
 
-async def _until_outstanding(gateway_url: str) -> None:
-    """Until the gateway's /metrics shows the holder's text outstanding on the pool."""
+async def _until_outstanding(metrics_url: str) -> None:
+    """Until the gateway's /metrics (``metrics_url``: its operations listener) shows the
+    holder's text outstanding on the pool."""
     for _ in range(500):
-        scrape = await asyncio.to_thread(_text, gateway_url + "/metrics")
+        scrape = await asyncio.to_thread(_text, metrics_url + "/metrics")
         for line in scrape.splitlines():
             if line.startswith("headway_outstanding_texts{") and float(line.split()[-1]) >= 1:
                 return

@@ -173,23 +173,21 @@ def shadow_cost(data_dir: Path, seconds: float) -> tuple[ShadowPoint, ...]:
     shadowed = {"weights": {fp32.version: 1}, "shadow": {"version": int8.version, "share": 1.0}}
     points = []
     with _stack(settings) as supervisor, _clients(supervisor) as (client,):
-        url = supervisor.gateways[0].url
-        _load_point(url, "warm-up", SHADOW_RPS, min(seconds, 5.0), client)
-        points.append(_load_point(url, "no shadow", SHADOW_RPS, seconds, client))
+        url, metrics_url = supervisor.gateways[0].url, supervisor.gateways[0].metrics_url
+        _load_point(url, "warm-up", SHADOW_RPS, min(seconds, 5.0), metrics_url)
+        points.append(_load_point(url, "no shadow", SHADOW_RPS, seconds, metrics_url))
         reply = client.put(f"/admin/splits/{MODEL}", json=shadowed, headers=ADMIN)
         if reply.status_code != 200:
             raise BenchError(f"the shadow split was refused: {reply.text}")
         _wait(lambda: int8.version in _served(client), 60, "the worker to load int8")
-        points.append(_load_point(url, "every request shadowed", SHADOW_RPS, seconds, client))
+        points.append(_load_point(url, "every request shadowed", SHADOW_RPS, seconds, metrics_url))
         at_capacity = OVERLOAD_FACTOR * SHADOW_RPS
-        points.append(_load_point(url, "shadowed, at capacity", at_capacity, seconds, client))
+        points.append(_load_point(url, "shadowed, at capacity", at_capacity, seconds, metrics_url))
     return tuple(points)
 
 
-def _load_point(
-    url: str, name: str, rate: float, seconds: float, client: httpx.Client
-) -> ShadowPoint:
-    before = _shadow_counts(client)
+def _load_point(url: str, name: str, rate: float, seconds: float, metrics_url: str) -> ShadowPoint:
+    before = _shadow_counts(metrics_url)
     load = run_load(
         url,
         _workload(MODEL, SHADOW_TEXTS),
@@ -197,7 +195,7 @@ def _load_point(
         client_timeout_s=5.0,
     )
     result = asyncio.run(load)
-    after = _shadow_counts(client)
+    after = _shadow_counts(metrics_url)
     shadow = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     return ShadowPoint(name, rate, result.report.overall, shadow)
 
@@ -205,9 +203,10 @@ def _load_point(
 _SHADOW_LINE = re.compile(r'^headway_shadow_requests_total\{[^}]*outcome="(\w+)"[^}]*\} (\S+)$')
 
 
-def _shadow_counts(client: httpx.Client) -> dict[str, float]:
+def _shadow_counts(metrics_url: str) -> dict[str, float]:
+    """The gateway's shadow outcomes so far (``metrics_url``: its operations listener)."""
     counts: dict[str, float] = {}
-    for line in client.get("/metrics").text.splitlines():
+    for line in httpx.get(metrics_url + "/metrics", timeout=30).text.splitlines():
         match = _SHADOW_LINE.match(line)
         if match:
             counts[match[1]] = counts.get(match[1], 0.0) + float(match[2])

@@ -67,6 +67,8 @@ class Processes:
     worker_url: str
     pids: Mapping[str, int]
     gateway_urls: tuple[str, ...] = ()
+    gateway_metrics_url: str = ""
+    """The first gateway's operations listener, where its /metrics is ("": not started)."""
 
 
 def bench_settings(
@@ -133,6 +135,7 @@ def serving(settings: Settings) -> Iterator[Processes]:
                 CLIENT: os.getpid(),
             },
             tuple(g.url for g in supervisor.gateways),
+            gateway.metrics_url,
         )
 
 

@@ -142,9 +142,18 @@ def gateway(
         str | None,
         typer.Option("--id", help="Names its usage outbox; keep it across restarts."),
     ] = None,
-    host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option()] = None,
+    host: Annotated[str | None, typer.Option(help="Address for clients.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port for clients (default 8080).")] = None,
     fd: FdOpt = None,
+    ops_host: Annotated[
+        str | None, typer.Option(help="Address for /metrics and probes (operators only).")
+    ] = None,
+    ops_port: Annotated[
+        int | None, typer.Option(help="Port for /metrics and probes (default 9200).")
+    ] = None,
+    ops_fd: Annotated[
+        int | None, typer.Option("--ops-fd", help="Serve /metrics on this inherited socket.")
+    ] = None,
     embed_replicas: Annotated[
         str | None, typer.Option(help="Comma-separated worker URLs of the embed pool.")
     ] = None,
@@ -178,6 +187,8 @@ def gateway(
             "id": gateway_id,
             "host": host,
             "port": port,
+            "ops_host": ops_host,
+            "ops_port": ops_port,
             "admission": given(enabled=_on_off(admission)),
             "embed_replicas": _urls(embed_replicas),
             "rerank_replicas": _urls(rerank_replicas),
@@ -187,13 +198,15 @@ def gateway(
         },
     )
     from headway.gateway.main import build_gateway
-    from headway.serve import serve
+    from headway.gateway.ops import build_ops_app
+    from headway.serve import OpsListener, serve
     from headway.tls.hops import public_server
 
     g = settings.gateway
     with tls_files_checked():
         ssl_context = public_server(settings.tls)
         app, service = build_gateway(settings)
+    ops = OpsListener(build_ops_app(service), g.ops_host, g.ops_port, ops_fd, g.ops_edge)
     serve(
         app,
         host=g.host,
@@ -205,6 +218,7 @@ def gateway(
         ssl_context=ssl_context,
         edge=g.edge,
         metrics_registry=service.metrics.registry,
+        ops=ops,
     )
 
 

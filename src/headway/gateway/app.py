@@ -56,7 +56,6 @@ from headway.gateway.stages.authenticate import Identify, by_key
 from headway.http.asgi import App, Handler, Hook, Request, Response, json_response
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
-from headway.metrics import metrics_handler
 from headway.tracing.setup import ProcessTracing
 
 MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
@@ -228,10 +227,7 @@ def gateway_routes(
                 other_answers={503: schemas.Readiness},
             ),
         ),
-        DocumentedRoute(
-            Route("GET", "/metrics", "metrics", metrics_handler(service.metrics.registry)),
-            Operation("Prometheus metrics (text exposition format)", "text/plain"),
-        ),
+        # No /metrics here: it is on the operations listener only (gateway/ops.py).
     ]
     documented.append(
         DocumentedRoute(
