@@ -12,6 +12,7 @@ gateway's limits), so a line that validates here is one the gateway will accept.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from headway.batches.store import BatchStore
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.gateway.endpoints.rerank import Rerank
 from headway.settings import LimitsSettings
+
+log = logging.getLogger(__name__)
 
 KEEP_BATCHES = 4
 
@@ -83,4 +86,12 @@ class Inputs:
         max_inputs = self._max_inputs if batch.endpoint == "/v1/embeddings" else None
         parse = body_parser(batch.endpoint, self._limits)
         lines, errors = read_lines(data, batch.endpoint, parse, max_inputs=max_inputs)
+        unreadable = sum(1 for error in errors if error.code == "unreadable_line")
+        if unreadable:  # a parser raised something unexpected: a bug, or a line that finds one
+            log.warning(
+                "batch %s: %d lines could not be read (%s); each is in its error file",
+                batch.id,
+                unreadable,
+                next(e.message for e in errors if e.code == "unreadable_line"),
+            )
         return ParsedInput({line.number: line for line in lines}, errors)

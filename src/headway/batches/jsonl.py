@@ -136,7 +136,10 @@ def read_lines(
     """Every non-blank line as a ``Line`` or a ``LineError``, in file order.
 
     ``parse_body`` is the endpoint's strict parser: it returns the body's text count or
-    raises a ``HeadwayError``, whose message becomes the line's. With ``max_inputs``, a
+    raises a ``HeadwayError``, whose message becomes the line's. Anything else raised while
+    reading a line (``RecursionError`` from JSON nested too deeply for the decoder, a bug
+    in a parser) fails that line alone, with a message naming only the kind of failure
+    (``unreadable``): one hostile line never stops the file. With ``max_inputs``, a
     line whose texts would take the running total of accepted lines over it fails
     (``too_many_inputs``); earlier lines, and later ones that still fit, run.
     """
@@ -153,7 +156,10 @@ def read_lines(
         if not ascii_only and not _is_utf8(raw):
             errors.append(LineError(number, "invalid_json_line", "the line is not UTF-8"))
             continue
-        outcome = _read_line(number, raw, endpoint, parse_body, first_use)
+        try:
+            outcome = _read_line(number, raw, endpoint, parse_body, first_use)
+        except Exception as exc:  # the line's alone, whatever raised it (docstring)
+            outcome = unreadable(number, exc)
         if isinstance(outcome, LineError):
             errors.append(outcome)
         elif max_inputs is not None and inputs + outcome.texts > max_inputs:
@@ -224,6 +230,19 @@ def _read_line(
     except HeadwayError as exc:
         return LineError(number, "invalid_body", exc.message, "body")
     return Line(number, custom_id, body_bytes, texts)
+
+
+def unreadable(number: int, exc: Exception) -> LineError:
+    """The error of a line whose reading raised ``exc`` (not a ``HeadwayError``): its kind
+    only, never its text, which may quote the line."""
+    if isinstance(exc, RecursionError):
+        message = (
+            "the line is nested too deeply to read (arrays or objects within one another,"
+            " hundreds of levels down)"
+        )
+        return LineError(number, "invalid_json_line", message)
+    message = f"the line could not be read ({type(exc).__name__}); it was not run"
+    return LineError(number, "unreadable_line", message)
 
 
 def _loose_fields(
