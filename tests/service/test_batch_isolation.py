@@ -246,3 +246,16 @@ async def test_a_one_line_batch_runs_beside_a_big_one_not_after_it(stack, tmp_pa
         behind = store.batch_by_id(big).counts.completed
     assert done.status == "completed"
     assert behind < 150, f"the one line waited for {behind} of the big batch's 300"
+
+
+async def test_a_batch_behind_pages_of_anothers_open_batches_still_moves(stack, tmp_path):
+    """A tenant keeps more batches open than a tick looks at: the pages go round, so a later
+    tenant's batch is validated, run and finalized all the same."""
+    held = [await _submit(stack, jsonl(embed_line(f"a{i}", "x")), ATTACKER) for i in range(5)]
+    victim = await _submit(stack, jsonl(embed_line("v", "y")), VICTIM)
+    async with running(stack.batches, stack.client, tmp_path, limits=TEST_LIMITS) as runner:
+        runner.mover._page_size = 2  # five open batches ahead: more than two pages
+        runner.executor._quota_gates["support-bot"] = float("inf")  # its lines never run
+        done = await runner.until_final(victim, stack.batches)
+    assert done.status == "completed"
+    assert {stack.batches.store.batch_by_id(b).status for b in held} == {"in_progress"}

@@ -30,10 +30,10 @@ more of each tenant it may take (``queue.Room``), and the queue hands lines out 
 robin by tenant. While lines run, the executor pulls again whenever one ends (or every
 ``BUSY_PULL_S``), so a tenant's first line starts within about one line's time of a free
 slot, however much another tenant has queued. Of the lines in flight at most the send
-window (``SendWindow``: halved by a 503, grown by one per window of answers) are at the
-gateways at a time, so a pool with room for five lines sees about five, not a stream of
-refusals. A line waiting (for capacity, for a slow answer) keeps its lease alive by
-touching it.
+window (``window.py``: halved by a 503, grown by one per window of answers; waiting lines
+let through round robin by tenant) are at the gateways at a time, so a pool with room
+for five lines sees about five, not a stream of refusals. A line waiting (for capacity,
+for a slow answer) keeps its lease alive by touching it.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from headway.batches.offload import off_loop
 from headway.batches.queue import Delivery, Room, WorkQueue
 from headway.batches.store import BatchStore, UnknownBatch
 from headway.batches.submit import UNREACHABLE, Submitter
+from headway.batches.window import SendWindow
 from headway.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
@@ -241,7 +242,7 @@ class Executor:
                 now = await self._batch(batch.id)
                 if now is None or now.status in FINAL or now.status == "cancelling":
                     return None
-            await self._leased(delivery, self._window.acquire())
+            await self._leased(delivery, self._window.acquire(batch.tenant))
             try:
                 answer = await self._leased(delivery, self._submitter.submit(batch, line, body))
             finally:
@@ -329,35 +330,6 @@ class Executor:
         if len(self._batches) > 1024:
             self._batches = {k: v for k, v in self._batches.items() if now - v[0] < BATCH_FRESH_S}
         return batch
-
-
-class SendWindow:
-    """How many lines may be at the gateways at once: up to ``most``, halved by each 503
-    (the pool had no room for batch work), grown by one per window of answers (additive
-    increase, multiplicative decrease, as TCP's congestion window). Lines beyond it wait
-    here, rather than each costing the gateway a refusal and retrying blind."""
-
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self.size = float(most)
-        self.sending = 0
-        self._freed = asyncio.Event()
-
-    async def acquire(self) -> None:
-        while self.sending >= max(1, int(self.size)):
-            self._freed.clear()
-            await self._freed.wait()
-        self.sending += 1
-
-    def release(self) -> None:
-        self.sending -= 1
-        self._freed.set()
-
-    def answered(self, *, shed: bool) -> None:
-        if shed:
-            self.size = max(1.0, self.size / 2)
-        else:
-            self.size = min(float(self.most), self.size + 1 / self.size)
 
 
 def _by_batch(deliveries: list[Delivery]) -> dict[str, list[Delivery]]:

@@ -12,7 +12,9 @@ there first.
     (expired, cancelled: the lines answered so far are in the output file; the lines
     that never ran are in the error file, ``batch_expired`` / ``batch_cancelled``)
 
-**One batch never holds up another.** Each batch's move is tried on its own: one that
+**One batch never holds up another.** A tick looks at a page of each status group,
+the next page on the next tick, round and round, so many open batches (of one tenant or
+of many) never hide a later one. Each batch's move is tried on its own: one that
 raises is logged and counted (``headway_batch_move_failures_total{move, reason}``) and
 the tick goes on to the next batch. A failure of the batch's own (anything but a store,
 queue or registry that is away, which would fail every batch alike and is only waited
@@ -65,6 +67,8 @@ CANCELLING: tuple[BatchStatus, ...] = ("cancelling",)
 CLOSING: tuple[BatchStatus, ...] = ("in_progress", "finalizing")
 EXPIRING: tuple[BatchStatus, ...] = ("validating", "in_progress")
 OPEN: tuple[BatchStatus, ...] = ("validating", "in_progress", "finalizing", "cancelling")
+PAGE_SIZE = 100
+"""Batches of one status group a tick looks at (``Mover._page``)."""
 MAX_FAILURES = 5
 """Failed attempts in a row at a batch's move, of its own, before the batch is marked
 ``failed`` (at ``executor.poll_s`` a tick, a few seconds of trying)."""
@@ -99,10 +103,14 @@ class Mover:
         *,
         bursts: Bursts = no_bursts,
         metrics: ExecutorMetrics | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self._store, self._queue, self._files = store, queue, files
         self._inputs, self._retention_s, self._clock = inputs, retention_s, wall_clock
         self._bursts = bursts
+        self._page_size = page_size
+        self._cursors: dict[tuple[BatchStatus, ...], tuple[int, str] | None] = {}
+        """Where each status group's next page starts (``_page``)."""
         self._metrics = metrics or ExecutorMetrics()
         self._failures: dict[str, int] = {}
         """Batch id → its moves' failures in a row (of its own), in this process."""
@@ -113,15 +121,14 @@ class Mover:
         return int(self._clock())
 
     async def tick(self) -> None:
-        store = self._store
-        for batch in await off_loop(store.batches_in, VALIDATING):
+        for batch in await self._page(VALIDATING):
             if self.now() >= batch.expires_at:
                 await self._attempt("expire", batch, self._expire)
             else:
                 await self._attempt("validate", batch, self.validate)
-        for batch in await off_loop(store.batches_in, CANCELLING):
+        for batch in await self._page(CANCELLING):
             await self._attempt("cancel", batch, self._cancel)
-        for batch in await off_loop(store.batches_in, CLOSING):
+        for batch in await self._page(CLOSING):
             if batch.status == "in_progress" and self.now() >= batch.expires_at:
                 await self._attempt("expire", batch, self._expire)
             elif batch.status == "finalizing" or _all_answered(batch):
@@ -246,6 +253,21 @@ class Mover:
             if not await off_loop(store.digest_in_use, record.sha256):
                 await off_loop(self._files.delete, record.sha256)
             log.info("file %s expired and was deleted", record.id)
+
+    async def _page(self, statuses: tuple[BatchStatus, ...]) -> list[Batch]:
+        """Up to ``page_size`` batches in ``statuses``, going on from where the last tick's
+        page ended and round to the oldest again, so that however many batches there are,
+        each is looked at every few ticks (not only the oldest page's)."""
+        store, size = self._store, self._page_size
+        after = self._cursors.get(statuses)
+        page = await off_loop(store.batches_in, statuses, size, after)
+        if len(page) < size and after is not None:  # the end: on from the oldest
+            seen = {batch.id for batch in page}
+            oldest = await off_loop(store.batches_in, statuses, size - len(page))
+            page += [batch for batch in oldest if batch.id not in seen]
+        last = page[-1] if len(page) == size else None
+        self._cursors[statuses] = None if last is None else (last.created_at, last.id)
+        return page
 
     async def _expire(self, batch: Batch) -> None:
         await self.end(batch, "expired")
