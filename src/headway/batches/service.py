@@ -6,8 +6,8 @@
     depth   every few seconds: the queue's depth, for ``/metrics``
 
 The stores are the gateways' (Postgres with ``postgres_url``, else SQLite in the data
-dir; the file store at ``batches.files_dir``), the registry too (each tenant's burst, for
-validation); the queue is JetStream with
+dir; the file store at ``batches.files_dir``), the registry too while quotas are on
+(each tenant's burst, for validation); the queue is JetStream with
 ``nats_url``, else the SQLite queue in the data dir. Any number of executors may run
 on one set of stores: each line runs once at a time (its lease), and every move is
 safe to repeat (``mover.py``). It serves ``/healthz``, ``/readyz`` and ``/metrics``.
@@ -24,7 +24,7 @@ from headway.batches.executor import Executor
 from headway.batches.filestore import DirectoryFileStore
 from headway.batches.inputs import Inputs
 from headway.batches.metrics import ExecutorMetrics
-from headway.batches.mover import Mover
+from headway.batches.mover import Bursts, Mover, no_bursts
 from headway.batches.open import open_batch_store
 from headway.batches.queue import WorkQueue
 from headway.batches.queue_open import open_work_queue
@@ -72,7 +72,10 @@ class ExecutorService:
             executor.line_timeout_ms,
             self._gateway_tls,
         )
-        self.registry = registry = open_registry(settings)  # tenants' bursts, at validation
+        bursts: Bursts = no_bursts  # quotas off: no line is too big for one
+        if settings.gateway.quota.enabled:
+            self.registry = registry = open_registry(settings)
+            bursts = RegistryBursts(registry)
         mover = Mover(
             store,
             queue,
@@ -80,7 +83,7 @@ class ExecutorService:
             inputs,
             batches.file_retention_s,
             time.time,
-            bursts=RegistryBursts(registry),
+            bursts=bursts,
             metrics=self.metrics,
         )
         lines = Executor(store, queue, inputs, self._submitter, executor, self.metrics)
