@@ -4,6 +4,7 @@ batches never stall, starve or hold up another's (mover, work queue, executor, g
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import pytest
 
@@ -259,3 +260,28 @@ async def test_a_batch_behind_pages_of_anothers_open_batches_still_moves(stack, 
         done = await runner.until_final(victim, stack.batches)
     assert done.status == "completed"
     assert {stack.batches.store.batch_by_id(b).status for b in held} == {"in_progress"}
+
+
+async def test_lines_of_many_batches_side_by_side_read_each_file_at_most_twice(stack, tmp_path):
+    """Round robin interleaves the lines of every tenant's batches: each runs from its
+    batch's line index and a short read, never a parse of the whole file again (with more
+    batches at once than the parsed files kept, that parse was every line's)."""
+    keys = [
+        await _tenant(stack, f"tenant-{t}", rate_texts_per_s=1000, burst_texts=100)
+        for t in range(6)
+    ]
+    batches = [
+        await _submit(stack, jsonl(*[embed_line(f"{t}-{i}", f"{t} {i}") for i in range(12)]), key)
+        for t, key in enumerate(keys)
+    ]
+    files = stack.batches.files
+    real_read, reads = files.read, []
+    files.read = lambda digest: reads.append(digest) or real_read(digest)  # type: ignore[method-assign]
+    async with running(stack.batches, stack.client, tmp_path, limits=TEST_LIMITS) as runner:
+        done = [await runner.until_final(b, stack.batches) for b in batches]
+    assert [(d.status, d.counts.completed) for d in done] == [("completed", 12)] * 6
+    assert max(Counter(reads).values()) <= 2, Counter(reads)
+    for t, (batch, key) in enumerate(zip(done, keys, strict=True)):
+        response = await stack.client.get(f"/v1/files/{batch.output_file_id}/content", headers=key)
+        ids = sorted(line["custom_id"] for line in lines_of(response.content))
+        assert ids == sorted(f"{t}-{i}" for i in range(12))

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headway.batches.inputs import body_parser
-from headway.batches.jsonl import Line, check_upload, read_lines
+from headway.batches.jsonl import Line, check_upload, read_lines, reread
 from headway.batches.model import LineError
 from headway.errors import InvalidRequest, PayloadTooLarge, ValidationFailed
 from headway.gateway.endpoints.embeddings import Embeddings
@@ -156,6 +156,20 @@ def test_good_lines_keep_their_body_bytes_exactly_and_count_their_texts() -> Non
         Line(1, "r-1", msgspec.json.encode({"model": "m", "input": [SECRET]}), 1),
         Line(3, "r-2", body, 3),
     ]
+
+
+def test_a_good_lines_span_reads_it_back_exactly() -> None:
+    """What the executor keeps per line (its span) is enough to have the line again."""
+    data = b"\xef\xbb\xbf" + request("r-1") + b"\n[]\n\n" + request("r-2") + b"\r\n"
+    lines, _ = read(data)
+    for line in lines:
+        again = reread(line.number, data[line.start : line.end], line.texts, line.start)
+        assert again == line and (again.body, again.start, again.end) == (
+            line.body,
+            line.start,
+            line.end,
+        )
+    assert [line.start for line in lines] == [3, data.index(b"\n\n") + 2]
 
 
 @pytest.mark.parametrize(

@@ -208,7 +208,7 @@ class Executor:
         item = delivery.item
         batch = await self._batch(item.batch_id)
         try:
-            line = None if batch is None else (await self._inputs.of(batch)).lines.get(item.line)
+            line = None if batch is None else await self._inputs.line(batch, item.line)
         except InputMissing:
             line = None
         if batch is None or line is None:  # its input is gone: its batch's mover ends it

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -95,6 +95,10 @@ class Line:
     """The request body, JSON, exactly as the line had it."""
     texts: int
     """Inputs (embeddings) or documents (rerank) it asks for."""
+    start: int = field(default=0, compare=False)
+    """Where the physical line starts in the file (bytes), its newline excluded..."""
+    end: int = field(default=0, compare=False)
+    """... and ends: ``reread`` takes those bytes back to this line."""
 
 
 def check_upload(data: bytes | memoryview, *, max_bytes: int, max_lines: int) -> int:
@@ -160,6 +164,8 @@ def read_lines(
             outcome = _read_line(number, raw, endpoint, parse_body, first_use)
         except Exception as exc:  # the line's alone, whatever raised it (docstring)
             outcome = unreadable(number, exc)
+        if isinstance(outcome, Line):
+            outcome = Line(number, outcome.custom_id, outcome.body, outcome.texts, start, end)
         if isinstance(outcome, LineError):
             errors.append(outcome)
         elif max_inputs is not None and inputs + outcome.texts > max_inputs:
@@ -230,6 +236,13 @@ def _read_line(
     except HeadwayError as exc:
         return LineError(number, "invalid_body", exc.message, "body")
     return Line(number, custom_id, body_bytes, texts)
+
+
+def reread(number: int, raw: bytes, texts: int, start: int = 0) -> Line:
+    """A line that ``read_lines`` found good, from its bytes again (``Line.start`` to
+    ``Line.end`` of the same file): its custom_id and body, without checking it again."""
+    request = _request.decode(raw)
+    return Line(number, request.custom_id, bytes(request.body), texts, start, start + len(raw))
 
 
 def unreadable(number: int, exc: Exception) -> LineError:
