@@ -9,13 +9,16 @@ from collections import Counter
 import pytest
 
 from headway.batches.bursts import RegistryBursts
+from headway.batches.jetstream_queue import JetStreamWorkQueue
 from headway.batches.model import FileObject
 from headway.batches.mover import MAX_FAILURES
-from headway.batches.queue import WorkItem, WorkQueueUnavailable
+from headway.batches.queue import WorkItem, WorkQueue, WorkQueueUnavailable
 from headway.batches.sqlite_queue import SqliteWorkQueue
 from headway.registry.model import SYSTEM
 from headway.settings import ExecutorSettings
+from tests.batches_queue.conftest import work_stream
 from tests.fakes import until
+from tests.metering.conftest import nats_server
 from tests.service.batch_helpers import (
     BATCHES,
     create,
@@ -26,6 +29,8 @@ from tests.service.batch_helpers import (
     upload,
 )
 from tests.service.conftest import TEST_LIMITS, auth, make_stack
+
+__all__ = ["nats_server"]  # the metering tests' fixture: one server per test
 
 VICTIM = auth()  # search-app
 ATTACKER = auth("demo-key-support-bot")
@@ -61,6 +66,13 @@ def _stored(stack, tenant: str, data: bytes) -> str:
     )
     parts.store.add_file(record)
     return record.id
+
+
+def _queue(request, kind: str) -> WorkQueue | None:
+    """The executor's queue: JetStream on the test's own nats-server, or None (SQLite)."""
+    if kind == "sqlite":
+        return None
+    return JetStreamWorkQueue(work_stream(request.getfixturevalue("nats_server"), 5.0))
 
 
 async def _errors(stack, batch, key) -> list[dict]:
@@ -212,14 +224,20 @@ async def test_lines_that_can_never_pass_the_quota_end_and_hold_no_slot(stack, t
     assert all("burst" in e["response"]["body"]["error"]["message"] for e in errors)
 
 
-async def test_a_tenant_waiting_for_its_quota_holds_no_slot(stack, tmp_path):
+@pytest.mark.parametrize("queue_kind", ["sqlite", "jetstream"])
+async def test_a_tenant_waiting_for_its_quota_holds_no_slot(stack, tmp_path, request, queue_kind):
     """A tenant short of quota (429 with Retry-After): its lines go back to the queue for
     that long, so its slots are free and another tenant's batch runs meanwhile."""
     slow = await _tenant(stack, "slow", rate_texts_per_s=4, burst_texts=2)
     lines = jsonl(*[embed_line(f"s{i}", "a", "b") for i in range(4)])
     throttled = await _submit(stack, lines, slow)
     async with running(
-        stack.batches, stack.client, tmp_path, limits=TEST_LIMITS, settings=SMALL
+        stack.batches,
+        stack.client,
+        tmp_path,
+        limits=TEST_LIMITS,
+        settings=SMALL,
+        queue=_queue(request, queue_kind),
     ) as runner:
         await runner.mover.tick()
         deferred = runner.metrics._lines["deferred"]  # type: ignore[attr-defined]
@@ -233,11 +251,19 @@ async def test_a_tenant_waiting_for_its_quota_holds_no_slot(stack, tmp_path):
     assert (slows.counts.completed, slows.counts.failed) == (4, 0)
 
 
-async def test_a_one_line_batch_runs_beside_a_big_one_not_after_it(stack, tmp_path):
+@pytest.mark.parametrize("queue_kind", ["sqlite", "jetstream"])
+async def test_a_one_line_batch_runs_beside_a_big_one_not_after_it(
+    stack, tmp_path, request, queue_kind
+):
     nightly = auth("demo-key-nightly-index")
     big = await _submit(stack, jsonl(*[embed_line(f"n{i}", f"t{i}") for i in range(300)]), nightly)
     async with running(
-        stack.batches, stack.client, tmp_path, limits=TEST_LIMITS, settings=SMALL
+        stack.batches,
+        stack.client,
+        tmp_path,
+        limits=TEST_LIMITS,
+        settings=SMALL,
+        queue=_queue(request, queue_kind),
     ) as runner:
         await runner.mover.tick()
         store = stack.batches.store
