@@ -469,6 +469,13 @@ class ExecutorSettings(_Section):
         description="Gateways the executor submits lines to (as batch-tier work), in turn.",
     )
     lines_in_flight: int = Field(32, gt=0, description="Lines one executor runs at once.")
+    max_lines_in_flight_per_tenant: int = Field(
+        16,
+        gt=0,
+        description="Most of one tenant's lines one executor runs at once (of "
+        "lines_in_flight): the rest of its slots stay free for other tenants' lines, which the "
+        "work queue hands out round robin by tenant.",
+    )
     poll_s: float = Field(0.5, gt=0, description="How often batches are checked for a move.")
     lease_s: float = Field(
         60.0, gt=0, description="A pulled line not finished in this long goes to another."

@@ -269,6 +269,11 @@ def test_batches_in_statuses_oldest_first_across_tenants(store: SqlBatchStore) -
     assert store.batches_in(["in_progress", "cancelling"]) == [running[0], cancelling, running[1]]
     assert store.batches_in({"in_progress"}, limit=1) == running[:1]
     assert store.batches_in(()) == []
+    both = ["in_progress", "cancelling"]  # paged: from just past a cursor
+    assert store.batches_in(both, limit=1, after=(100, "batch_2")) == [cancelling]
+    assert store.batches_in(both, after=(150, "batch_3")) == [running[1]]
+    assert store.batches_in(both, after=(150, "batch_0")) == [cancelling, running[1]]
+    assert store.batches_in(both, after=(200, "batch_1")) == []
 
 
 def test_move_from_the_expected_status_stamps_and_sets_its_fields(store: SqlBatchStore) -> None:

@@ -40,6 +40,16 @@ def test_an_absent_digest_is_missing(tmp_path: Path) -> None:
     assert isinstance(missing.value, KeyError)
 
 
+def test_a_range_reads_those_bytes_only(tmp_path: Path) -> None:
+    files: FileStore = DirectoryFileStore(tmp_path)
+    files.put(CONTENT)
+    assert files.read_range(DIGEST, 2, 11) == CONTENT[2:11] == b"custom_id"
+    assert files.read_range(DIGEST, len(CONTENT) - 1, len(CONTENT) + 50) == b"\n"
+    assert files.read_range(DIGEST, 5, 5) == b""
+    with pytest.raises(FileMissing):
+        files.read_range(hashlib.sha256(b"other").hexdigest(), 0, 4)
+
+
 def test_delete_removes_the_content_and_an_absent_one_is_fine(tmp_path: Path) -> None:
     files = DirectoryFileStore(tmp_path)
     files.put(CONTENT)

@@ -1,5 +1,6 @@
 """Both work queues through one contract: delivery, leases, naks, touches, duplicates,
-drops, concurrent pullers, reopening, depth (each test runs on SQLite and JetStream)."""
+drops, concurrent pullers, reopening, depth, and fairness across tenants (round robin,
+within the puller's room); each test runs on SQLite and JetStream."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import time
 from collections import Counter
 
-from headway.batches.queue import Delivery, WorkItem, WorkQueue
+from headway.batches.queue import Delivery, Room, WorkItem, WorkQueue
 from tests.batches_queue.conftest import OpenQueue
 
 SHORT_LEASE_S = 1.0
@@ -180,3 +181,82 @@ async def test_depth_counts_what_is_not_acked(open_queue: OpenQueue) -> None:
     await leased[0].ack()
     await leased[1].nak(30.0)
     assert await queue.depth() == 4  # delayed, not done
+
+
+# Fairness across tenants --------------------------------------------------------------
+
+
+async def test_one_tenants_line_goes_out_beside_anothers_thousand(open_queue: OpenQueue) -> None:
+    """The attack: a tenant queues a thousand lines ahead of another tenant's one. The one
+    line is in the next pull, not behind the thousand."""
+    queue = open_queue(LONG_LEASE_S)
+    await queue.put(items("batch_big", 1_000, tenant="big"))
+    await queue.put(items("batch_small", 1, tenant="small"))
+    got = await pull_at_least(queue, 2)
+    assert {d.item.tenant for d in got} == {"big", "small"}, keys(got)
+
+
+async def test_pulls_of_one_take_the_tenants_in_turn(open_queue: OpenQueue) -> None:
+    """An executor refilling one freed slot at a time: each tenant in turn, none twice
+    before every other with items has had one."""
+    queue = open_queue(LONG_LEASE_S)
+    for tenant in ("t1", "t2", "t3"):
+        await queue.put(items(f"batch_{tenant}", 20, tenant=tenant))
+    served: list[str] = []
+    for _ in range(9):
+        (delivery,) = await pull_at_least(queue, 1)
+        served.append(delivery.item.tenant)
+        await delivery.ack()
+    rounds = [served[i : i + 3] for i in range(0, 9, 3)]
+    assert all(sorted(r) == ["t1", "t2", "t3"] for r in rounds), served
+    assert rounds[0] == rounds[1] == rounds[2]  # the same order every round
+
+
+async def test_a_pull_takes_no_more_of_a_tenant_than_its_room(open_queue: OpenQueue) -> None:
+    queue = open_queue(LONG_LEASE_S)
+    await queue.put(items("batch_a", 10, tenant="a") + items("batch_b", 10, tenant="b"))
+    got = await queue.pull(10, 5.0, Room(per_tenant=3, tenants={"b": 1}))
+    assert Counter(d.item.tenant for d in got) == {"a": 3, "b": 1}
+    assert await queue.pull(10, 0.5, Room(3, {"a": 0, "b": 0})) == []  # none of either now
+    rest = await pull_at_least_with(queue, 9, Room(None, {"a": 0}))
+    assert Counter(d.item.tenant for d in rest) == {"b": 9}  # a tenant told to wait: skipped
+    assert await queue.depth() == 20
+
+
+async def test_a_big_tenant_does_not_starve_a_small_one(open_queue: OpenQueue) -> None:
+    """Two pullers run a big tenant's 600 lines; a small tenant's 6 arrive meanwhile and are
+    all done within the next few pulls, and every line of both is done once."""
+    first, second = open_queue(LONG_LEASE_S), open_queue(LONG_LEASE_S)
+    await first.put(items("batch_big", 600, tenant="big"))
+    done: list[tuple[str, int]] = []
+    small_put_at: list[int] = []
+
+    async def work(queue: WorkQueue) -> None:
+        deadline = time.monotonic() + 60.0
+        while len(done) < 606:
+            assert time.monotonic() < deadline, f"{len(done)} of 606 done"
+            for delivery in await queue.pull(4, 0.2):
+                done.append((delivery.item.batch_id, delivery.item.line))
+                await delivery.ack()
+            if len(done) >= 100 and not small_put_at:
+                small_put_at.append(len(done))
+                await queue.put(items("batch_small", 6, tenant="small"))
+
+    await asyncio.gather(work(first), work(second))
+    assert len(set(done)) == 606 == len(done)
+    small_at = [i for i, (batch, _) in enumerate(done) if batch == "batch_small"]
+    # Round robin: at least one small line per pull of 4 once they are seen (2 pullers,
+    # counts read at most COUNTS_FRESH_S late); far from the 500 big lines still queued.
+    assert max(small_at) - small_put_at[0] < 60, (small_put_at, small_at)
+
+
+async def pull_at_least_with(
+    queue: WorkQueue, count: int, room: Room, timeout_s: float = 10.0
+) -> list[Delivery]:
+    deadline = time.monotonic() + timeout_s
+    deliveries: list[Delivery] = []
+    while len(deliveries) < count:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"{len(deliveries)} of {count} deliveries in {timeout_s} s"
+        deliveries += await queue.pull(count - len(deliveries), min(remaining, 1.0), room)
+    return deliveries

@@ -1,15 +1,23 @@
-"""The JetStream work queue's own guarantees: the stream and consumer it makes, a
-clear error for a stream of that name made otherwise, an outage of NATS as a wait, and
-a message that is not a work item dropped rather than delivered forever."""
+"""The JetStream work queue's own guarantees: the stream and consumers it makes, a
+clear error for a stream of that name made otherwise, an outage of NATS as a wait, a
+message that is not a work item dropped rather than delivered forever, the upgrade from
+one shared consumer, and a tenant's consumer made again after the server removed it."""
 
 from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 from nats.js import api
+from nats.js.errors import BadRequestError
 
-from headway.batches.jetstream_queue import JetStreamWorkQueue
+from headway.batches.jetstream_queue import (
+    INACTIVE_S,
+    JetStreamWorkQueue,
+    ensure_work_stream,
+    tenant_token,
+)
 from headway.batches.queue import (
     WorkItem,
     WorkQueueConfigError,
@@ -34,17 +42,22 @@ async def test_the_stream_is_a_work_queue_and_the_consumer_never_gives_up(
         assert stream.config.storage == api.StorageType.FILE
         assert stream.config.subjects == ["batches.work.>"]
         assert (stream.config.duplicate_window or 0) > 0
-        consumer = await js.consumer_info("BATCH_WORK", "executors")
+        (delivery,) = await queue.pull(1, 5.0)  # the first pull makes acme's consumer
+        token = tenant_token("acme")
+        consumer = await js.consumer_info("BATCH_WORK", f"executors_{token}")
+        assert consumer.config.filter_subject == f"batches.work.{token}.>"
         assert consumer.config.ack_policy == api.AckPolicy.EXPLICIT
         assert consumer.config.ack_wait == 7.0
         assert consumer.config.max_deliver == -1
         assert (consumer.config.max_ack_pending or 0) >= 16
-        assert consumer.num_pending == 1
-        (delivery,) = await queue.pull(1, 5.0)
+        assert consumer.config.inactive_threshold == INACTIVE_S  # idle: the server removes it
+        assert consumer.num_ack_pending == 1
+        shared = await js.consumer_info("BATCH_WORK", "executors")  # the old layout's only
+        assert shared.config.filter_subject == "batches.work.*"
         await delivery.ack()
         assert (await js.stream_info("BATCH_WORK")).state.messages == 0  # acked: gone
         await queue.put([WorkItem("batch_a", 2, "acme")])
-        message = await js.get_last_msg("BATCH_WORK", "batches.work.batch_a")
+        message = await js.get_last_msg("BATCH_WORK", f"batches.work.{token}.batch_a")
         assert message.headers is not None
         assert message.headers[api.Header.MSG_ID] == "batch_a:2"
     finally:
@@ -116,17 +129,18 @@ async def test_a_message_that_is_not_a_work_item_is_dropped(nats_server: NatsSer
     nc, js = await connect(config)
     try:
         assert await queue.pull(1, 0.2) == []  # sets up the stream
-        await js.publish("batches.work.batch_a", b"not a work item")
+        token = tenant_token("acme")
+        for subject in ("batches.work.batch_a", f"batches.work.{token}.batch_a"):
+            await js.publish(subject, b"not a work item")  # on the old layout and the new
         await queue.put([WorkItem("batch_a", 1, "acme")])
         deadline = time.monotonic() + 10.0
         lines: list[int] = []
-        while not lines:
-            assert time.monotonic() < deadline
+        while not lines or await queue.depth():  # the strays terminated: gone for good
+            assert time.monotonic() < deadline, f"{lines}, {await queue.depth()} left"
             for delivery in await queue.pull(5, 0.5):
                 lines.append(delivery.item.line)
                 await delivery.ack()
         assert lines == [1]
-        assert await queue.depth() == 0  # the stray message was terminated: gone for good
     finally:
         await nc.close()
         await queue.close()
@@ -142,4 +156,74 @@ async def test_a_big_put_is_stored_once_and_put_again_is_not(nats_server: NatsSe
         assert await queue.depth() == 5_000
         assert queue.duplicates_total == 5_000
     finally:
+        await queue.close()
+
+
+async def test_items_of_the_old_shared_layout_are_still_served_after_an_upgrade(
+    nats_server: NatsServer,
+) -> None:
+    """A running system upgrades: lines queued by the old executors (one consumer for all,
+    subjects without a tenant), one of them leased by an old executor that then died, are
+    all served, beside new lines, and an old executor cannot widen its consumer back."""
+    config = work_stream(nats_server, lease_s=1.0)
+    nc, js = await connect(config)
+    queue = JetStreamWorkQueue(config)
+    try:
+        await ensure_work_stream(js, config)
+        old = api.ConsumerConfig(
+            name="executors",
+            durable_name="executors",
+            filter_subject="batches.work.>",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=1.0,
+            max_deliver=-1,
+        )
+        await js.add_consumer("BATCH_WORK", old)
+        for line in (1, 2, 3):
+            item = msgspec.json.encode(WorkItem("batch_old", line, "acme"))
+            await js.publish("batches.work.batch_old", item)
+        leased = await (await js.pull_subscribe_bind("executors", "BATCH_WORK")).fetch(1)
+        assert len(leased) == 1  # and never acked: its executor is gone
+
+        await queue.put([WorkItem("batch_new", line, "acme") for line in (1, 2)])
+        got: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + 15.0
+        while len(got) < 5:
+            assert time.monotonic() < deadline, sorted(got)
+            for delivery in await queue.pull(5, 0.5):
+                got.add((delivery.item.batch_id, delivery.item.line))
+                await delivery.ack()
+        assert got == {("batch_old", n) for n in (1, 2, 3)} | {("batch_new", 1), ("batch_new", 2)}
+        assert await queue.depth() == 0
+        narrowed = await js.consumer_info("BATCH_WORK", "executors")
+        assert narrowed.config.filter_subject == "batches.work.*"
+        with pytest.raises(BadRequestError) as refused:  # an old executor's set-up
+            await js.add_consumer("BATCH_WORK", old)
+        assert refused.value.err_code == 10100
+    finally:
+        await nc.close()
+        await queue.close()
+
+
+async def test_a_tenant_consumer_removed_while_its_items_wait_is_made_again(
+    nats_server: NatsServer,
+) -> None:
+    """The server removes a consumer idle for INACTIVE_S, its messages stay: the next pull
+    that finds them makes the consumer again, and they are delivered."""
+    config = work_stream(nats_server)
+    nc, js = await connect(config)
+    queue = JetStreamWorkQueue(config)
+    try:
+        await queue.put([WorkItem("batch_a", line, "acme") for line in (1, 2)])
+        (first,) = await queue.pull(1, 5.0)
+        await first.ack()
+        await js.delete_consumer("BATCH_WORK", f"executors_{tenant_token('acme')}")
+        deadline = time.monotonic() + 10.0
+        again: list[int] = []
+        while not again:
+            assert time.monotonic() < deadline
+            again = [d.item.line for d in await queue.pull(5, 0.5)]
+        assert again == [2]
+    finally:
+        await nc.close()
         await queue.close()

@@ -17,7 +17,7 @@ from headway.batches.executor import Executor
 from headway.batches.inputs import Inputs
 from headway.batches.metrics import ExecutorMetrics
 from headway.batches.model import FINAL, Batch
-from headway.batches.mover import Mover
+from headway.batches.mover import Bursts, Mover, no_bursts
 from headway.batches.queue import WorkQueue
 from headway.batches.sqlite_queue import SqliteWorkQueue
 from headway.batches.submit import ROUTE_OF, Answer, line_headers, retry_after_s
@@ -80,14 +80,26 @@ async def running(
     settings: ExecutorSettings | None = None,
     clock: Callable[[], float] = time.time,
     queue: WorkQueue | None = None,
+    bursts: Bursts = no_bursts,
+    submitter: ClientSubmitter | None = None,
 ) -> AsyncIterator[Runner]:
-    """An executor's mover and line loop on ``parts``' stores; the loop runs meanwhile."""
+    """An executor's mover and line loop on ``parts``' stores; the loop runs meanwhile.
+    ``bursts``: the tenants' (``RegistryBursts(stack.registry)``; default: none known)."""
     settings = settings or ExecutorSettings(lines_in_flight=4, lease_s=5)
     queue = queue or SqliteWorkQueue(tmp_path / "queue.sqlite3", lease_s=settings.lease_s)
     inputs = Inputs(parts.store, parts.files, limits, parts.settings.max_inputs)
-    submitter = ClientSubmitter(client)
+    submitter = submitter or ClientSubmitter(client)
     metrics = ExecutorMetrics()
-    mover = Mover(parts.store, queue, parts.files, inputs, parts.settings.file_retention_s, clock)
+    mover = Mover(
+        parts.store,
+        queue,
+        parts.files,
+        inputs,
+        parts.settings.file_retention_s,
+        clock,
+        bursts=bursts,
+        metrics=metrics,
+    )
     executor = Executor(parts.store, queue, inputs, submitter, settings, metrics)
     task = asyncio.ensure_future(executor.run())
     try:

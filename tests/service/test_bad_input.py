@@ -56,6 +56,18 @@ async def test_malformed_bodies(stack, body, status, error_type):
     assert_error(response, status, error_type)
 
 
+@pytest.mark.parametrize("depth", [990, 5_000])
+async def test_a_body_nested_too_deeply_for_the_parser_is_400_not_500(stack, depth):
+    """A document's extra field (the schema ignores it, so msgspec skips it, recursing)
+    holding arrays nested ``depth`` deep: a 400, never the parser's RecursionError as a 500
+    (msgspec gives up near the recursion limit less the frames already on the stack)."""
+    nested = b"[" * depth + b"]" * depth
+    body = b'{"query": "q", "documents": [{"text": "a", "x": %s}]}' % nested
+    headers = {"content-type": "application/json"} | auth("demo-key-support-bot")
+    response = await post(stack, "/v1/rerank", body=body, headers=headers)
+    assert "nested too deeply" in assert_error(response, 400, "invalid_request")
+
+
 async def test_auth_failures(stack):
     ok = {"model": "synthetic", "input": ["x"]}
     no_key = await stack.client.post("/v1/embeddings", json=ok)

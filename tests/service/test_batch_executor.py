@@ -180,7 +180,7 @@ async def test_a_batch_past_its_window_expires_with_its_partial_output(stack, tm
         settings=ExecutorSettings(lines_in_flight=1, lease_s=5),
         clock=lambda: later[0],
     ) as runner:
-        runner.executor._gates["tenant:search-app"] = float("inf")  # hold its lines
+        runner.executor._quota_gates["search-app"] = float("inf")  # hold its lines
         await runner.mover.validate(stack.batches.store.batch_by_id(late_id))
         later[0] += 86400 + 1
         batch = await runner.until_final(late_id, stack.batches)

@@ -5,7 +5,11 @@ Lines run as their tenant's batch-tier work through the gateway's own request pa
 capacity interactive traffic leaves. What comes back decides the line:
 
     2xx                      its answer goes to the output file
-    429 (quota)              wait: the tenant's lines wait out Retry-After, then retry
+    429 with Retry-After     the tenant's quota is short: the line goes back to the queue
+                             for that long (its slot is free meanwhile), and the
+                             executor pulls none of that tenant's lines until then
+    429 without Retry-After  it can never pass (more texts than the tenant's burst): its
+                             answer goes to the error file
     503 (shed, no replicas)  the line tries again after a short, growing, jittered
                              pause (the pool sheds batch work first, and has room again
                              within a batch or two), and the send window halves;
@@ -20,11 +24,16 @@ acked; an executor killed in between leaves the item to be delivered again, and 
 next executor finds the result and only acks. Every attempt of a line carries the
 line's own request id, so the ledger bills a line once however often it ran.
 
-At most ``lines_in_flight`` lines run at once, and of those at most the send window
-(``SendWindow``: halved by a 503, grown by one per window of answers) are at the
-gateways at a time, so a pool with room for five lines sees about five, not a stream
-of refusals. A line waiting (for quota, for capacity, for a slow answer) keeps its
-lease alive by touching it.
+**Slots, shared fairly.** At most ``lines_in_flight`` lines run at once, and at most
+``max_lines_in_flight_per_tenant`` of one tenant's: each pull tells the queue how many
+more of each tenant it may take (``queue.Room``), and the queue hands lines out round
+robin by tenant. While lines run, the executor pulls again whenever one ends (or every
+``BUSY_PULL_S``), so a tenant's first line starts within about one line's time of a free
+slot, however much another tenant has queued. Of the lines in flight at most the send
+window (``window.py``: halved by a 503, grown by one per window of answers; waiting lines
+let through round robin by tenant) are at the gateways at a time, so a pool with room
+for five lines sees about five, not a stream of refusals. A line waiting (for capacity,
+for a slow answer) keeps its lease alive by touching it.
 """
 
 from __future__ import annotations
@@ -34,7 +43,9 @@ import contextlib
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from headway.batches import output
@@ -42,16 +53,18 @@ from headway.batches.inputs import InputMissing, Inputs
 from headway.batches.metrics import ExecutorMetrics
 from headway.batches.model import FINAL, Batch, LineResult
 from headway.batches.offload import off_loop
-from headway.batches.queue import Delivery, WorkQueue
+from headway.batches.queue import Delivery, Room, WorkQueue
 from headway.batches.store import BatchStore, UnknownBatch
-from headway.batches.submit import UNREACHABLE, Answer, Submitter
+from headway.batches.submit import UNREACHABLE, Submitter
+from headway.batches.window import SendWindow
 from headway.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-WAIT = {429: "quota", 401: "unauthorized", 403: "unauthorized"}
+QUOTA = 429
+UNAUTHORIZED = (401, 403)
 SHED = 503
 SHED_PAUSE_S = (0.05, 2.0)
 """A shed line's first pause and its longest (doubling, with jitter, in between)."""
@@ -59,11 +72,22 @@ OURS = {UNREACHABLE, 500, 502, 504}
 DEFAULT_WAIT_S = 1.0
 MAX_WAIT_S = 30.0
 PULL_WAIT_S = 1.0
+"""How long an idle executor's pull waits for a line."""
+BUSY_PULL_S = 0.25
+"""With lines running and slots free but nothing pulled, how long until the next look
+(sooner when a line ends): a tenant's first line waits at most about this for a slot."""
 STOP_WAIT_S = 2.0
 """The longest a stopping executor waits for its lines to hand themselves back (a line
 not handed back comes back after its lease anyway)."""
 BATCH_FRESH_S = 1.0
 """How long a batch's status read here is trusted (a cancel takes effect this late)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """The line goes back to the queue for ``delay_s`` (its tenant's quota is short)."""
+
+    delay_s: float
 
 
 class Executor:
@@ -80,9 +104,12 @@ class Executor:
         self._store, self._queue, self._inputs = store, queue, inputs
         self._submitter, self._settings, self._metrics = submitter, settings, metrics
         self._clock = clock
-        self._gates: dict[str, float] = {}
-        """Until when (clock) lines behind each gate wait: ``tenant:…`` after a 429,
-        ``auth`` after a 401/403."""
+        self._quota_gates: dict[str, float] = {}
+        """Tenant → until when (clock) its lines go back to the queue rather than run (a 429)."""
+        self._auth_gate = 0.0
+        """Until when every line waits (clock): a 401/403 said this executor's token is wrong."""
+        self._held: Counter[str] = Counter()
+        """Lines in flight here, by tenant."""
         self._batches: dict[str, tuple[float, Batch | None]] = {}
         self._running: set[asyncio.Task[None]] = set()
         self._committer = Committer(store, queue)
@@ -90,26 +117,58 @@ class Executor:
 
     async def run(self) -> None:
         """Pull and run lines until cancelled; on the way out, hand back what was running."""
-        room = asyncio.Event()
+        ended = asyncio.Event()  # a line ended: its slot, and its tenant's room, are free
         try:
             while True:
                 free = self._settings.lines_in_flight - len(self._running)
+                ended.clear()
                 if free <= 0:
-                    room.clear()
-                    await room.wait()
-                    self._metrics.in_flight.set(len(self._running))
+                    await ended.wait()
                     continue
-                for delivery in await self._to_run(await self._queue.pull(free, PULL_WAIT_S)):
-                    task = asyncio.ensure_future(self._handle(delivery))
-                    self._running.add(task)
-                    task.add_done_callback(self._running.discard)
-                    task.add_done_callback(lambda _: room.set())
+                busy = bool(self._running)
+                wait_s = 0.0 if busy else PULL_WAIT_S  # busy: look, then wait for an end
+                pulled = await self._queue.pull(free, wait_s, self._room())
+                for delivery in await self._to_run(pulled):
+                    self._start(delivery, ended)
                 self._metrics.in_flight.set(len(self._running))
+                if busy and not pulled:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(ended.wait(), BUSY_PULL_S)
         finally:
             for task in list(self._running):
                 task.cancel()
             if self._running:  # each hands its line back; none may hold the stop up for long
                 await asyncio.wait(set(self._running), timeout=STOP_WAIT_S)
+
+    def _start(self, delivery: Delivery, ended: asyncio.Event) -> None:
+        tenant = delivery.item.tenant
+        self._held[tenant] += 1
+        task = asyncio.ensure_future(self._handle(delivery))
+        self._running.add(task)
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._running.discard(task)
+            self._held[tenant] -= 1
+            if self._held[tenant] <= 0:
+                del self._held[tenant]
+            ended.set()
+
+        task.add_done_callback(done)
+
+    def _room(self) -> Room:
+        """What the next pull may take: per tenant, the cap less its lines here; none of a
+        tenant whose quota gate is closed; none at all while the token is refused."""
+        now = self._clock()
+        if self._auth_gate > now:
+            return Room(per_tenant=0)
+        cap = self._settings.max_lines_in_flight_per_tenant
+        room = {tenant: max(cap - held, 0) for tenant, held in self._held.items()}
+        for tenant, until in list(self._quota_gates.items()):
+            if until > now:
+                room[tenant] = 0
+            else:
+                del self._quota_gates[tenant]
+        return Room(cap, room)
 
     async def _to_run(self, pulled: list[Delivery]) -> list[Delivery]:
         """The pulled lines that still need running; the rest are acked here: their batch
@@ -149,7 +208,7 @@ class Executor:
         item = delivery.item
         batch = await self._batch(item.batch_id)
         try:
-            line = None if batch is None else (await self._inputs.of(batch)).lines.get(item.line)
+            line = None if batch is None else await self._inputs.line(batch, item.line)
         except InputMissing:
             line = None
         if batch is None or line is None:  # its input is gone: its batch's mover ends it
@@ -161,22 +220,29 @@ class Executor:
             self._metrics.line("skipped")
             await delivery.ack()
             return
+        if isinstance(result, Later):  # its slot is free meanwhile; the queue keeps the line
+            self._metrics.line("deferred")
+            await delivery.nak(result.delay_s)
+            return
         await self._committer.commit(batch.id, result, delivery)
         self._metrics.line("completed" if result.ok else "failed")
 
     async def _answer(
         self, batch: Batch, line: int, custom_id: str, body: bytes, delivery: Delivery
-    ) -> LineResult | None:
-        """The line's result; None if its batch ended while it waited to run again."""
+    ) -> LineResult | Later | None:
+        """The line's result; ``Later`` if its tenant's quota says wait; None if its batch
+        ended while it waited to run again."""
         failures = shed = 0
-        gates = (f"tenant:{batch.tenant}", "auth")
         while True:
-            await self._leased(delivery, self._wait_gates(gates))
-            if failures or shed or any(self._gates.get(gate, 0.0) for gate in gates):
+            waited = await self._leased(delivery, self._wait_auth())
+            closed_for_s = self._quota_gates.get(batch.tenant, 0.0) - self._clock()
+            if closed_for_s > 0:
+                return Later(min(closed_for_s, MAX_WAIT_S))
+            if failures or shed or waited:
                 now = await self._batch(batch.id)
                 if now is None or now.status in FINAL or now.status == "cancelling":
                     return None
-            await self._leased(delivery, self._window.acquire())
+            await self._leased(delivery, self._window.acquire(batch.tenant))
             try:
                 answer = await self._leased(delivery, self._submitter.submit(batch, line, body))
             finally:
@@ -195,16 +261,23 @@ class Executor:
                 pause = min(most, first * 2 ** min(shed - 1, 10)) * random.uniform(0.5, 1.0)
                 await self._leased(delivery, asyncio.sleep(pause))
                 continue
-            reason = WAIT.get(status)
-            if reason is not None:
-                self._close(gates[_GATE_OF[reason]], answer)
-                self._metrics.waited(reason)
-                if reason == "unauthorized":
-                    log.error(
-                        "the gateway refused the executor's token (%d): check "
-                        "batches.executor_token on both",
-                        status,
-                    )
+            if status == QUOTA and answer.retry_after_s is not None:
+                self._metrics.waited("quota")
+                wait_s = min(MAX_WAIT_S, answer.retry_after_s or DEFAULT_WAIT_S)
+                until = self._clock() + wait_s
+                self._quota_gates[batch.tenant] = max(
+                    self._quota_gates.get(batch.tenant, 0.0), until
+                )
+                return Later(wait_s)
+            if status in UNAUTHORIZED:
+                wait_s = min(MAX_WAIT_S, answer.retry_after_s or DEFAULT_WAIT_S)
+                self._auth_gate = max(self._auth_gate, self._clock() + wait_s)
+                self._metrics.waited("unauthorized")
+                log.error(
+                    "the gateway refused the executor's token (%d): check "
+                    "batches.executor_token on both",
+                    status,
+                )
                 continue
             if status in OURS:
                 failures += 1
@@ -220,23 +293,19 @@ class Executor:
                     "gateway_unreachable",
                     "no gateway answered after several attempts",
                 )
-            else:
+            else:  # the line's own fault, a 429 that can never pass among them
                 data = output.answered(
                     batch.id, line, custom_id, status, answer.request_id, answer.body
                 )
             return LineResult(line, False, data)
 
-    def _close(self, gate: str, answer: Answer) -> None:
-        wait_s = min(MAX_WAIT_S, answer.retry_after_s or DEFAULT_WAIT_S)
-        self._gates[gate] = max(self._gates.get(gate, 0.0), self._clock() + wait_s)
-
-    async def _wait_gates(self, gates: tuple[str, ...]) -> None:
-        while True:
-            until = max(self._gates.get(gate, 0.0) for gate in gates)
-            wait_s = until - self._clock()
-            if wait_s <= 0:
-                return
+    async def _wait_auth(self) -> bool:
+        """Wait out a closed auth gate; whether there was one."""
+        waited = False
+        while (wait_s := self._auth_gate - self._clock()) > 0:
+            waited = True
             await asyncio.sleep(wait_s)
+        return waited
 
     async def _leased(self, delivery: Delivery, work: Awaitable[T]) -> T:
         """``work``, touching the delivery's lease meanwhile so no one else takes it."""
@@ -261,38 +330,6 @@ class Executor:
         if len(self._batches) > 1024:
             self._batches = {k: v for k, v in self._batches.items() if now - v[0] < BATCH_FRESH_S}
         return batch
-
-
-_GATE_OF = {"quota": 0, "unauthorized": 1}
-
-
-class SendWindow:
-    """How many lines may be at the gateways at once: up to ``most``, halved by each 503
-    (the pool had no room for batch work), grown by one per window of answers (additive
-    increase, multiplicative decrease, as TCP's congestion window). Lines beyond it wait
-    here, rather than each costing the gateway a refusal and retrying blind."""
-
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self.size = float(most)
-        self.sending = 0
-        self._freed = asyncio.Event()
-
-    async def acquire(self) -> None:
-        while self.sending >= max(1, int(self.size)):
-            self._freed.clear()
-            await self._freed.wait()
-        self.sending += 1
-
-    def release(self) -> None:
-        self.sending -= 1
-        self._freed.set()
-
-    def answered(self, *, shed: bool) -> None:
-        if shed:
-            self.size = max(1.0, self.size / 2)
-        else:
-            self.size = min(float(self.most), self.size + 1 / self.size)
 
 
 def _by_batch(deliveries: list[Delivery]) -> dict[str, list[Delivery]]:

@@ -4,7 +4,7 @@ A file record (``FileObject``) names its content by digest; the store keeps one 
 of each content however many records point at it (two tenants uploading the same
 file share it; the batch store says when no record references a digest any more).
 ``FileStore`` is the seam: ``DirectoryFileStore`` keeps ``root/ab/cd/<digest>`` on a
-local disk; an object store can stand behind the same four calls later.
+local disk; an object store can stand behind the same five calls later.
 
 A ``put`` is durable before it returns and never visible half-written: the bytes go
 to a temporary file in the digest's directory (a name no digest can have), which is
@@ -48,6 +48,11 @@ class FileStore(Protocol):
 
     def read(self, digest: str) -> bytes:
         """The content; ``FileMissing`` if none has that digest."""
+        ...
+
+    def read_range(self, digest: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` of the content (fewer past its end); ``FileMissing``
+        if none has that digest."""
         ...
 
     def exists(self, digest: str) -> bool: ...
@@ -97,6 +102,14 @@ class DirectoryFileStore:
     def read(self, digest: str) -> bytes:
         try:
             return self.path_of(digest).read_bytes()
+        except FileNotFoundError:
+            raise FileMissing(f"no stored file has the digest {digest}") from None
+
+    def read_range(self, digest: str, start: int, end: int) -> bytes:
+        try:
+            with self.path_of(digest).open("rb") as stored:
+                stored.seek(start)
+                return stored.read(max(end - start, 0))
         except FileNotFoundError:
             raise FileMissing(f"no stored file has the digest {digest}") from None
 

@@ -1,38 +1,67 @@
-"""The work queue in shared mode: a NATS JetStream work-queue stream.
+"""The work queue in shared mode: a NATS JetStream work-queue stream, a consumer per tenant.
 
-The stream (``config.stream``, subjects ``<subject>.>``) has WORK_QUEUE retention: a
-message leaves it when acked, so what it holds is exactly the lines not yet done. Each
-item is published on ``<subject>.<batch_id>``, so ``drop`` purges one batch by subject
-filter, with ``Nats-Msg-Id`` = ``<batch_id>:<line>``: the stream stores a line put twice
-within ``duplicate_window_s`` once (a ``put`` retried after a lost PubAck, or run again
-by an executor that restarted mid-batch). FILE storage; a PubAck means stored (the
-servers run with ``sync_interval: always``). A big ``put`` is pipelined: a window of
-``publish_window`` messages is on the wire before its PubAcks are awaited.
+**Layout.** The stream (``config.stream``, subjects ``<subject>.>``) has WORK_QUEUE
+retention: a message leaves it when acked, so what it holds is exactly the lines not yet
+done. Each item is published on ``<subject>.<tenant>.<batch_id>``, where ``<tenant>`` is
+``tenant_token(name)`` (a digest, so any tenant name is one subject token), and ``drop``
+purges one batch by subject filter (``<subject>.*.<batch_id>``). ``Nats-Msg-Id`` is
+``<batch_id>:<line>``: the stream stores a line put twice within ``duplicate_window_s``
+once (a ``put`` retried after a lost PubAck, or run again by an executor that restarted
+mid-batch). FILE storage; a PubAck means stored (the servers run with ``sync_interval:
+always``). A big ``put`` is pipelined: a window of ``publish_window`` messages is on the
+wire before its PubAcks are awaited.
 
-One durable pull consumer (``config.durable``) is shared by every executor; each binds
-its own pull subscription to it. Explicit acks, ``ack_wait`` = ``lease_s``, redelivery
-forever (``max_deliver`` -1), ``max_ack_pending`` room for every executor's lines in
-flight. ``nak(delay)`` is JetStream's delayed NAK, ``touch`` its in-progress ack, and
-``attempts`` the message's ``num_delivered``. Unlike the SQLite queue, an ack from a
-delivery whose lease ran out (and was delivered again) still acks the message: the line
-is done either way, and the batch store keeps one result per line.
+**A consumer per tenant, pulled round robin.** Each tenant with items has its own durable
+pull consumer, ``<durable>_<token>``, filtered to its subjects (a work-queue stream takes
+any number of consumers whose filters do not overlap). A pull reads how many messages
+each tenant's subjects hold (one ``STREAM.INFO`` with a subject filter, trusted for
+``COUNTS_FRESH_S`` and corrected by what each fetch finds), gives each tenant with some
+its share round robin within the caller's ``Room`` (``fair.py``), starting after the
+tenant this object served last, and fetches every share at once: a no-wait pull request
+to each consumer answers what it can deliver now, or 404 at once. When nothing came it
+looks again every ``poll_s``, backing off to ``max_poll_s``, until ``wait_s``.
+
+**Consumers come and go with the work.** A puller makes a tenant's consumer when it first
+finds that tenant's items (making it is idempotent, so executors may race to it and
+restart freely). A consumer idle for ``INACTIVE_S`` is removed by the server, which keeps
+its messages: a pull that finds messages with no consumer makes it again, which then
+delivers them (the leases it had are lost, so a line may run twice, and is kept and billed
+once as ever). So consumers exist for the tenants with work, and a tenant whose work is
+done leaves nothing behind.
+
+**Upgrading from one shared consumer.** Items put by older executors sit on
+``<subject>.<batch_id>`` (one token), and their consumer ``<durable>`` was filtered to
+``<subject>.>``, overlapping every tenant's. Set-up narrows it to ``<subject>.*``: it
+keeps its deliveries and acks, serves only the old layout, and takes its turn in the
+rotation (its items' tenants are known only once delivered) until nothing is left on it.
+An older executor cannot widen it back while any tenant's consumer exists (the server
+refuses overlapping filters), so it stops pulling: upgrade every executor.
+
+Consumers: explicit acks, ``ack_wait`` = ``lease_s``, redelivery forever (``max_deliver``
+-1), ``max_ack_pending`` room for every executor's lines in flight. ``nak(delay)`` is
+JetStream's delayed NAK, ``touch`` its in-progress ack, and ``attempts`` the message's
+``num_delivered``. Unlike the SQLite queue, an ack from a delivery whose lease ran out
+(and was delivered again) still acks the message: the line is done either way, and the
+batch store keeps one result per line.
 
 NATS away: the connection reconnects forever (``metering.stream.connect``); ``pull``
 returns ``[]`` once ``wait_s`` has passed, as if the queue were empty; ``put``, ``drop``,
 ``depth`` and acks raise ``WorkQueueUnavailable`` (a ``put`` that raised may have stored
 some of its items: put them all again, the duplicate window keeps one of each). The
 first call connects, creates the stream if it is missing (an existing one with another
-configuration is a ``WorkQueueConfigError``: nothing is changed), creates or updates the
-consumer, and binds the subscription, in a task of its own that a call waits for at most
-its timeout.
+configuration is a ``WorkQueueConfigError``: nothing is changed) and narrows the shared
+consumer, in a task of its own that a call waits for at most its timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
+import math
+from collections import Counter
 from collections.abc import Sequence
 
 import msgspec
@@ -42,8 +71,11 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError
 
+from headway.batches.fair import rotation, round_robin
 from headway.batches.queue import (
+    ANY_ROOM,
     Delivery,
+    Room,
     WorkItem,
     WorkQueueConfigError,
     WorkQueueError,
@@ -53,10 +85,28 @@ from headway.metering.stream import STREAM_NAME_IN_USE, StreamConfig, connect
 
 log = logging.getLogger(__name__)
 
+COUNTS_FRESH_S = 0.5
+"""How long a read of each tenant's message count is trusted (a tenant whose first items
+another executor put is found this late, at most, by a busy puller)."""
+INACTIVE_S = 3600.0
+"""A tenant's consumer that no one pulled from for this long is removed by the server."""
+LEGACY = ""
+"""The rotation's key for items on the old layout (``<subject>.<batch_id>``)."""
+ATTEMPT_S = 1.0
+"""The least time one look of a pull gives a JetStream call (a pull of ``wait_s`` 0 still
+looks once), and ``request_timeout_s`` the most."""
+OVERLAPPING_FILTER = 10100
+"""JetStream's error code for a consumer whose filter overlaps another's on the stream."""
+
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
 _NOT_IN_A_SUBJECT_TOKEN = frozenset(" \t\r\n.*>")
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(WorkItem)
+
+
+def tenant_token(tenant: str) -> str:
+    """The tenant's subject token and consumer suffix: any name, one token, fixed length."""
+    return hashlib.sha256(tenant.encode()).hexdigest()[:24]
 
 
 def work_stream_config(config: StreamConfig) -> api.StreamConfig:
@@ -90,32 +140,57 @@ async def ensure_work_stream(js: JetStreamContext, config: StreamConfig) -> api.
     )
 
 
-async def ensure_work_consumer(js: JetStreamContext, config: StreamConfig) -> api.ConsumerInfo:
-    """Create the shared durable consumer, or bring an existing one to ``config``."""
-    wanted = api.ConsumerConfig(
-        name=config.durable,
-        durable_name=config.durable,
-        filter_subject=f"{config.subject}.>",
+def consumer_config(config: StreamConfig, key: str) -> api.ConsumerConfig:
+    """The consumer of one tenant's items (``key`` its token), or with ``LEGACY`` the old
+    shared consumer, narrowed to the old layout (see the module docstring)."""
+    if key == LEGACY:
+        name, subjects, inactive = config.durable, f"{config.subject}.*", None
+    else:
+        name, subjects, inactive = (
+            f"{config.durable}_{key}",
+            f"{config.subject}.{key}.>",
+            INACTIVE_S,
+        )
+    return api.ConsumerConfig(
+        name=name,
+        durable_name=name,
+        filter_subject=subjects,
         deliver_policy=api.DeliverPolicy.ALL,
         ack_policy=api.AckPolicy.EXPLICIT,
         ack_wait=config.ack_wait_s,
         max_deliver=-1,
         max_ack_pending=config.max_ack_pending,
+        inactive_threshold=inactive,
     )
-    return await js.add_consumer(config.stream, wanted)
 
 
 class JetStreamWorkQueue:
     """A ``WorkQueue`` on a JetStream work-queue stream (see the module docstring);
     ``config.ack_wait_s`` is the lease."""
 
-    def __init__(self, config: StreamConfig, *, publish_window: int = 500) -> None:
+    def __init__(
+        self,
+        config: StreamConfig,
+        *,
+        publish_window: int = 500,
+        poll_s: float = 0.05,
+        max_poll_s: float = 0.25,
+    ) -> None:
         self._config = config
         self._publish_window = publish_window
+        self._poll_s, self._max_poll_s = poll_s, max_poll_s
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
-        self._subscription: JetStreamContext.PullSubscription | None = None
+        self._set: bool = False
+        """The stream is there and the old shared consumer narrowed (set-up done)."""
         self._setup: asyncio.Task[None] | None = None
+        self._consumers: set[str] = set()
+        """Keys whose consumer this object made (or found) since its last set-up."""
+        self._counts: dict[str, int] = {}
+        """Messages on each key's subjects, as last read and since corrected."""
+        self._counted_at = -math.inf
+        self._after: str | None = None
+        """The key this object's last pull served last (the rotation goes on after it)."""
         self._last_failure = ""
         self._failing = False
         self._closed = False
@@ -134,53 +209,31 @@ class JetStreamWorkQueue:
         await self._connected()
         for start in range(0, len(items), self._publish_window):
             await self._publish(items[start : start + self._publish_window])
+        for key, count in Counter(tenant_token(item.tenant) for item in items).items():
+            self._counts[key] = self._counts.get(key, 0) + count  # this process's pulls see them
 
-    async def pull(self, max_items: int, wait_s: float) -> list[Delivery]:
+    async def pull(self, max_items: int, wait_s: float, room: Room = ANY_ROOM) -> list[Delivery]:
         if max_items < 1:
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        try:
-            subscription = await self._ready(wait_s)
-            messages = await subscription.fetch(
-                batch=max_items, timeout=max(deadline - loop.time(), 0.001)
-            )
-        except TimeoutError:  # nats.errors.TimeoutError too: nothing came in time
-            return []
-        except WorkQueueUnavailable:
-            messages = []
-        except APIError as exc:  # the consumer or the stream is gone: set them up again
-            self._subscription = None
-            self._note_failure(f"fetch answered {exc}")
-            messages = []
-        except _NATS_ERRORS as exc:
-            self._note_failure(f"fetch failed: {exc!r}")
-            messages = []
-        if not messages:  # failed at once: wait out wait_s, as an empty queue would
-            await asyncio.sleep(max(deadline - loop.time(), 0.0))
-            return []
-        self._note_success()
-        return [delivery for message in messages if (delivery := await self._delivery(message))]
+        interval = self._poll_s
+        while True:
+            got = await self._pull_once(max_items, room, deadline)
+            remaining = deadline - loop.time()
+            if got or remaining <= 0:
+                return got
+            await asyncio.sleep(min(interval, remaining))  # the poll interval (docstring)
+            interval = min(interval * 2, self._max_poll_s)
 
     async def drop(self, batch_id: str) -> int:
         _check_token(batch_id)
         await self._connected()
-        assert self._nc is not None
-        request = {"filter": f"{self._config.subject}.{batch_id}"}
-        try:
-            answer = await self._nc.request(
-                f"{api.DEFAULT_PREFIX}.STREAM.PURGE.{self._config.stream}",
-                json.dumps(request).encode(),
-                timeout=self._config.request_timeout_s,
-            )
-        except _NATS_ERRORS as exc:
-            raise WorkQueueUnavailable(
-                f"JetStream did not purge batch {batch_id}: {exc!r}"
-            ) from exc
-        reply = json.loads(answer.data)
-        if "error" in reply:
-            raise WorkQueueUnavailable(f"JetStream refused to purge batch {batch_id}: {reply}")
-        return int(reply.get("purged", 0))
+        subject = self._config.subject
+        purged = 0
+        for filter_ in (f"{subject}.*.{batch_id}", f"{subject}.{batch_id}"):
+            purged += await self._purge(filter_, batch_id)
+        return purged
 
     async def ack_all(self, deliveries: Sequence[Delivery]) -> None:
         """Each acked on its own (JetStream has no ack of many), all at once."""
@@ -202,9 +255,149 @@ class JetStreamWorkQueue:
             with contextlib.suppress(asyncio.CancelledError, *_NATS_ERRORS):
                 await self._setup
             self._setup = None
-        nc, self._nc, self._js, self._subscription = self._nc, None, None, None
+        nc, self._nc, self._js, self._set = self._nc, None, None, False
         if nc is not None and not nc.is_closed:
             await nc.close()
+
+    async def _pull_once(self, max_items: int, room: Room, deadline: float) -> list[Delivery]:
+        """One look: the shares of the tenants with items, fetched at once."""
+        loop = asyncio.get_running_loop()
+        remaining = max(deadline - loop.time(), 0.0)
+        timeout_s = min(self._config.request_timeout_s, max(remaining, ATTEMPT_S))
+        try:
+            await self._connected(remaining)
+            fresh_s = COUNTS_FRESH_S if any(self._counts.values()) else self._poll_s
+            if loop.time() - self._counted_at > fresh_s:
+                await self._count(timeout_s)
+        except WorkQueueUnavailable:
+            return []
+        except APIError as exc:  # the stream is gone: set it up again
+            self._set = False
+            self._note_failure(f"stream info answered {exc}")
+            return []
+        except _NATS_ERRORS as exc:
+            self._note_failure(f"stream info failed: {exc!r}")
+            return []
+        order = round_robin(self._offers(max_items, room), max_items)
+        if not order:
+            self._note_success()
+            return []
+        self._after = order[-1]
+        shares = Counter(order)
+        fetched = await asyncio.gather(
+            *(self._fetch(key, count, timeout_s) for key, count in shares.items()),
+            return_exceptions=True,
+        )
+        deliveries: list[Delivery] = []
+        failed: BaseException | None = None
+        for (key, count), messages in zip(shares.items(), fetched, strict=True):
+            if isinstance(messages, BaseException):
+                if not isinstance(messages, Exception):
+                    raise messages
+                failed = messages
+                continue
+            # Short of the share: that is all this key has to give now (the rest is leased
+            # or delayed), so it is not asked again until the counts are read again.
+            left = self._counts.get(key, 0) - count if len(messages) == count else 0
+            self._counts[key] = max(left, 0)
+            for message in messages:
+                if (delivery := await self._delivery(message)) is not None:
+                    deliveries.append(delivery)
+        if failed is None:
+            self._note_success()
+        else:
+            self._note_failure(f"fetch failed: {failed!r}")
+        return deliveries
+
+    def _offers(self, max_items: int, room: Room) -> list[tuple[str, int]]:
+        """(key, items it may give) of each key with messages, in rotation order."""
+        rooms = {tenant_token(tenant): count for tenant, count in room.tenants.items()}
+        offers: list[tuple[str, int]] = []
+        for key in rotation((k for k, n in self._counts.items() if n > 0), self._after):
+            may = room.per_tenant if key == LEGACY else rooms.get(key, room.per_tenant)
+            want = min(self._counts[key], max_items, max_items if may is None else may)
+            if want > 0:
+                offers.append((key, want))
+        return offers
+
+    async def _count(self, timeout_s: float) -> None:
+        """Read how many messages each key's subjects hold."""
+        assert self._nc is not None
+        prefix = self._config.subject + "."
+        answer = await self._nc.request(
+            f"{api.DEFAULT_PREFIX}.STREAM.INFO.{self._config.stream}",
+            json.dumps({"subjects_filter": prefix + ">"}).encode(),
+            timeout=timeout_s,
+        )
+        reply = json.loads(answer.data)
+        if "error" in reply:
+            raise APIError.from_error(reply["error"])
+        info = api.StreamInfo.from_response(reply)
+        counts: dict[str, int] = {}
+        for subject, count in (info.state.subjects or {}).items():
+            tokens = subject[len(prefix) :].split(".")
+            key = LEGACY if len(tokens) == 1 else tokens[0]
+            counts[key] = counts.get(key, 0) + int(count)
+        self._counts = counts
+        self._counted_at = asyncio.get_running_loop().time()
+
+    async def _fetch(self, key: str, count: int, timeout_s: float) -> list[Msg]:
+        """Up to ``count`` of ``key``'s messages that its consumer can deliver now."""
+        assert self._js is not None and self._nc is not None
+        config = consumer_config(self._config, key)
+        if key not in self._consumers:
+            try:
+                await self._js.add_consumer(self._config.stream, config, timeout=timeout_s)
+            except BadRequestError as exc:
+                if exc.err_code == OVERLAPPING_FILTER:  # an older executor widened the old one
+                    self._set = False
+                raise
+            self._consumers.add(key)
+        inbox = self._nc.new_inbox()
+        subscription = await self._nc.subscribe(inbox)
+        messages: list[Msg] = []
+        try:
+            request = json.dumps({"batch": count, "no_wait": True}).encode()
+            await self._nc.publish(
+                f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{self._config.stream}.{config.name}",
+                request,
+                reply=inbox,
+            )
+            while len(messages) < count:
+                try:
+                    message = await subscription.next_msg(timeout=timeout_s)
+                except nats.errors.TimeoutError:
+                    if messages:
+                        break
+                    raise
+                status = (message.headers or {}).get("Status")
+                if status is None:
+                    messages.append(message)
+                    continue
+                if status == "503":  # no responders: the consumer is gone (idle, removed)
+                    self._consumers.discard(key)
+                break  # 404: no more now; 408/409: the request ended
+        finally:
+            with contextlib.suppress(*_NATS_ERRORS):
+                await subscription.unsubscribe()
+        return messages
+
+    async def _purge(self, subjects: str, batch_id: str) -> int:
+        assert self._nc is not None
+        try:
+            answer = await self._nc.request(
+                f"{api.DEFAULT_PREFIX}.STREAM.PURGE.{self._config.stream}",
+                json.dumps({"filter": subjects}).encode(),
+                timeout=self._config.request_timeout_s,
+            )
+        except _NATS_ERRORS as exc:
+            raise WorkQueueUnavailable(
+                f"JetStream did not purge batch {batch_id}: {exc!r}"
+            ) from exc
+        reply = json.loads(answer.data)
+        if "error" in reply:
+            raise WorkQueueUnavailable(f"JetStream refused to purge batch {batch_id}: {reply}")
+        return int(reply.get("purged", 0))
 
     async def _publish(self, items: Sequence[WorkItem]) -> None:
         """Publish one window, then wait for its PubAcks; raises unless all came."""
@@ -215,7 +408,7 @@ class JetStreamWorkQueue:
             for item in items:
                 sent.append(
                     await self._js.publish_async(
-                        f"{subject}.{item.batch_id}",
+                        f"{subject}.{tenant_token(item.tenant)}.{item.batch_id}",
                         _ENCODER.encode(item),
                         stream=self._config.stream,
                         headers={api.Header.MSG_ID: f"{item.batch_id}:{item.line}"},
@@ -230,7 +423,7 @@ class JetStreamWorkQueue:
             future.cancel()  # frees its place in nats-py's window of pending PubAcks
         failures = [f.exception() for f in sent if f not in pending and f.exception() is not None]
         if any(isinstance(exc, NoStreamResponseError) for exc in failures):
-            self._subscription = None  # the stream is gone: the next call sets it up again
+            self._set = False  # the stream is gone: the next call sets it up again
         if pending or failures:
             first = f": {failures[0]!r}" if failures else ""
             raise WorkQueueUnavailable(
@@ -254,22 +447,22 @@ class JetStreamWorkQueue:
             return None
         return JetStreamDelivery(message, item, self._config.request_timeout_s)
 
-    async def _connected(self) -> None:
-        """Ready and connected now: a put, drop or depth while NATS is away fails at once
-        rather than waiting in nats-py's reconnect buffer."""
-        await self._ready(self._config.request_timeout_s)
+    async def _connected(self, timeout_s: float | None = None) -> None:
+        """Set up and connected now: a call while NATS is away fails at once rather than
+        waiting in nats-py's reconnect buffer."""
+        await self._ready(self._config.request_timeout_s if timeout_s is None else timeout_s)
         if self._nc is None or not self._nc.is_connected:
             raise WorkQueueUnavailable(
                 f"not connected to NATS at {', '.join(self._config.servers)} (reconnecting)"
             )
 
-    async def _ready(self, timeout_s: float) -> JetStreamContext.PullSubscription:
-        """The subscription, set up in its own task if need be, waiting at most
-        ``timeout_s``; ``WorkQueueUnavailable`` if it is not there by then."""
+    async def _ready(self, timeout_s: float) -> None:
+        """Set up, in its own task if need be, waiting at most ``timeout_s``;
+        ``WorkQueueUnavailable`` if it is not done by then."""
         if self._closed:
             raise WorkQueueError(f"the work queue on stream {self._config.stream} is closed")
-        if self._subscription is not None:
-            return self._subscription
+        if self._set:
+            return
         setup = self._setup
         if setup is None:
             setup = self._setup = asyncio.get_running_loop().create_task(
@@ -289,17 +482,15 @@ class JetStreamWorkQueue:
             self._last_failure = f"; last: {exc!r}"
             self._note_failure(f"cannot set up the stream and consumer: {exc!r}")
             raise WorkQueueUnavailable(f"cannot set up the work queue: {exc!r}") from exc
-        assert self._subscription is not None
-        return self._subscription
+        assert self._set
 
     async def _set_up(self) -> None:
         if self._nc is None or self._js is None:
             self._nc, self._js = await connect(self._config)
         await ensure_work_stream(self._js, self._config)
-        await ensure_work_consumer(self._js, self._config)
-        self._subscription = await self._js.pull_subscribe_bind(
-            durable=self._config.durable, stream=self._config.stream
-        )
+        await self._js.add_consumer(self._config.stream, consumer_config(self._config, LEGACY))
+        self._consumers = {LEGACY}
+        self._set = True
 
     def _note_failure(self, detail: str) -> None:
         if not self._failing:

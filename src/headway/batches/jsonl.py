@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -95,6 +95,10 @@ class Line:
     """The request body, JSON, exactly as the line had it."""
     texts: int
     """Inputs (embeddings) or documents (rerank) it asks for."""
+    start: int = field(default=0, compare=False)
+    """Where the physical line starts in the file (bytes), its newline excluded..."""
+    end: int = field(default=0, compare=False)
+    """... and ends: ``reread`` takes those bytes back to this line."""
 
 
 def check_upload(data: bytes | memoryview, *, max_bytes: int, max_lines: int) -> int:
@@ -136,7 +140,10 @@ def read_lines(
     """Every non-blank line as a ``Line`` or a ``LineError``, in file order.
 
     ``parse_body`` is the endpoint's strict parser: it returns the body's text count or
-    raises a ``HeadwayError``, whose message becomes the line's. With ``max_inputs``, a
+    raises a ``HeadwayError``, whose message becomes the line's. Anything else raised while
+    reading a line (``RecursionError`` from JSON nested too deeply for the decoder, a bug
+    in a parser) fails that line alone, with a message naming only the kind of failure
+    (``unreadable``): one hostile line never stops the file. With ``max_inputs``, a
     line whose texts would take the running total of accepted lines over it fails
     (``too_many_inputs``); earlier lines, and later ones that still fit, run.
     """
@@ -153,7 +160,12 @@ def read_lines(
         if not ascii_only and not _is_utf8(raw):
             errors.append(LineError(number, "invalid_json_line", "the line is not UTF-8"))
             continue
-        outcome = _read_line(number, raw, endpoint, parse_body, first_use)
+        try:
+            outcome = _read_line(number, raw, endpoint, parse_body, first_use)
+        except Exception as exc:  # the line's alone, whatever raised it (docstring)
+            outcome = unreadable(number, exc)
+        if isinstance(outcome, Line):
+            outcome = Line(number, outcome.custom_id, outcome.body, outcome.texts, start, end)
         if isinstance(outcome, LineError):
             errors.append(outcome)
         elif max_inputs is not None and inputs + outcome.texts > max_inputs:
@@ -224,6 +236,26 @@ def _read_line(
     except HeadwayError as exc:
         return LineError(number, "invalid_body", exc.message, "body")
     return Line(number, custom_id, body_bytes, texts)
+
+
+def reread(number: int, raw: bytes, texts: int, start: int = 0) -> Line:
+    """A line that ``read_lines`` found good, from its bytes again (``Line.start`` to
+    ``Line.end`` of the same file): its custom_id and body, without checking it again."""
+    request = _request.decode(raw)
+    return Line(number, request.custom_id, bytes(request.body), texts, start, start + len(raw))
+
+
+def unreadable(number: int, exc: Exception) -> LineError:
+    """The error of a line whose reading raised ``exc`` (not a ``HeadwayError``): its kind
+    only, never its text, which may quote the line."""
+    if isinstance(exc, RecursionError):
+        message = (
+            "the line is nested too deeply to read (arrays or objects within one another,"
+            " hundreds of levels down)"
+        )
+        return LineError(number, "invalid_json_line", message)
+    message = f"the line could not be read ({type(exc).__name__}); it was not run"
+    return LineError(number, "unreadable_line", message)
 
 
 def _loose_fields(

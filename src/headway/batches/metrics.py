@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-OUTCOMES = ("completed", "failed", "skipped")
+OUTCOMES = ("completed", "failed", "skipped", "deferred")
 WAITS = ("quota", "overloaded", "unauthorized")
+MOVES = ("validate", "finalize", "cancel", "expire")
+MOVE_FAILURES = ("unavailable", "error", "given_up")
 
 
 class ExecutorMetrics:
@@ -14,7 +16,8 @@ class ExecutorMetrics:
         lines = Counter(
             "headway_batch_lines_total",
             "Batch lines this executor ran, by outcome: completed (output file), failed "
-            "(error file); skipped: not run (answered already, or its batch ended or is gone).",
+            "(error file); skipped: not run (answered already, or its batch ended or is gone); "
+            "deferred: handed back to the queue until its tenant's quota refills (429).",
             ["outcome"],
             registry=self.registry,
         )
@@ -27,6 +30,19 @@ class ExecutorMetrics:
             registry=self.registry,
         )
         self._waits = {reason: waits.labels(reason=reason) for reason in WAITS}
+        moves = Counter(
+            "headway_batch_move_failures_total",
+            "Moves of a batch that raised, by move and reason: unavailable (a store, the "
+            "queue or the registry away: waited out), error (the batch's own: counted "
+            "against it), given_up (it kept failing and was marked failed).",
+            ["move", "reason"],
+            registry=self.registry,
+        )
+        self._moves = {
+            (move, reason): moves.labels(move=move, reason=reason)
+            for move in MOVES
+            for reason in MOVE_FAILURES
+        }
         self._retries = Counter(
             "headway_batch_retries_total",
             "Attempts of a line that failed on our side (unreachable, 5xx) and were retried.",
@@ -48,6 +64,9 @@ class ExecutorMetrics:
 
     def waited(self, reason: str) -> None:
         self._waits[reason].inc()
+
+    def move_failed(self, move: str, reason: str) -> None:
+        self._moves[(move, reason)].inc()
 
     def retried(self) -> None:
         self._retries.inc()

@@ -2,13 +2,24 @@
 there first.
 
     validating   read and check every line (``inputs``); a bad line becomes an error-
-                 file line at once; the good ones are queued; → in_progress (→ failed
-                 when no line can run, or the input is gone)
+                 file line at once, and so does a line of more texts than the tenant's
+                 burst (it could never pass its quota); the good ones are queued;
+                 → in_progress (→ failed when no line can run, or the input is gone);
+                 past ``expires_at`` → expired
     in_progress  when every line has a result → finalizing; past ``expires_at`` → expired
     finalizing   the output and error files are written → completed
     cancelling   → cancelled
     (expired, cancelled: the lines answered so far are in the output file; the lines
     that never ran are in the error file, ``batch_expired`` / ``batch_cancelled``)
+
+**One batch never holds up another.** A tick looks at a page of each status group,
+the next page on the next tick, round and round, so many open batches (of one tenant or
+of many) never hide a later one. Each batch's move is tried on its own: one that
+raises is logged and counted (``headway_batch_move_failures_total{move, reason}``) and
+the tick goes on to the next batch. A failure of the batch's own (anything but a store,
+queue or registry that is away, which would fail every batch alike and is only waited
+out) counts against it; after ``MAX_FAILURES`` in a row the batch is marked ``failed``
+with the reason first in its ``errors``, and its queued lines are dropped.
 
 Several executors may run ``tick`` at once, and one may die in the middle of a move:
 every step here is safe to repeat. Queuing a line twice makes one item; a line result
@@ -26,12 +37,14 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Literal
 
 from headway.batches import output
 from headway.batches.filestore import FileStore
 from headway.batches.inputs import InputMissing, Inputs, ParsedInput
+from headway.batches.jsonl import Line
+from headway.batches.metrics import ExecutorMetrics
 from headway.batches.model import (
     Batch,
     BatchStatus,
@@ -41,8 +54,9 @@ from headway.batches.model import (
     derived_file_id,
 )
 from headway.batches.offload import off_loop
-from headway.batches.queue import WorkItem, WorkQueue
-from headway.batches.store import BatchStore, BatchStoreError
+from headway.batches.queue import WorkItem, WorkQueue, WorkQueueUnavailable
+from headway.batches.store import BatchStore, BatchStoreError, BatchStoreUnavailable
+from headway.registry.errors import RegistryUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +65,30 @@ IN_PROGRESS: tuple[BatchStatus, ...] = ("in_progress",)
 FINALIZING: tuple[BatchStatus, ...] = ("finalizing",)
 CANCELLING: tuple[BatchStatus, ...] = ("cancelling",)
 CLOSING: tuple[BatchStatus, ...] = ("in_progress", "finalizing")
+EXPIRING: tuple[BatchStatus, ...] = ("validating", "in_progress")
+OPEN: tuple[BatchStatus, ...] = ("validating", "in_progress", "finalizing", "cancelling")
+PAGE_SIZE = 100
+"""Batches of one status group a tick looks at (``Mover._page``)."""
+MAX_FAILURES = 5
+"""Failed attempts in a row at a batch's move, of its own, before the batch is marked
+``failed`` (at ``executor.poll_s`` a tick, a few seconds of trying)."""
+AWAY = (BatchStoreUnavailable, WorkQueueUnavailable, RegistryUnavailable)
+"""Failures that are not the batch's: waited out, never counted against it."""
 MAX_ERRORS = 100
 """Most line errors a batch object lists in ``errors`` (all are in the error file)."""
 NOT_RUN_MESSAGE = {
     "expired": ("batch_expired", output.EXPIRED_MESSAGE),
     "cancelled": ("batch_cancelled", output.CANCELLED_MESSAGE),
 }
+
+
+Bursts = Callable[[str], float | None]
+"""A tenant's burst in texts (the most its quota grants at once), None if unknown: read
+synchronously (off the loop), from the registry in an executor (``bursts.py``)."""
+
+
+def no_bursts(tenant: str) -> float | None:
+    return None
 
 
 class Mover:
@@ -68,24 +100,39 @@ class Mover:
         inputs: Inputs,
         retention_s: int,
         wall_clock: Callable[[], float],
+        *,
+        bursts: Bursts = no_bursts,
+        metrics: ExecutorMetrics | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self._store, self._queue, self._files = store, queue, files
         self._inputs, self._retention_s, self._clock = inputs, retention_s, wall_clock
+        self._bursts = bursts
+        self._page_size = page_size
+        self._cursors: dict[tuple[BatchStatus, ...], tuple[int, str] | None] = {}
+        """Where each status group's next page starts (``_page``)."""
+        self._metrics = metrics or ExecutorMetrics()
+        self._failures: dict[str, int] = {}
+        """Batch id → its moves' failures in a row (of its own), in this process."""
+        self._away: set[str] = set()
+        """Batches whose last move waited for a store, the queue or the registry."""
 
     def now(self) -> int:
         return int(self._clock())
 
     async def tick(self) -> None:
-        store = self._store
-        for batch in await off_loop(store.batches_in, VALIDATING):
-            await self.validate(batch)
-        for batch in await off_loop(store.batches_in, CANCELLING):
-            await self.end(batch, "cancelled")
-        for batch in await off_loop(store.batches_in, CLOSING):
+        for batch in await self._page(VALIDATING):
+            if self.now() >= batch.expires_at:
+                await self._attempt("expire", batch, self._expire)
+            else:
+                await self._attempt("validate", batch, self.validate)
+        for batch in await self._page(CANCELLING):
+            await self._attempt("cancel", batch, self._cancel)
+        for batch in await self._page(CLOSING):
             if batch.status == "in_progress" and self.now() >= batch.expires_at:
-                await self.end(batch, "expired")
+                await self._attempt("expire", batch, self._expire)
             elif batch.status == "finalizing" or _all_answered(batch):
-                await self.finalize(batch)
+                await self._attempt("finalize", batch, self.finalize)
 
     async def validate(self, batch: Batch) -> None:
         try:
@@ -94,18 +141,21 @@ class Mover:
             gone = LineError(0, "missing_input_file", "the input file was deleted or expired")
             await self._fail(batch, [gone])
             return
-        if not parsed.lines:
-            await self._fail(batch, parsed.errors or [LineError(0, "empty_file", "no lines")])
+        burst = await off_loop(self._bursts, batch.tenant)
+        lines, too_big = _within_burst(parsed.lines, burst)
+        errors = sorted(parsed.errors + too_big, key=lambda e: e.line)
+        if not lines:
+            await self._fail(batch, errors or [LineError(0, "empty_file", "no lines")])
             return
         not_run = [
             LineResult(e.line, False, output.not_run(batch.id, e.line, None, e.code, e.message))
-            for e in parsed.errors
+            for e in errors
         ]
         if not_run:
             await off_loop(self._store.record_many, batch.id, not_run)
-        await self._queue.put([WorkItem(batch.id, n, batch.tenant) for n in sorted(parsed.lines)])
-        total = len(parsed.lines) + len(parsed.errors)
-        errors = parsed.errors[:MAX_ERRORS]
+        await self._queue.put([WorkItem(batch.id, n, batch.tenant) for n in sorted(lines)])
+        total = len(lines) + len(errors)
+        errors = errors[:MAX_ERRORS]
         moved = await off_loop(
             self._store.move,
             batch.id,
@@ -116,12 +166,7 @@ class Mover:
             errors=errors,
         )
         if moved is not None:
-            log.info(
-                "batch %s: %d lines queued, %d refused",
-                batch.id,
-                len(parsed.lines),
-                len(parsed.errors),
-            )
+            log.info("batch %s: %d lines queued, %d refused", batch.id, len(lines), len(errors))
 
     async def finalize(self, batch: Batch) -> None:
         store = self._store
@@ -177,7 +222,7 @@ class Mover:
 
         out, err = await self._write_files(batch, results)
         total = batch.counts.total or len(lines) + (len(parsed.errors) if parsed else 0)
-        frm: tuple[BatchStatus, ...] = CANCELLING if to == "cancelled" else IN_PROGRESS
+        frm: tuple[BatchStatus, ...] = CANCELLING if to == "cancelled" else EXPIRING
         moved = await off_loop(
             store.move,
             batch.id,
@@ -208,6 +253,84 @@ class Mover:
             if not await off_loop(store.digest_in_use, record.sha256):
                 await off_loop(self._files.delete, record.sha256)
             log.info("file %s expired and was deleted", record.id)
+
+    async def _page(self, statuses: tuple[BatchStatus, ...]) -> list[Batch]:
+        """Up to ``page_size`` batches in ``statuses``, going on from where the last tick's
+        page ended and round to the oldest again, so that however many batches there are,
+        each is looked at every few ticks (not only the oldest page's)."""
+        store, size = self._store, self._page_size
+        after = self._cursors.get(statuses)
+        page = await off_loop(store.batches_in, statuses, size, after)
+        if len(page) < size and after is not None:  # the end: on from the oldest
+            seen = {batch.id for batch in page}
+            oldest = await off_loop(store.batches_in, statuses, size - len(page))
+            page += [batch for batch in oldest if batch.id not in seen]
+        last = page[-1] if len(page) == size else None
+        self._cursors[statuses] = None if last is None else (last.created_at, last.id)
+        return page
+
+    async def _expire(self, batch: Batch) -> None:
+        await self.end(batch, "expired")
+
+    async def _cancel(self, batch: Batch) -> None:
+        await self.end(batch, "cancelled")
+
+    async def _attempt(
+        self, move: str, batch: Batch, step: Callable[[Batch], Awaitable[None]]
+    ) -> None:
+        """``step(batch)``, isolated: what it raises stays with this batch (docstring)."""
+        try:
+            await step(batch)
+        except Exception as exc:
+            if isinstance(exc, AWAY):
+                self._metrics.move_failed(move, "unavailable")
+                if batch.id not in self._away:  # once until it moves again
+                    self._away.add(batch.id)
+                    log.warning("batch %s: cannot %s it now: %s", batch.id, move, exc)
+                return
+            failures = self._failures[batch.id] = self._failures.get(batch.id, 0) + 1
+            self._metrics.move_failed(move, "error")
+            log.error(
+                "batch %s: %s failed (%s), %d of %d tries in a row",
+                batch.id,
+                move,
+                type(exc).__name__,
+                failures,
+                MAX_FAILURES,
+                exc_info=exc,
+            )
+            if failures >= MAX_FAILURES:
+                await self._give_up(move, batch, exc)
+        else:
+            self._failures.pop(batch.id, None)
+            self._away.discard(batch.id)
+
+    async def _give_up(self, move: str, batch: Batch, exc: Exception) -> None:
+        """Mark a batch that keeps failing ``failed``, the reason first in its errors."""
+        reason = LineError(
+            0,
+            "batch_failed",
+            f"the batch executor could not {move} this batch: {MAX_FAILURES} tries in a row"
+            f" failed ({type(exc).__name__}); it was stopped so that it holds up nothing",
+        )
+        try:
+            moved = await off_loop(
+                self._store.move,
+                batch.id,
+                OPEN,
+                "failed",
+                self.now(),
+                errors=[reason, *batch.errors][:MAX_ERRORS],
+            )
+            await self._queue.drop(batch.id)
+        except Exception as failed:  # tried again on its next failure
+            log.error("batch %s: could not mark it failed: %r", batch.id, failed)
+            return
+        self._failures.pop(batch.id, None)
+        self._inputs.forget(batch.id)
+        if moved is not None:
+            self._metrics.move_failed(move, "given_up")
+            log.error("batch %s failed: %s", batch.id, reason.message)
 
     async def _fail(self, batch: Batch, errors: list[LineError]) -> None:
         await off_loop(
@@ -255,6 +378,29 @@ class Mover:
             if await off_loop(store.file, batch.tenant, file_id) is None:
                 raise
         return file_id
+
+
+def _within_burst(
+    lines: dict[int, Line], burst: float | None
+) -> tuple[dict[int, Line], list[LineError]]:
+    """The lines a quota of ``burst`` texts at once can ever pass, and an error for each
+    other: the gateway would refuse it with a 429 for ever (no Retry-After)."""
+    if burst is None:
+        return lines, []
+    fit = {n: line for n, line in lines.items() if line.texts <= burst}
+    errors = [
+        LineError(
+            n,
+            "line_exceeds_burst",
+            f"this line's {line.texts} texts are more than the tenant's burst of {burst:g}"
+            f" texts (the most its quota grants at once), so it could never run; split it"
+            f" into lines of at most {burst:g}",
+            "body",
+        )
+        for n, line in sorted(lines.items())
+        if n not in fit
+    ]
+    return fit, errors
 
 
 def _all_answered(batch: Batch) -> bool:

@@ -7,12 +7,18 @@ visible again, and another executor gets it: delivery is at least once, so a lin
 be served twice, and the batch store keeps the first result of a line (a line's
 request id is the same on every attempt, so the ledger bills it once).
 
+**Fair across tenants.** A pull hands out items round robin by tenant (``fair.py``), not
+in the order they were put: a tenant with a million lines queued ahead of another's one
+line does not delay it past the next pull. The puller also says how many items of each
+tenant it may take now (``Room``: its cap on a tenant's lines in flight, less what it
+holds; none of a tenant whose quota told it to wait), so no tenant fills its slots.
+
 Two implementations behind one protocol, chosen by ``queue_open.open_work_queue``:
 
 - ``sqlite_queue.SqliteWorkQueue`` (embedded mode): a table in the batch store's
   SQLite file, claimed row by row under a lease token;
 - ``jetstream_queue.JetStreamWorkQueue`` (shared mode): a NATS JetStream work-queue
-  stream with one durable pull consumer shared by every executor.
+  stream with a durable pull consumer per tenant, shared by every executor.
 
 Errors::
 
@@ -23,8 +29,8 @@ Errors::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -48,6 +54,21 @@ class WorkItem:
     line: int
     """1-based line number in the batch's input file."""
     tenant: str
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """How many items of each tenant one pull may hand out: ``tenants[name]`` where the
+    puller named the tenant, else ``per_tenant`` (None: as many as the pull takes)."""
+
+    per_tenant: int | None = None
+    tenants: Mapping[str, int] = field(default_factory=dict)
+
+    def of(self, tenant: str) -> int | None:
+        return self.tenants.get(tenant, self.per_tenant)
+
+
+ANY_ROOM = Room()
 
 
 class Delivery(Protocol):
@@ -87,9 +108,10 @@ class WorkQueue(Protocol):
         (not yet acked) is not queued twice."""
         ...
 
-    async def pull(self, max_items: int, wait_s: float) -> list[Delivery]:
-        """Up to ``max_items`` visible items, waiting at most ``wait_s`` for the first;
-        ``[]`` when none came in time."""
+    async def pull(self, max_items: int, wait_s: float, room: Room = ANY_ROOM) -> list[Delivery]:
+        """Up to ``max_items`` visible items, round robin by tenant and within ``room``,
+        waiting at most ``wait_s`` for the first (``0``: look once); ``[]`` when none came
+        in time."""
         ...
 
     async def ack_all(self, deliveries: Sequence[Delivery]) -> None:

@@ -6,7 +6,8 @@
     depth   every few seconds: the queue's depth, for ``/metrics``
 
 The stores are the gateways' (Postgres with ``postgres_url``, else SQLite in the data
-dir; the file store at ``batches.files_dir``); the queue is JetStream with
+dir; the file store at ``batches.files_dir``), the registry too while quotas are on
+(each tenant's burst, for validation); the queue is JetStream with
 ``nats_url``, else the SQLite queue in the data dir. Any number of executors may run
 on one set of stores: each line runs once at a time (its lease), and every move is
 safe to repeat (``mover.py``). It serves ``/healthz``, ``/readyz`` and ``/metrics``.
@@ -18,11 +19,12 @@ import logging
 import time
 
 from headway.background import Background
+from headway.batches.bursts import RegistryBursts
 from headway.batches.executor import Executor
 from headway.batches.filestore import DirectoryFileStore
 from headway.batches.inputs import Inputs
 from headway.batches.metrics import ExecutorMetrics
-from headway.batches.mover import Mover
+from headway.batches.mover import Bursts, Mover, no_bursts
 from headway.batches.open import open_batch_store
 from headway.batches.queue import WorkQueue
 from headway.batches.queue_open import open_work_queue
@@ -30,6 +32,8 @@ from headway.batches.store import BatchStore
 from headway.batches.submit import HttpSubmitter
 from headway.http.asgi import App
 from headway.http.ops import ops_app
+from headway.registry.open import open_registry
+from headway.registry.store import RegistryStore
 from headway.settings import Settings
 from headway.tls.hops import gateway_client
 
@@ -51,6 +55,7 @@ class ExecutorService:
         self._background = Background()
         self.store: BatchStore | None = None
         self.queue: WorkQueue | None = None
+        self.registry: RegistryStore | None = None
         self._submitter: HttpSubmitter | None = None
         self._gateway_tls = gateway_client(settings.tls)  # a bad TLS file fails here, at once
 
@@ -67,7 +72,20 @@ class ExecutorService:
             executor.line_timeout_ms,
             self._gateway_tls,
         )
-        mover = Mover(store, queue, files, inputs, batches.file_retention_s, time.time)
+        bursts: Bursts = no_bursts  # quotas off: no line is too big for one
+        if settings.gateway.quota.enabled:
+            self.registry = registry = open_registry(settings)
+            bursts = RegistryBursts(registry)
+        mover = Mover(
+            store,
+            queue,
+            files,
+            inputs,
+            batches.file_retention_s,
+            time.time,
+            bursts=bursts,
+            metrics=self.metrics,
+        )
         lines = Executor(store, queue, inputs, self._submitter, executor, self.metrics)
         self._background.every("mover", executor.poll_s, mover.tick)
         self._background.every("files", REAP_INTERVAL_S, mover.reap_files)
@@ -93,6 +111,8 @@ class ExecutorService:
             await self.queue.close()
         if self.store is not None:
             self.store.close()
+        if self.registry is not None:
+            self.registry.close()
 
     @property
     def ready(self) -> bool:

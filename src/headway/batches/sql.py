@@ -216,15 +216,26 @@ class SqlBatchStore:
         with self._read() as tx:
             return [_batch_of(tx, row) for row in tx.all(sql, (*params, limit))]
 
-    def batches_in(self, statuses: Collection[BatchStatus], limit: int = 100) -> list[Batch]:
+    def batches_in(
+        self,
+        statuses: Collection[BatchStatus],
+        limit: int = 100,
+        after: tuple[int, str] | None = None,
+    ) -> list[Batch]:
         wanted = sorted(set(statuses))
         if not wanted:
             return []
+        past = ""
+        params: tuple[object, ...] = ()
+        if after is not None:
+            at, batch_id = after
+            past = " AND (created_at > ? OR (created_at = ? AND id > ?))"
+            params = (at, at, batch_id)
         with self._read() as tx:
             rows = tx.all(
                 f"SELECT {BATCH_COLUMNS} FROM batches WHERE status IN ({_marks(len(wanted))})"
-                " ORDER BY created_at, id LIMIT ?",
-                (*wanted, limit),
+                f"{past} ORDER BY created_at, id LIMIT ?",
+                (*wanted, *params, limit),
             )
             return [_batch_of(tx, row) for row in rows]
 

@@ -2,11 +2,20 @@
 
 One row per queued line, ``PRIMARY KEY (batch_id, line)``, so putting a line that is
 queued already is ignored (``INSERT OR IGNORE``, one transaction per ``put``). A row is
-visible when ``visible_at <= now``. ``pull`` claims up to n visible rows, oldest first
-(rowid order), in one ``UPDATE … WHERE rowid IN (SELECT … LIMIT n) RETURNING …`` inside
+visible when ``visible_at <= now``. ``pull`` claims up to n visible rows inside one
 ``BEGIN IMMEDIATE``: it sets ``visible_at = now + lease_s``, counts the attempt, and
 stamps a fresh random ``lease_id``. Two pullers, in this process or another, never
 claim the same row while its lease holds, because the claim is one write transaction.
+
+**Round robin by tenant** (``fair.py``). The claim walks the tenants that have rows on
+the index ``(tenant)`` (one seek each: ``tenant > ? LIMIT 1``), in sorted order from just
+after the tenant this object's last pull served last, wrapping round; of each, it reads
+the oldest visible rows it may take (``Room``, at most n), and stops once n tenants have
+offered some. Rows are handed out one per tenant per round, oldest first within each
+tenant. The cost of a pull is a few index seeks per tenant visited and at most n rows
+read per tenant offering, whatever a tenant has queued: a tenant's leased rows are its
+oldest, so the scan past them is as long as its lines in flight. Each queue object keeps
+its own place in the rotation; several executors on one file each go round in turn.
 
 **Leases.** ``ack`` deletes, ``nak`` delays and ``touch`` extends a row only where its
 ``lease_id`` is still the delivery's own. When a lease runs out and another executor
@@ -34,11 +43,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from headway.batches.queue import Delivery, WorkItem, WorkQueueError
+from headway.batches.fair import round_robin
+from headway.batches.queue import ANY_ROOM, Delivery, Room, WorkItem, WorkQueueError
 from headway.sqlite_wal import enable_wal
 
 T = TypeVar("T")
@@ -52,19 +62,22 @@ CREATE TABLE IF NOT EXISTS work_items (
     attempts INTEGER NOT NULL DEFAULT 0,
     lease_id TEXT,
     PRIMARY KEY (batch_id, line)
-)
+);
+CREATE INDEX IF NOT EXISTS work_items_by_tenant ON work_items (tenant);
 """
 _PUT = (
     "INSERT OR IGNORE INTO work_items (batch_id, line, tenant, visible_at, attempts, lease_id)"
     " VALUES (?, ?, ?, ?, 0, NULL)"
 )
-_CLAIM = """
-UPDATE work_items SET visible_at = :until, attempts = attempts + 1, lease_id = :lease
-WHERE rowid IN (
-    SELECT rowid FROM work_items WHERE visible_at <= :now ORDER BY rowid LIMIT :limit
+_FIRST_TENANT = "SELECT tenant FROM work_items ORDER BY tenant LIMIT 1"
+_NEXT_TENANT = "SELECT tenant FROM work_items WHERE tenant > ? ORDER BY tenant LIMIT 1"
+_VISIBLE = (
+    "SELECT rowid, batch_id, line, attempts FROM work_items"
+    " WHERE tenant = ? AND visible_at <= ? ORDER BY rowid LIMIT ?"
 )
-RETURNING rowid, batch_id, line, tenant, attempts
-"""
+_LEASE = (
+    "UPDATE work_items SET visible_at = ?, attempts = attempts + 1, lease_id = ? WHERE rowid = ?"
+)
 _ACK = "DELETE FROM work_items WHERE batch_id = ? AND line = ? AND lease_id = ?"
 _NAK = (
     "UPDATE work_items SET visible_at = ?, lease_id = NULL"
@@ -100,6 +113,8 @@ class SqliteWorkQueue:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self._after: str | None = None
+        """The tenant this object's last pull served last (the rotation goes on after it)."""
         self.stale_leases = 0
         """Acks, naks and touches that found the row gone or held under another lease."""
 
@@ -114,14 +129,16 @@ class SqliteWorkQueue:
         rows = [(item.batch_id, item.line, item.tenant, now) for item in items]
         await asyncio.to_thread(self._call, lambda conn: _write(conn, _PUT, rows))
 
-    async def pull(self, max_items: int, wait_s: float) -> list[Delivery]:
+    async def pull(self, max_items: int, wait_s: float, room: Room = ANY_ROOM) -> list[Delivery]:
         if max_items < 1:
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         interval = self._poll_s
         while True:
-            claimed = await asyncio.to_thread(self._call, lambda conn: self._claim(conn, max_items))
+            claimed = await asyncio.to_thread(
+                self._call, lambda conn: self._claim(conn, max_items, room)
+            )
             remaining = deadline - loop.time()
             if claimed or remaining <= 0:
                 return claimed
@@ -155,21 +172,34 @@ class SqliteWorkQueue:
         if not changed:
             self.stale_leases += 1
 
-    def _claim(self, conn: sqlite3.Connection, limit: int) -> list[Delivery]:
+    def _claim(self, conn: sqlite3.Connection, limit: int, room: Room) -> list[Delivery]:
         now = self._clock()
         lease_id = os.urandom(12).hex()
-        params = {"until": now + self._lease_s, "lease": lease_id, "now": now, "limit": limit}
         conn.execute("BEGIN IMMEDIATE")
         try:
-            rows = conn.execute(_CLAIM, params).fetchall()
+            offered: dict[str, list[tuple[int, str, int, int]]] = {}
+            for tenant in _tenants_after(conn, self._after):
+                may = room.of(tenant)
+                want = limit if may is None else min(limit, may)
+                if want <= 0:
+                    continue
+                rows = conn.execute(_VISIBLE, (tenant, now, want)).fetchall()
+                if rows:
+                    offered[tenant] = rows
+                    if len(offered) == limit:  # enough for a round of one each
+                        break
+            order = round_robin([(t, len(rows)) for t, rows in offered.items()], limit)
+            taken = [offered[tenant].pop(0) for tenant in order]
+            conn.executemany(_LEASE, [(now + self._lease_s, lease_id, row[0]) for row in taken])
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        rows.sort(key=lambda row: int(row[0]))  # RETURNING's order is not promised
+        if order:
+            self._after = order[-1]
         return [
-            SqliteDelivery(self, WorkItem(batch_id, int(line), tenant), int(attempts), lease_id)
-            for _, batch_id, line, tenant, attempts in rows
+            SqliteDelivery(self, WorkItem(batch_id, int(line), tenant), int(attempts) + 1, lease_id)
+            for tenant, (_, batch_id, line, attempts) in zip(order, taken, strict=True)
         ]
 
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -199,7 +229,7 @@ class SqliteWorkQueue:
             # an ack after the result it follows, even across a power loss.
             conn.execute("PRAGMA synchronous=NORMAL")
             deadline = time.monotonic() + self._busy_timeout_s
-            _retrying_while_locked(conn, lambda conn: conn.execute(SCHEMA), deadline)
+            _retrying_while_locked(conn, lambda conn: conn.executescript(SCHEMA), deadline)
         except BaseException:
             conn.close()
             raise
@@ -241,6 +271,20 @@ def _own(deliveries: Sequence[Delivery]) -> list[SqliteDelivery]:
     if len(own) != len(deliveries):
         raise WorkQueueError("ack_all takes only this queue's deliveries")
     return own
+
+
+def _tenants_after(conn: sqlite3.Connection, after: str | None) -> Iterator[str]:
+    """Each tenant with a row once, sorted, from just after ``after`` round to ``after``
+    itself; one index seek each."""
+    if after is not None:
+        tenant = after
+        while (row := conn.execute(_NEXT_TENANT, (tenant,)).fetchone()) is not None:
+            tenant = row[0]
+            yield tenant
+    row = conn.execute(_FIRST_TENANT).fetchone()
+    while row is not None and (after is None or row[0] <= after):
+        yield row[0]
+        row = conn.execute(_NEXT_TENANT, (row[0],)).fetchone()
 
 
 def _retrying_while_locked(

@@ -104,8 +104,14 @@ class BatchStore(Protocol):
         ``after`` (an id that is not one of the tenant's batches lists nothing)."""
         ...
 
-    def batches_in(self, statuses: Collection[BatchStatus], limit: int = 100) -> list[Batch]:
-        """Any tenant's batches in one of ``statuses``, oldest first."""
+    def batches_in(
+        self,
+        statuses: Collection[BatchStatus],
+        limit: int = 100,
+        after: tuple[int, str] | None = None,
+    ) -> list[Batch]:
+        """Any tenant's batches in one of ``statuses``, oldest first (created_at, then id),
+        from just past ``after`` (a cursor: the last page's last ``(created_at, id)``)."""
         ...
 
     def move(

@@ -29,6 +29,10 @@ def check_media_type(headers: Mapping[str, str]) -> None:
 
 
 def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """``body`` as the decoder's type, or the client's error: ``InvalidRequest`` for what is
+    not JSON, or nested deeper than the decoder can follow (msgspec gives up near Python's
+    recursion limit, ~1,000 levels, sooner in a thread deep in a call), ``ValidationFailed``
+    for JSON of the wrong shape."""
     if not body.strip():
         raise InvalidRequest("request body is empty; expected a JSON object")
     try:
@@ -37,6 +41,11 @@ def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         raise ValidationFailed(str(exc)) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise InvalidRequest(
+            "body is nested too deeply: arrays and objects within one another, hundreds of "
+            "levels down; no field of this API needs more than a few"
+        ) from None
 
 
 def check_texts(texts: Sequence[str], limits: LimitsSettings, field: str) -> None:

@@ -1,0 +1,27 @@
+"""A tenant's burst, for the executor's check of each line at validation.
+
+A line of more texts than its tenant's burst can never pass the tenant's quota (the
+gateway answers such a request 429 without Retry-After), so validation refuses it at once
+(``mover._within_burst``) rather than queue it. The burst is read from the registry the
+gateways read, when the batch validates; a burst lowered later is met by the executor
+itself (that 429 is the line's answer, in the error file).
+"""
+
+from __future__ import annotations
+
+from headway.registry.errors import UnknownTenant
+from headway.registry.store import RegistryStore
+
+
+class RegistryBursts:
+    """``Bursts`` from the registry: a read per batch validated. A tenant that is gone
+    has none (its batches go with it)."""
+
+    def __init__(self, registry: RegistryStore) -> None:
+        self._registry = registry
+
+    def __call__(self, tenant: str) -> float | None:
+        try:
+            return self._registry.tenant(tenant).burst_texts
+        except UnknownTenant:
+            return None
