@@ -168,6 +168,14 @@ def _model_shapes() -> tuple[str, ...]:
     )
 
 
+def _batch_limits(t: _Types) -> tuple[str, ...]:
+    """Tenants made before keep NULL in each: the gateway's setting applies to them."""
+    return tuple(
+        f"ALTER TABLE tenants ADD COLUMN {column} {t.big} CHECK ({column} >= 0)"
+        for column in ("max_files", "max_stored_bytes", "max_open_batches")
+    )
+
+
 # No code path updates or deletes an audit entry; these make the database refuse it too.
 _SQLITE_APPEND_ONLY = tuple(
     f"""CREATE TRIGGER audit_log_no_{verb.lower()} BEFORE {verb} ON audit_log
@@ -217,6 +225,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "each model's token limit and the narrower widths it was trained for (Matryoshka)",
         sqlite=_model_shapes(),
         postgres=_model_shapes(),
+    ),
+    Migration(
+        7,
+        "a tenant's own Batch API bounds (files, stored bytes, open batches; NULL: the setting)",
+        sqlite=_batch_limits(SQLITE),
+        postgres=_batch_limits(POSTGRES),
     ),
 )
 
