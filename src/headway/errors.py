@@ -2,6 +2,7 @@
 
     HeadwayError
     ├── InvalidRequest          400  body is not JSON / not an object
+    ├── StorageLimitReached     400  the tenant keeps as many files (or bytes) as it may
     ├── Unauthorized            401  missing or unknown API key
     ├── Forbidden               403  key is valid but not allowed here
     ├── NotFound                404  unknown route or model
@@ -13,6 +14,7 @@
     ├── RangeNotSatisfiable     416  a Range past the end of the file (carries Content-Range)
     ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
     ├── QuotaExceeded           429  the tenant's token bucket is empty (carries retry_after_s)
+    ├── LimitReached            429  a bound on work in progress (open batches, uploads at once)
     ├── Overloaded              503  no capacity now (carries retry_after_s)
     ├── UpstreamFailed          502  every replica that was tried failed
     ├── NoReplicas              503  no ready replica in the pool
@@ -58,6 +60,16 @@ class InvalidRequest(HeadwayError):
 
     status = 400
     type = "invalid_request"
+
+
+class StorageLimitReached(HeadwayError):
+    """The tenant keeps as many files, or as many bytes of files, as its limit allows; the
+    message names the limit and the use. Delete files to go on: a retry alone does not
+    help, so this is a 400 (as OpenAI answers its storage limit), which clients do not
+    retry."""
+
+    status = 400
+    type = "storage_limit_reached"
 
 
 class Unauthorized(HeadwayError):
@@ -135,6 +147,15 @@ class QuotaExceeded(HeadwayError):
 
     status = 429
     type = "quota_exceeded"
+
+
+class LimitReached(HeadwayError):
+    """A per-tenant or per-gateway bound on work in progress is reached (open batches,
+    uploads at once); the message names it and the use. A 429 with ``Retry-After``, as
+    OpenAI answers its batch queue limit: clients retry it later."""
+
+    status = 429
+    type = "limit_reached"
 
 
 class Overloaded(HeadwayError):

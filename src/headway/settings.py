@@ -502,6 +502,39 @@ class BatchSettings(_Section):
         gt=0,
         description="Files (inputs and outputs) are deleted this long after upload.",
     )
+    max_files_per_tenant: int = Field(
+        10_000,
+        ge=0,
+        description="Most files (inputs and the outputs its batches wrote) one tenant keeps; "
+        "an upload past it is refused (400 storage_limit_reached) until files are deleted or "
+        "expire. A tenant's own rule (`headway tenants set --max-files`) overrides it.",
+    )
+    max_stored_bytes_per_tenant: int = Field(
+        10 << 30,
+        ge=0,
+        description="Most bytes of files one tenant keeps (outputs included); an upload that "
+        "would pass it is refused (400 storage_limit_reached) at the first byte past it. A "
+        "tenant's rule (`--max-stored-bytes`) overrides it.",
+    )
+    max_open_batches_per_tenant: int = Field(
+        100,
+        ge=0,
+        description="Most batches of one tenant not yet finished (validating, in progress, "
+        "finalizing, cancelling); creating another is refused (429 limit_reached, with "
+        "Retry-After). A tenant's rule (`--max-open-batches`) overrides it.",
+    )
+    max_uploads_per_tenant: int = Field(
+        4,
+        gt=0,
+        description="Uploads one tenant may have in progress at once on one gateway; another "
+        "is refused (429 limit_reached, with Retry-After) before its body is read.",
+    )
+    max_uploads: int = Field(
+        16,
+        gt=0,
+        description="Uploads in progress at once on one gateway, all tenants together (each "
+        "holds a temporary file in the file store's directory while it streams).",
+    )
     executor_token: str = Field(
         "",
         description="Shared secret the executor presents to the gateways' internal batch "

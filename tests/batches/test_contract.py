@@ -19,7 +19,10 @@ from headway.batches.model import (
     FileObject,
     LineError,
     LineResult,
+    OverLimit,
     RequestCounts,
+    TenantBounds,
+    TenantUse,
 )
 from headway.batches.open import open_batch_store, postgres_batch_store, sqlite_batch_store
 from headway.batches.sql import SqlBatchStore
@@ -494,3 +497,74 @@ def test_settings_choose_sqlite_or_postgres(tmp_path: Path, libpq_url: str) -> N
         assert embedded.file("acme", "file-1") is None
     finally:
         shared.close()
+
+
+# a tenant's bounds ---------------------------------------------------------------------
+
+BOUNDS = TenantBounds(max_files=3, max_stored_bytes=3 * 1234, max_open_batches=2)
+
+
+def test_usage_counts_a_tenants_files_bytes_and_unfinished_batches(store: SqlBatchStore) -> None:
+    assert store.usage("acme") == TenantUse(0, 0, 0)
+    store.add_file(a_file("file-1"))
+    store.add_file(a_file("file-2", purpose="batch_output"))
+    store.add_file(a_file("file-3", tenant="other"))
+    for batch_id, status in (("b1", "validating"), ("b2", "cancelling"), ("b3", "completed")):
+        store.add_batch(a_batch(batch_id, status=status))
+    store.add_batch(a_batch("b4", tenant="other"))
+    assert store.usage("acme") == TenantUse(2, 2 * 1234, 2)
+    assert store.usage("other") == TenantUse(1, 1234, 1)
+
+
+def test_a_file_past_a_tenants_bound_is_not_added_and_another_tenant_is_unaffected(
+    store: SqlBatchStore,
+) -> None:
+    for n in range(3):
+        assert store.add_file(a_file(f"file-{n}"), BOUNDS) is None
+    assert store.add_file(a_file("file-3"), BOUNDS) == OverLimit("max_files", 3, 3)
+    assert store.add_file(a_file("file-x", tenant="other"), BOUNDS) is None
+    assert [f.id for f in store.files("acme", order="asc")] == ["file-0", "file-1", "file-2"]
+    roomy = TenantBounds(max_files=10, max_stored_bytes=4 * 1234 - 1, max_open_batches=1)
+    assert store.add_file(a_file("file-4"), roomy) == OverLimit(
+        "max_stored_bytes", 4 * 1234 - 1, 3 * 1234
+    )
+    assert store.add_file(a_file("file-4")) is None  # a batch's output: no bound
+
+
+def test_a_batch_past_a_tenants_open_batches_is_not_added(store: SqlBatchStore) -> None:
+    assert store.add_batch(a_batch("b1"), 2) is None
+    assert store.add_batch(a_batch("b2", status="in_progress"), 2) is None
+    assert store.add_batch(a_batch("b3"), 2) == OverLimit("max_open_batches", 2, 2)
+    assert store.batch("acme", "b3") is None
+    assert store.add_batch(a_batch("b4", tenant="other"), 2) is None
+    store.move("b1", ("validating",), "failed", 5)
+    assert store.add_batch(a_batch("b3"), 2) is None
+
+
+def test_of_racers_for_a_tenants_last_slot_exactly_one_wins(backend: Backend) -> None:
+    """Eight processes' stores (own connections) add at once for each tenant's one slot
+    left; the count and the insert hold the tenant's lock, so exactly one gets it."""
+    stores = [backend.open_another() for _ in range(8)]
+    for round_ in range(3):
+        tenant = f"tenant-{round_}"
+        for n in range(2):
+            stores[0].add_file(a_file(f"{tenant}-held-{n}", tenant=tenant))
+        files = at_once(
+            [
+                partial(s.add_file, a_file(f"{tenant}-racer-{i}", tenant=tenant), BOUNDS)
+                for i, s in enumerate(stores)
+            ]
+        )
+        assert sum(outcome is None for outcome in files) == 1, files
+        assert stores[0].usage(tenant).files == 3
+        stores[0].add_batch(a_batch(f"{tenant}-open", tenant=tenant))
+        batches = at_once(
+            [
+                partial(s.add_batch, a_batch(f"{tenant}-b{i}", tenant=tenant), 2)
+                for i, s in enumerate(stores)
+            ]
+        )
+        assert sum(outcome is None for outcome in batches) == 1, batches
+        assert stores[0].usage(tenant).open_batches == 2
+    for s in stores:
+        s.close()

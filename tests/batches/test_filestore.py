@@ -6,6 +6,8 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +149,95 @@ def test_a_process_killed_mid_put_leaves_no_visible_file(tmp_path: Path) -> None
         files.read(DIGEST)
     assert files.put(CONTENT) == DIGEST  # a retry stores it
     assert files.read(DIGEST) == CONTENT
+
+
+# Writers: content too large to hold, streamed to a partial file and placed by digest
+
+
+def test_a_writer_places_what_was_written_under_its_digest(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    writer = files.writer()
+    for piece in (CONTENT[:5], b"", CONTENT[5:]):
+        writer.write(piece)
+    assert writer.size == len(CONTENT)
+    assert leftovers(tmp_path) != []  # the partial file, while it is written
+    assert writer.commit() == DIGEST
+    assert files.read(DIGEST) == CONTENT and leftovers(tmp_path) == []
+    writer.discard()  # after a commit: nothing
+    assert files.read(DIGEST) == CONTENT
+    with pytest.raises(ValueError, match="committed or discarded"):
+        writer.write(b"more")
+
+
+def test_a_discarded_writer_leaves_nothing_and_may_be_discarded_twice(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    writer = files.writer()
+    writer.write(CONTENT)
+    writer.discard()
+    writer.discard()
+    assert not files.exists(DIGEST) and leftovers(tmp_path) == []
+    with pytest.raises(ValueError, match="committed or discarded"):
+        writer.commit()
+
+
+def test_a_writer_of_content_stored_already_keeps_the_stored_copy(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    files.put(CONTENT)
+    before = files.path_of(DIGEST).stat()
+    writer = files.writer()
+    writer.write(CONTENT)
+    assert writer.commit() == DIGEST
+    assert files.path_of(DIGEST).stat().st_ino == before.st_ino
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_commit_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = DirectoryFileStore(tmp_path)
+    writer = files.writer()
+    writer.write(CONTENT)
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        writer.commit()
+    monkeypatch.undo()
+    assert not files.exists(DIGEST) and leftovers(tmp_path) == []
+
+
+def test_a_discard_from_another_thread_waits_for_the_write_in_progress(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    writer = files.writer()
+    started, errors = threading.Event(), []
+
+    def keep_writing() -> None:
+        try:
+            while True:
+                writer.write(b"x" * (1 << 16))
+                started.set()
+        except ValueError:  # discarded: the next write is refused, none is torn
+            return
+        except Exception as exc:  # pragma: no cover - what the test guards against
+            errors.append(exc)
+
+    thread = threading.Thread(target=keep_writing)
+    thread.start()
+    assert started.wait(10)
+    writer.discard()
+    thread.join(10)
+    assert not thread.is_alive() and errors == [] and leftovers(tmp_path) == []
+
+
+def test_sweep_removes_partial_files_older_than_any_write_in_progress(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    assert files.sweep_partial(3600) == 0  # nothing written yet: no directory
+    old = files.writer()  # as a process that died would leave it
+    (old_path,) = leftovers(tmp_path)
+    fresh = files.writer()
+    fresh.write(b"still being written")
+    os.utime(old_path, (time.time() - 7200, time.time() - 7200))
+    assert files.sweep_partial(3600) == 1
+    assert not old_path.exists() and len(leftovers(tmp_path)) == 1
+    assert fresh.commit() == hashlib.sha256(b"still being written").hexdigest()
+    old.discard()

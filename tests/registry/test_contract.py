@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from headway.registry.errors import (
+    InvalidLimit,
     InvalidOverlap,
     InvalidRollout,
     InvalidSplit,
@@ -26,6 +27,7 @@ from headway.registry.model import (
     Actor,
     AuditEntry,
     AuditQuery,
+    BatchLimits,
     ModelRecord,
     Observation,
     RolloutPlan,
@@ -676,3 +678,63 @@ def test_demo_rows_are_seeded_only_into_a_registry_that_never_held_a_tenant_or_k
     registry.revoke_key(admin.key_id)
     assert registry.seed_demo() is False  # every demo row removed: they stay removed
     assert registry.tenants() == []
+
+
+def test_a_tenants_batch_bounds_are_its_own_until_set_back_to_the_setting(
+    backend: Backend, registry: SqlRegistry
+) -> None:
+    tenant, key = registry.add_tenant(
+        "acme", "batch", batch_limits={"max_files": 5, "max_open_batches": 0}
+    )
+    assert tenant.batch_limits == BatchLimits(max_files=5, max_open_batches=0)
+    assert registry.tenant("acme") == tenant
+    principal = registry.snapshot().principals[key_digest(key)]
+    assert principal.tenant is not None and principal.tenant.batch_limits == tenant.batch_limits
+    create = newest(registry)
+    assert create.after is not None and create.after["max_files"] == 5
+    assert "max_stored_bytes" not in create.after  # not its own: the setting
+
+    entry = one_entry(
+        registry,
+        lambda: registry.update_tenant(
+            "acme", batch_limits={"max_files": None, "max_stored_bytes": 2**40}
+        ),
+    )
+    assert entry.before is not None and entry.after is not None
+    assert (entry.before.get("max_files"), entry.after.get("max_files")) == (5, None)
+    assert entry.after["max_stored_bytes"] == 2**40
+    after = BatchLimits(max_stored_bytes=2**40, max_open_batches=0)
+    assert registry.tenant("acme").batch_limits == after
+    # Another process sees the rule; an update naming other fields keeps it.
+    assert backend.open_another().tenant("acme").batch_limits == after
+    registry.update_tenant("acme", burst_texts=9)
+    assert registry.tenant("acme").batch_limits == after
+    nothing_recorded(registry, lambda: registry.update_tenant("acme", batch_limits={}))
+    nothing_recorded(
+        registry, lambda: registry.update_tenant("acme", batch_limits={"max_open_batches": 0})
+    )
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_files": -1},
+        {"max_files": 2**63},
+        {"max_files": True},
+        {"max_files": 1.5},
+        {"max_lines": 5},
+    ],
+)
+def test_a_batch_bound_that_no_tenant_may_have_is_refused(
+    registry: SqlRegistry, limits: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidLimit):
+        registry.add_tenant("acme", "batch", batch_limits=limits)
+    assert registry.tenants() == []
+    registry.add_tenant("acme", "batch")
+    nothing_recorded(registry, lambda: _refused(registry, limits))
+
+
+def _refused(registry: SqlRegistry, limits: dict[str, Any]) -> None:
+    with pytest.raises(InvalidLimit):
+        registry.update_tenant("acme", batch_limits=limits)

@@ -13,7 +13,7 @@ from headway.registry.dialect import Dialect
 from headway.registry.errors import SchemaTooNew
 from headway.registry.keys import key_digest
 from headway.registry.migrations import MIGRATIONS, migrate
-from headway.registry.model import key_id_of
+from headway.registry.model import BatchLimits, key_id_of
 from headway.registry.postgres import PostgresDialect
 from headway.registry.sql import SqlRegistry
 from headway.registry.sqlite import Registry, SqliteDialect
@@ -116,6 +116,7 @@ def test_an_unversioned_sqlite_file_upgrades_in_place_and_keeps_its_tenants(
 
     registry = Registry(path)
     assert [(t.name, t.rate_texts_per_s) for t in registry.tenants()] == [("acme", 5.0)]
+    assert registry.tenant("acme").batch_limits == BatchLimits()  # the settings apply
     principal = registry.snapshot().principals[key_digest("old-key")]
     assert principal.tenant is not None and principal.tenant.name == "acme"
     assert [k.key_id for k in registry.keys("acme")] == [key_id_of(key_digest("old-key"))]

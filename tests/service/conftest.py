@@ -123,8 +123,11 @@ async def make_stack(
         worker_apps[url] = build_worker_app(workers[url], tracing)
         await worker_apps[url].startup()
     transport = AsgiTransport(worker_apps)
+    gateway_settings = GatewaySettings(
+        **({"health_interval_s": 60, "limits": TEST_LIMITS} | gateway)
+    )
     service = GatewayService(
-        GatewaySettings(**({"health_interval_s": 60, "limits": TEST_LIMITS} | gateway)),
+        gateway_settings,
         registry,
         transport,
         {"embed": discovery or StaticDiscovery(WORKER_URLS)},
@@ -144,6 +147,7 @@ async def make_stack(
             batches,
             service.snapshots,
             time.time,
+            gateway_settings.limits,
         )
     gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS), batch_parts, tracing)
     await gateway_app.startup()

@@ -77,6 +77,38 @@ async def test_a_tenant_is_created_listed_changed_and_deleted(stack):
     assert (gone.status_code, gone.json()["error"]["type"]) == (404, "not_found")
 
 
+async def test_a_tenants_batch_bounds_are_set_shown_and_set_back_through_the_api(stack):
+    created = await create_tenant(stack.client, max_files=5, max_open_batches=0)
+    assert (created["tenant"]["max_files"], created["tenant"]["max_open_batches"]) == (5, 0)
+    assert "max_stored_bytes" not in created["tenant"]  # the gateway's setting
+    changed = await stack.client.patch(
+        "/admin/tenants/acme", headers=ADMIN, json={"max_files": None, "max_stored_bytes": 1000}
+    )
+    assert changed.status_code == 200, changed.text
+    assert {k: v for k, v in changed.json().items() if k.startswith("max_")} == {
+        "max_stored_bytes": 1000,
+        "max_open_batches": 0,
+    }
+    kept = await stack.client.patch("/admin/tenants/acme", headers=ADMIN, json={"tier": "batch"})
+    assert kept.json()["max_stored_bytes"] == 1000  # a field left out stays as it is
+    assert (await stack.client.get("/admin/tenants/acme", headers=ADMIN)).json() == kept.json()
+    await stack.gateway.snapshots.refresh()
+    (tenant,) = [
+        p.tenant
+        for p in stack.gateway.snapshots.current.principals.values()
+        if p.tenant is not None and p.tenant.name == "acme"
+    ]
+    assert tenant.batch_limits.max_stored_bytes == 1000  # what the Batch API routes read
+
+
+@pytest.mark.parametrize(
+    "body", [{"max_files": -1}, {"max_files": 1.5}, {"max_files": "5"}, {"max_lines": 5}]
+)
+async def test_a_batch_bound_that_is_not_a_whole_number_from_0_is_a_422(stack, body):
+    refused = await stack.client.patch("/admin/tenants/search-app", headers=ADMIN, json=body)
+    assert refused.status_code == 422, refused.text
+
+
 WRITES = [
     ("POST", "/admin/tenants", {"name": "x"}),
     ("PATCH", "/admin/tenants/search-app", {"tier": "batch"}),

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from itertools import pairwise
+from typing import Any
+
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from headway.batches.inputs import body_parser
-from headway.batches.jsonl import Line, check_upload, read_lines, reread
+from headway.batches.jsonl import (
+    MAX_DEPTH,
+    Line,
+    UploadCheck,
+    _nests_deeper,
+    check_line,
+    check_upload,
+    read_lines,
+    reread,
+)
 from headway.batches.model import LineError
 from headway.errors import InvalidRequest, PayloadTooLarge, ValidationFailed
 from headway.gateway.endpoints.embeddings import Embeddings
@@ -128,7 +141,7 @@ def test_more_lines_than_the_limit_are_refused_but_exactly_the_limit_is_not() ->
 
 
 def test_a_view_into_a_larger_body_is_checked_as_the_file_alone() -> None:
-    # parse_form hands the file over as a memoryview into the whole request body.
+    # A caller may hand the file over as a memoryview into a larger buffer.
     file = request("a") + b"\n" + request("b") + '\n{"é": 1}\n'.encode()
     whole = b"--boundary\r\n\r\n" + file + b"\r\n--boundary--\r\n"
     view = memoryview(whole)[14 : 14 + len(file)]
@@ -367,3 +380,144 @@ def test_every_request_line_is_a_line_or_an_error_never_both(kinds: list[str]) -
     good = [n + 1 for n, kind in enumerate(kinds) if kind == "good"]
     assert ran == sorted(good + repeats[:1])  # the first use of "shared" runs, no other
     assert [e.line for e in errors if e.code == "duplicate_custom_id"] == repeats[1:]
+
+
+# UploadCheck: the same check, a chunk at a time, with the executor's reading of each line
+
+
+def checked_in_pieces(data: bytes, cuts: list[int], **options: Any) -> int:
+    check = UploadCheck(max_lines=options.pop("max_lines", 100), **options)
+    edges = [0, *sorted(cut for cut in cuts if cut <= len(data)), len(data)]
+    for start, end in pairwise(edges):
+        check.feed(data[start:end])
+    return check.finish()
+
+
+def outcome(call: Callable[[], int]) -> int | str:
+    try:
+        return call()
+    except InvalidRequest as exc:
+        return exc.message
+
+
+@given(
+    st.lists(
+        st.sampled_from([request("a"), b"", b"  \r", b"[1]", b'{"x": "\xff"}', b"\xef\xbb\xbf{}"]),
+        max_size=8,
+    ),
+    st.lists(st.integers(min_value=0, max_value=600), max_size=10),
+)
+def test_a_file_checked_in_any_pieces_gets_the_answer_it_gets_whole(
+    lines: list[bytes], cuts: list[int]
+) -> None:
+    data = b"\xef\xbb\xbf" + b"\n".join(lines)
+    whole = outcome(lambda: check_upload(data, max_bytes=1 << 20, max_lines=100))
+    pieces = outcome(lambda: checked_in_pieces(data, cuts, max_line_bytes=1 << 20))
+    assert pieces == whole
+
+
+def test_a_line_longer_than_a_request_line_may_be_is_refused_before_it_is_held() -> None:
+    check = UploadCheck(max_lines=10, max_line_bytes=1000)
+    check.feed(request("a") + b"\n")
+    check.feed(b'{"custom_id": "b", "body": "' + b"x" * 900)
+    with pytest.raises(InvalidRequest, match=r"^line 2 is longer than 1000 bytes"):
+        check.feed(b"x" * 200)  # no newline yet: refused as it grows, not when it ends
+    exactly = request("c", body={"model": "m", "input": ["y" * 100]})
+    assert checked_in_pieces(exactly, [5], max_line_bytes=len(exactly)) == 1
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * (depth - 2) + b"]" * (depth - 2)  # inside the line's object and its body
+
+
+@pytest.mark.parametrize("depth", [65, 200, 990, 5000])
+def test_a_line_nested_past_the_limit_is_refused_by_number_whatever_the_stack(depth: int) -> None:
+    line = request(body={"model": "m", "input": [SECRET], "user": msgspec.Raw(nested(depth))})
+    with pytest.raises(InvalidRequest) as caught:
+        check_upload(request("a") + b"\n" + line, max_bytes=1 << 20, max_lines=10)
+    assert caught.value.message.startswith(f"line 2 nests JSON more than {MAX_DEPTH} levels")
+    assert "Jane" not in caught.value.message
+
+
+def test_a_line_at_the_depth_limit_passes() -> None:
+    deep = b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"x": '
+    deep += b"[" * (MAX_DEPTH - 2) + b"]" * (MAX_DEPTH - 2) + b"}}"
+    assert check_upload(deep, max_bytes=1 << 20, max_lines=10) == 1
+    with pytest.raises(InvalidRequest, match="nests JSON"):
+        check_upload(
+            deep.replace(b"[", b"[[", 1).replace(b"]", b"]]", 1), max_bytes=9999, max_lines=9
+        )
+
+
+def json_values(max_leaves: int = 30) -> st.SearchStrategy[object]:
+    text = st.text(st.sampled_from('ab[]{}"\\ '), max_size=6)
+    return st.recursive(
+        st.none() | st.integers() | text,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+        max_leaves=max_leaves,
+    )
+
+
+def depth_of(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(depth_of, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(depth_of, value.values()), default=0)
+    return 0
+
+
+@given(json_values(), st.integers(min_value=0, max_value=8))
+def test_nesting_is_measured_exactly_with_brackets_in_strings(value: object, most: int) -> None:
+    encoded = msgspec.json.encode(value)
+    assert _nests_deeper(encoded, most) == (depth_of(value) > most)
+
+
+def test_a_line_the_executors_reading_fails_on_is_refused_with_its_number() -> None:
+    def crashing(body: bytes) -> int:
+        raise RecursionError("maximum recursion depth exceeded while deserializing an object")
+
+    def broken(body: bytes) -> int:
+        raise KeyError("oops")
+
+    for parser, why in ((crashing, "it nests too deeply"), (broken, "failed with KeyError")):
+        with pytest.raises(InvalidRequest) as caught:
+            check_upload(
+                request("a") + b"\n" + request("b"),
+                max_bytes=1 << 20,
+                max_lines=10,
+                parsers={EMBEDDINGS: parser}.get,
+            )
+        assert caught.value.message.startswith("line 1 cannot be read as a batch request")
+        assert why in caught.value.message and "Jane" not in caught.value.message
+
+
+def test_each_line_meets_the_parser_of_its_own_url_and_a_per_line_error_passes() -> None:
+    seen: list[str] = []
+
+    def parsers(url: str) -> Callable[[bytes], int] | None:
+        seen.append(url)
+        return embeddings_texts if url == EMBEDDINGS else None
+
+    data = b"\n".join(
+        [
+            request("a"),
+            request("b", url="/v1/rerank"),
+            request("c", url="/v1/chat/completions"),
+            request("d", body={"model": "m", "input": []}),  # its endpoint refuses it
+            request(...),  # no custom_id
+            b"{}",
+        ]
+    )
+    assert check_upload(data, max_bytes=1 << 20, max_lines=10, parsers=parsers) == 6
+    assert seen == [EMBEDDINGS, "/v1/rerank", "/v1/chat/completions", EMBEDDINGS, EMBEDDINGS]
+
+
+def test_the_rerank_attack_line_is_refused_at_upload() -> None:
+    """The issue's line: a rerank document with an extra field nested ~990 deep, which
+    passed the old upload check and raised RecursionError in the executor's parser."""
+    body = b'{"query": "q", "documents": [{"text": "' + SECRET.encode() + b'", "x": '
+    body += b"[" * 990 + b"]" * 990 + b"}]}"
+    line = b'{"custom_id": "a", "method": "POST", "url": "/v1/rerank", "body": ' + body + b"}"
+    with pytest.raises(InvalidRequest, match=r"^line 1 nests JSON") as caught:
+        check_line(1, line)
+    assert "Jane" not in caught.value.message

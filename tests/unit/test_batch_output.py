@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headway.batches.model import LineResult, line_result_id
-from headway.batches.output import EXPIRED_MESSAGE, answered, assemble, not_run
+from headway.batches.output import (
+    EXPIRED_MESSAGE,
+    WRITE_BYTES,
+    answered,
+    assemble,
+    not_run,
+    write_lines,
+)
 
 BATCH = "batch_0123456789abcdef01234567"
 KEYS = ["id", "custom_id", "response", "error"]
@@ -105,3 +112,30 @@ def test_assemble_splits_ok_from_failed_in_the_order_given() -> None:
 def test_assemble_refuses_a_result_that_is_more_than_one_line() -> None:
     with pytest.raises(ValueError, match="line 9 is not one line"):
         assemble([LineResult(9, True, b'{"a":\n1}')])
+
+
+class Writes:
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.calls.append(data)
+
+
+def test_files_are_written_as_their_lines_come_never_whole() -> None:
+    line = b'{"id": "x", "pad": "' + b"p" * 1000 + b'"}'
+    results = (LineResult(n, n % 3 != 0, line) for n in range(1, 5001))
+    output, errors = Writes(), Writes()
+    assert write_lines(results, output, errors) == (3334, 1666)
+    assert b"".join(output.calls) == (line + b"\n") * 3334
+    assert b"".join(errors.calls) == (line + b"\n") * 1666
+    # Each write is about WRITE_BYTES (the last less): 5 MB never sits in one buffer.
+    assert len(output.calls) > 3
+    assert max(map(len, output.calls + errors.calls)) < WRITE_BYTES + len(line) + 1
+
+
+def test_a_result_of_two_lines_stops_the_file() -> None:
+    with pytest.raises(ValueError, match="line 2 is not one line"):
+        write_lines(
+            [LineResult(1, True, b"{}"), LineResult(2, True, b"{}\n{}")], Writes(), Writes()
+        )

@@ -13,6 +13,7 @@ from headway.http.asgi import (
     Disconnect,
     Request,
     Response,
+    body_chunks,
     error_response,
     json_response,
 )
@@ -222,3 +223,47 @@ async def test_every_answer_carries_its_own_request_id():
         ids.add(headers["x-request-id"])
     assert len(ids) == 3 and all(len(i) == 32 for i in ids)
     assert answers.seen == [("work", 200, None)] * 3
+
+
+async def test_a_streaming_route_reads_its_own_body_and_the_edge_reads_none():
+    seen: list[bytes] = []
+
+    async def streamed(request: Request) -> Response:
+        assert request.body == b""  # the edge left the body to the handler
+        async for chunk in body_chunks(request):
+            seen.append(chunk)
+        return json_response({"chunks": len(seen)})
+
+    app, answers = app_of(
+        Route("POST", "/work", "work", streamed, streams_body=True), max_body_bytes=4
+    )
+    chunks = iter([b"longer than", b"", b" the edge's limit"])
+    reads = []
+
+    async def receive():
+        reads.append(1)
+        chunk = next(chunks, None)
+        if chunk is None:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    status, _, body = answer(await call(app, receive))
+    # Every receive went to the handler: no watcher task took one (no empty chunk yielded).
+    assert (status, body, seen) == (200, {"chunks": 2}, [b"longer than", b" the edge's limit"])
+    assert len(reads) == 4 and answers.seen == [("work", 200, None)]
+
+
+async def test_a_streaming_route_whose_client_leaves_is_a_499():
+    async def streamed(request: Request) -> Response:
+        async for _ in body_chunks(request):
+            pass
+        return json_response({})
+
+    app, answers = app_of(Route("POST", "/work", "work", streamed, streams_body=True))
+    messages = iter([{"type": "http.request", "body": b"x", "more_body": True}])
+
+    async def receive():
+        return next(messages, {"type": "http.disconnect"})
+
+    assert await call(app, receive) == []
+    assert answers.seen == [("work", 499, "client_disconnected")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import aiohttp
 import httpx
 import pytest
@@ -10,7 +12,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from headway.errors import InvalidRequest, UnsupportedMediaType
-from headway.http.multipart import FormPart, parse_form
+from headway.http.multipart import (
+    FormPart,
+    FormReader,
+    PartData,
+    PartEnd,
+    PartStart,
+    parse_form,
+)
 
 JSONL = b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {}}\n'
 B = "xYz-123"
@@ -115,10 +124,70 @@ def test_curl_style_bytes_with_a_webkit_boundary() -> None:
 # The grammar's corners
 
 
-def test_the_data_is_a_view_into_the_body_not_a_copy() -> None:
-    body = body_of(field("file", JSONL))
-    data = parse_form(CT, body)["file"].data
-    assert isinstance(data, memoryview) and data.obj is body
+def read_in_pieces(content_type: str, body: bytes, cuts: list[int]) -> dict[str, FormPart]:
+    """``FormReader`` fed ``body`` cut at ``cuts``: the parts it hands on, put together."""
+    reader = FormReader(content_type, max_parts=16)
+    parts: dict[str, FormPart] = {}
+    current: PartStart | None = None
+    data = b""
+    edges = [0, *sorted(cuts), len(body)]
+    for start, end in pairwise(edges):
+        for event in reader.feed(body[start:end]):
+            if isinstance(event, PartStart):
+                current, data = event, b""
+            elif isinstance(event, PartData):
+                data += event.data
+            else:
+                assert current is not None
+                parts[current.name] = FormPart(
+                    current.name, current.filename, current.content_type, data
+                )
+    reader.close()
+    return parts
+
+
+@given(st.lists(st.integers(min_value=0, max_value=400), max_size=12))
+def test_a_body_fed_in_any_pieces_reads_as_the_whole_body(cuts: list[int]) -> None:
+    tricky = b"\r\n--\r\n--" + B.encode() + b"x\r\n--" + B.encode() + b"-\r\n\r\n"
+    body = (
+        b"preamble\r\n--"
+        + B.encode()
+        + b" \r\n"
+        + field("purpose", b"batch")
+        + b"\r\n--"
+        + B.encode()
+        + b"\r\n"
+        + field("file", tricky + JSONL, '; filename="in.jsonl"')
+        + b"\r\n--"
+        + B.encode()
+        + b"--\r\nepilogue"
+    )
+    cuts = [cut for cut in cuts if cut <= len(body)]
+    assert as_dict(read_in_pieces(CT, body, cuts)) == as_dict(parse_form(CT, body))
+    assert as_dict(parse_form(CT, body))["file"] == ("in.jsonl", None, tricky + JSONL)
+
+
+def test_a_parts_data_is_handed_on_as_it_comes_not_held() -> None:
+    reader = FormReader(CT)
+    head = reader.feed(f"--{B}\r\n".encode() + field("file", b"", '; filename="a.jsonl"'))
+    assert head == [PartStart("file", "a.jsonl", None)]
+    handed_on = 0
+    for fed in range(1, 1001):
+        events = reader.feed(b"x" * 4096)
+        assert all(isinstance(event, PartData) for event in events)
+        handed_on += sum(len(event.data) for event in events if isinstance(event, PartData))
+        # Only what might begin the next delimiter (CRLF, "--", the boundary) waits.
+        assert fed * 4096 - handed_on == len(B) + 3
+    assert reader.feed(f"\r\n--{B}--\r\n".encode())[-1] == PartEnd()
+    reader.close()
+
+
+def test_a_malformed_body_is_refused_as_soon_as_its_bytes_show_it() -> None:
+    reader = FormReader(CT)
+    with pytest.raises(InvalidRequest, match="bare LF"):
+        reader.feed(f"--{B}\n".encode())  # nothing after it needs to arrive
+    with pytest.raises(UnsupportedMediaType):
+        FormReader("application/json")  # before any byte of the body
 
 
 def test_quoted_and_unquoted_boundaries_names_and_filenames() -> None:

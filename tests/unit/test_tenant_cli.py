@@ -86,3 +86,29 @@ def test_naming_what_is_not_there_exits_1_with_the_reason(cli, registry, args):
 def test_a_negative_overlap_is_a_bad_argument(cli, registry):
     cli("add", "acme")
     assert cli("rotate-key", "acme", "--overlap", "-1").exit_code == 2
+
+
+def test_a_tenants_batch_bounds_are_set_shown_and_set_back_to_the_setting(cli, registry):
+    added = cli("add", "acme", "--max-files", "5", "--max-open-batches", "0")
+    assert added.exit_code == 0, added.output
+    limits = registry.tenant("acme").batch_limits
+    assert (limits.max_files, limits.max_stored_bytes, limits.max_open_batches) == (5, None, 0)
+    line = next(line for line in cli("list").output.splitlines() if line.startswith("acme"))
+    assert "max_files=5" in line and "max_open_batches=0" in line
+    assert f"max_stored_bytes={10 << 30}(default)" in line
+    changed = cli("set", "acme", "--max-files", "default", "--max-stored-bytes", "1000")
+    assert changed.exit_code == 0, changed.output
+    assert (
+        "max_files=10000(default)" in changed.output and "max_stored_bytes=1000" in changed.output
+    )
+    limits = registry.tenant("acme").batch_limits
+    assert (limits.max_files, limits.max_stored_bytes, limits.max_open_batches) == (None, 1000, 0)
+    actions = [entry.action for entry in registry.audit(AuditQuery(actor="cli:ana"))]
+    assert actions == ["tenant.update", "tenant.create"]
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "²", "1" * 30, "1.5"])
+def test_a_batch_bound_that_is_not_a_whole_number_is_a_bad_argument(cli, registry, value):
+    result = cli("add", "acme", "--max-files", value)
+    assert result.exit_code == 2 and "--max-files must be a whole number" in result.output
+    assert [t.name for t in registry.tenants()] == []

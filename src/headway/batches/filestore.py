@@ -12,6 +12,13 @@ fsynced, renamed into place (atomic on POSIX) and the directory fsynced. A proce
 killed mid-``put`` leaves at most a temporary file that ``read`` and ``exists`` never
 see. Digests are checked (64 lowercase hex) before they become paths, so no caller
 can name a path outside the root.
+
+Content too large to hold (an upload streamed as it arrives, an output file written line
+by line) goes through a ``writer``: a temporary file in ``root/.partial/`` (a name no
+digest directory can have), hashed as it is written; ``commit`` fsyncs it and renames it
+into place under its digest (or drops it, when that content is stored already), and
+``discard`` removes it. A process killed mid-write leaves a partial file that
+``sweep_partial`` removes once it is older than any write in progress can be.
 """
 
 from __future__ import annotations
@@ -21,12 +28,19 @@ import hashlib
 import os
 import re
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from headway.durable import fsync_dir
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+PARTIAL_DIR = ".partial"
+"""Under the root: files being written (no digest directory starts with a dot)."""
+PARTIAL_FILE_AGE_S = 86400.0
+"""A partial file not written for this long belongs to a process that died (``sweep_partial``
+at start-up removes it): no upload or output file stalls for a day."""
 
 
 class FileMissing(KeyError):
@@ -38,6 +52,27 @@ class FileMissing(KeyError):
 
 class InvalidDigest(ValueError):
     """A digest that is not 64 lowercase hex characters (a SHA-256 hex digest)."""
+
+
+class FileWriter(Protocol):
+    """One file being written: bytes in, then ``commit`` (stored under its digest) or
+    ``discard`` (gone). Its calls may come from different threads, one at a time or not:
+    each waits for the one in progress."""
+
+    @property
+    def size(self) -> int:
+        """Bytes written so far."""
+        ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def commit(self) -> str:
+        """The content's SHA-256 hex digest, stored and durable; the writer is closed."""
+        ...
+
+    def discard(self) -> None:
+        """Remove what was written; after ``commit``, or twice, it does nothing."""
+        ...
 
 
 class FileStore(Protocol):
@@ -61,6 +96,14 @@ class FileStore(Protocol):
         """Remove the content; one that is absent already is fine."""
         ...
 
+    def writer(self) -> FileWriter:
+        """A new, empty temporary file (``FileWriter``): commit or discard it."""
+        ...
+
+    def path_of(self, digest: str) -> Path:
+        """Where the content lies on this machine's disk (a download is sent from it)."""
+        ...
+
 
 def checked_digest(digest: str) -> str:
     """``digest`` if it is a SHA-256 hex digest, else ``InvalidDigest``."""
@@ -74,6 +117,7 @@ class DirectoryFileStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.partial_dir = root / PARTIAL_DIR
 
     def path_of(self, digest: str) -> Path:
         checked = checked_digest(digest)
@@ -120,6 +164,37 @@ class DirectoryFileStore:
         """Not fsynced: a delete lost to a crash leaves an unreferenced copy, no harm."""
         self.path_of(digest).unlink(missing_ok=True)
 
+    def writer(self) -> PartialFile:
+        self._make_dirs(self.partial_dir)
+        return PartialFile(self, self.partial_dir)
+
+    def sweep_partial(self, older_than_s: float, now: float | None = None) -> int:
+        """Remove partial files last written more than ``older_than_s`` ago (left by a
+        process that died mid-write); how many went."""
+        cutoff = (time.time() if now is None else now) - older_than_s
+        removed = 0
+        try:
+            entries = list(os.scandir(self.partial_dir))
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+        return removed
+
+    def place(self, temporary: str, digest: str) -> None:
+        """Rename a durable temporary file into place as ``digest`` (dropped instead when
+        that content is stored already), the new directory entry fsynced."""
+        target = self.path_of(digest)
+        if target.is_file():
+            os.unlink(temporary)
+            return
+        self._make_dirs(target.parent)
+        os.replace(temporary, target)
+        fsync_dir(target.parent)
+
     def _make_dirs(self, directory: Path) -> None:
         """Create ``directory`` and any parents missing, fsyncing each new one's parent
         so the new entries survive a crash with the file put into them."""
@@ -131,3 +206,58 @@ class DirectoryFileStore:
         for level in reversed(missing):
             level.mkdir(exist_ok=True)
             fsync_dir(level.parent)
+
+
+class PartialFile:
+    """``FileWriter`` on a temporary file in ``directory``, placed by ``store``."""
+
+    def __init__(self, store: DirectoryFileStore, directory: Path) -> None:
+        self._store = store
+        fd, path = tempfile.mkstemp(dir=directory, prefix=".write.", suffix=".tmp")
+        self._path: str | None = path
+        """None once committed or discarded: nothing of this writer is left to remove."""
+        self._out: BinaryIO = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            if self._path is None:
+                raise ValueError("this file was committed or discarded already")
+            self._out.write(data)
+            self._hash.update(data)
+            self._size += len(data)
+
+    def commit(self) -> str:
+        with self._lock:
+            path = self._path
+            if path is None:
+                raise ValueError("this file was committed or discarded already")
+            try:
+                self._out.flush()
+                os.fsync(self._out.fileno())
+                self._out.close()
+                digest = self._hash.hexdigest()
+                self._store.place(path, digest)
+            except BaseException:
+                self._remove()
+                raise
+            self._path = None
+            return digest
+
+    def discard(self) -> None:
+        with self._lock:
+            self._remove()
+
+    def _remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self._out.close()
+        if self._path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path)
+            self._path = None

@@ -4,11 +4,23 @@ The format is OpenAI's batch input, one JSON object per physical line::
 
     {"custom_id": "req-1", "method": "POST", "url": "/v1/embeddings", "body": {...}}
 
-Two passes at two moments. ``check_upload`` answers the upload itself: is this a file a
-batch could use at all (UTF-8, every non-blank line a JSON object, not too many lines)?
-It refuses the first problem with a 4xx. ``read_lines`` runs when a batch validates its
-input against one endpoint: every non-blank line becomes a ``Line`` or a ``LineError``,
-never both, and it never raises for a bad line, so one typo costs one line, not the batch.
+Two passes at two moments. ``UploadCheck`` answers the upload itself, fed the file a
+chunk at a time as it arrives (``check_upload`` is the same over a whole buffer): is this
+a file a batch could use at all? It refuses the first problem with a 4xx naming the line:
+a line that is not UTF-8, not a JSON object, longer than a request line may be, nested
+deeper than ``MAX_DEPTH``, or that the executor's own reading of it (``check_line``: the
+request-line decoding ``read_lines`` does, and the strict parser of the line's own url)
+fails on with anything but a per-line error; and too many lines. A line that is merely
+wrong (a missing custom_id, a body its endpoint refuses) passes: validation makes it an
+error-file line, as OpenAI's does. ``read_lines`` runs when a batch validates its input
+against one endpoint: every non-blank line becomes a ``Line`` or a ``LineError``, never
+both, and it never raises for a bad line, so one typo costs one line, not the batch.
+
+Nesting is bounded by counting, not by the parser's stack: msgspec raises
+``RecursionError`` at a depth that depends on how deep the calling thread's stack already
+is (about 990 levels in a fresh thread), so a line the upload could just read might stop
+the executor. ``MAX_DEPTH`` (64) is far above any request's (an embeddings line is 4 deep)
+and far below any stack.
 
 Both walk the file once, and take a memoryview (the file part of an upload) as well as
 bytes: lines are memoryview slices that msgspec decodes in place; only a good line's
@@ -40,7 +52,13 @@ MAX_CUSTOM_ID_CHARS = 512
 KEYS = ("custom_id", "method", "url", "body")
 """The fields of a request line, in the order they are checked."""
 
+MAX_DEPTH = 64
+"""Most levels of JSON nesting in a request line (the line's own object is the first)."""
+
 _NEWLINE = re.compile(b"\n")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_EMPTY_PAIR = re.compile(rb"\[\]|\{\}")
 _BLANK = b" \t\r"
 _BOM = b"\xef\xbb\xbf"
 _CLIP = 100
@@ -49,6 +67,12 @@ _NOT_OBJECT = "is not a JSON object: upload JSONL, one request object per line"
 
 class _AnyObject(msgspec.Struct):
     """Decodes any JSON object and keeps none of it: the cheapest "is this an object"."""
+
+
+class _UrlOnly(msgspec.Struct):
+    """A line's url alone (every other field skipped): which parser its body meets."""
+
+    url: str = ""
 
 
 class _Request(msgspec.Struct, forbid_unknown_fields=True):
@@ -70,6 +94,7 @@ class _Not:
 _Field = str | _Not
 
 _any_object = msgspec.json.Decoder(_AnyObject)
+_url_only = msgspec.json.Decoder(_UrlOnly)
 _request = msgspec.json.Decoder(_Request)
 _loose_request = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _string = msgspec.json.Decoder(str)
@@ -101,33 +126,162 @@ class Line:
     """... and ends: ``reread`` takes those bytes back to this line."""
 
 
-def check_upload(data: bytes | memoryview, *, max_bytes: int, max_lines: int) -> int:
+BodyParsers = Callable[[str], Callable[[bytes], int] | None]
+"""The strict body parser of a url (``inputs.body_parser``), or None for a url no batch
+runs (such a line fails validation by its url, its body unread)."""
+
+
+def _no_parsers(url: str) -> None:
+    return None
+
+
+def check_upload(
+    data: bytes | memoryview,
+    *,
+    max_bytes: int,
+    max_lines: int,
+    max_line_bytes: int | None = None,
+    parsers: BodyParsers = _no_parsers,
+) -> int:
     """The number of non-blank lines, or the first reason the file is unusable as a
-    batch's input (``PayloadTooLarge``, ``InvalidRequest``), in file order."""
+    batch's input (``PayloadTooLarge``, ``InvalidRequest``), in file order: ``UploadCheck``
+    over a whole buffer."""
     if len(data) > max_bytes:
         raise PayloadTooLarge(f"the file has {len(data)} bytes; the limit is {max_bytes}")
-    view = memoryview(data)
-    ascii_only = _is_ascii(view)
-    count = 0
-    for number, start, end in _lines(view):
-        line = view[start:end]
-        if _is_blank(line):
-            continue
-        if not ascii_only and not _is_utf8(line):
-            raise InvalidRequest(f"line {number} is not UTF-8; save the file as UTF-8")
-        try:
-            _any_object.decode(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raise InvalidRequest(f"line {number} {_NOT_OBJECT}") from None
-        count += 1
-        if count > max_lines:
+    check = UploadCheck(
+        max_lines=max_lines, max_line_bytes=max_line_bytes or max_bytes, parsers=parsers
+    )
+    check.feed(bytes(data))
+    return check.finish()
+
+
+class UploadCheck:
+    """An upload's lines checked as its bytes arrive (``feed``, then ``finish``): memory
+    is one line at most (``max_line_bytes``) whatever the file's size. Each method raises
+    ``InvalidRequest`` at the first problem; the check is then over."""
+
+    def __init__(
+        self, *, max_lines: int, max_line_bytes: int, parsers: BodyParsers = _no_parsers
+    ) -> None:
+        self._max_lines, self._max_line_bytes, self._parsers = max_lines, max_line_bytes, parsers
+        self._pending = bytearray()
+        """The line being read: its bytes so far (no newline yet)."""
+        self._number = 0
+        """Lines read whole so far."""
+        self.lines = 0
+        """Request (non-blank) lines among them."""
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            if self._pending:
+                self._too_long(len(self._pending) + end - start)
+                self._pending += data[start:end]
+                line = bytes(self._pending)
+                self._pending.clear()
+            else:
+                self._too_long(end - start)
+                line = data[start:end]
+            self._line(line)
+            start = end + 1
+        self._too_long(len(self._pending) + len(data) - start)
+        self._pending += data[start:]
+
+    def finish(self) -> int:
+        """The request lines' count, once the last line (with no newline after it) is read."""
+        if self._pending:
+            line = bytes(self._pending)
+            self._pending.clear()
+            self._line(line)
+        if not self.lines:
             raise InvalidRequest(
-                f"the file has more than {max_lines} request lines; the limit is {max_lines}:"
-                " split it into several batches"
+                "the file has no request lines; upload JSONL, one request per line"
             )
-    if not count:
-        raise InvalidRequest("the file has no request lines; upload JSONL, one request per line")
-    return count
+        return self.lines
+
+    def _too_long(self, size: int) -> None:
+        if size > self._max_line_bytes:
+            raise InvalidRequest(
+                f"line {self._number + 1} is longer than {self._max_line_bytes} bytes, the"
+                " most a request line may have (a request body and its custom_id)"
+            )
+
+    def _line(self, line: bytes) -> None:
+        self._number += 1
+        if self._number == 1 and line.startswith(_BOM):
+            line = line[len(_BOM) :]
+        if check_line(self._number, line, self._parsers):
+            self.lines += 1
+            if self.lines > self._max_lines:
+                raise InvalidRequest(
+                    f"the file has more than {self._max_lines} request lines; the limit is"
+                    f" {self._max_lines}: split it into several batches"
+                )
+
+
+def check_line(number: int, line: bytes, parsers: BodyParsers = _no_parsers) -> bool:
+    """Whether line ``number`` is a request line (False: blank), or ``InvalidRequest``
+    saying why no batch can read it. Read as the executor will read it: the request-line
+    decoding of ``read_lines`` and the strict parser of the line's own url, every exception
+    caught; a line they make a ``LineError`` of passes (validation reports it)."""
+    if not line or (line[0] in _BLANK and not line.strip(_BLANK)):
+        return False
+    if not line.isascii() and not _is_utf8(memoryview(line)):
+        raise InvalidRequest(f"line {number} is not UTF-8; save the file as UTF-8")
+    if _nests_deeper(line, MAX_DEPTH):
+        raise InvalidRequest(
+            f"line {number} nests JSON more than {MAX_DEPTH} levels deep; a request needs a few"
+        )
+    try:
+        url = _url_only.decode(line).url
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        url = ""  # not an object, or a url that is not a string: the reading below says
+    except Exception as exc:
+        raise _unreadable(number, exc) from None
+    parse_body = _parser_of(parsers, url)
+    try:
+        outcome = _read_line(number, memoryview(line), url, parse_body, {})
+    except Exception as exc:
+        raise _unreadable(number, exc) from None
+    if isinstance(outcome, LineError) and outcome.code == "invalid_json_line":
+        raise InvalidRequest(f"line {number} {_NOT_OBJECT}")
+    return True
+
+
+def _parser_of(parsers: BodyParsers, url: str) -> Callable[[bytes], int]:
+    try:
+        parser = parsers(url) if url else None
+    except Exception:  # a url the table cannot even look up: no batch runs it
+        parser = None
+    return parser if parser is not None else _unchecked
+
+
+def _unchecked(body: bytes) -> int:
+    return 0
+
+
+def _unreadable(number: int, exc: Exception) -> InvalidRequest:
+    """What to say of a line the executor's reading failed on (never the line itself)."""
+    why = (
+        "it nests too deeply to parse"
+        if isinstance(exc, RecursionError)
+        else f"the parser failed with {type(exc).__name__}"
+    )
+    return InvalidRequest(f"line {number} cannot be read as a batch request: {why}")
+
+
+def _nests_deeper(line: bytes, most: int) -> bool:
+    """Whether the JSON ``line`` nests more than ``most`` levels. Brackets are counted first
+    (a line with few cannot be deep); else strings are cut out and empty pairs removed,
+    one level a pass, ``most`` passes at most, each a scan in C."""
+    if line.count(b"[") + line.count(b"{") <= most:
+        return False
+    brackets = _NOT_BRACKET.sub(b"", _STRING.sub(b"", line))
+    for _ in range(most):
+        if not brackets:
+            return False
+        brackets = _EMPTY_PAIR.sub(b"", brackets)
+    return bool(brackets)
 
 
 def read_lines(

@@ -148,3 +148,36 @@ class LineResult:
     """True: a 2xx answer (the output file); False: the error file."""
     data: bytes
     """The whole output or error file line, JSON, without its newline."""
+
+
+TenantLimit = Literal["max_files", "max_stored_bytes", "max_open_batches"]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantBounds:
+    """What one tenant may keep on the Batch API: the gateway's settings, or the tenant's own
+    rules where it has them (``registry.model.BatchLimits``)."""
+
+    max_files: int
+    max_stored_bytes: int
+    max_open_batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUse:
+    """What one tenant keeps now: its files (inputs and outputs), their bytes, and its
+    batches not yet final."""
+
+    files: int
+    stored_bytes: int
+    open_batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class OverLimit:
+    """A write refused by a tenant's bound: which bound, its value, and the use found (a
+    value, not an exception: the route turns it into the HTTP answer)."""
+
+    limit: TenantLimit
+    allowed: int
+    used: int

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Literal
 
 from headway.batches import output
-from headway.batches.filestore import FileStore
+from headway.batches.filestore import FileStore, FileWriter
 from headway.batches.inputs import InputMissing, Inputs, ParsedInput
 from headway.batches.jsonl import Line
 from headway.batches.metrics import ExecutorMetrics
@@ -347,17 +347,28 @@ class Mover:
     async def _write_files(
         self, batch: Batch, results: Callable[[], Iterable[LineResult]]
     ) -> tuple[str | None, str | None]:
-        """The batch's output and error files (each only if it has a line): stored, recorded
-        once under the batch's own ids; those ids."""
-        answers, errors = await off_loop(lambda: output.assemble(results()))
-        out = await self._keep(batch, "output", answers) if answers else None
-        err = await self._keep(batch, "error", errors) if errors else None
+        """The batch's output and error files (each only if it has a line): their lines
+        streamed to temporary files as the results are read, hashed as written, then moved
+        into place and recorded once under the batch's own ids; those ids."""
+        answers = await off_loop(self._files.writer)
+        try:
+            errors = await off_loop(self._files.writer)
+            try:
+                written = await off_loop(lambda: output.write_lines(results(), answers, errors))
+                out = await self._keep(batch, "output", answers, written[0]) if written[0] else None
+                err = await self._keep(batch, "error", errors, written[1]) if written[1] else None
+            finally:
+                await off_loop(errors.discard)  # nothing, once committed
+        finally:
+            await off_loop(answers.discard)
         return out, err
 
-    async def _keep(self, batch: Batch, which: Literal["output", "error"], data: bytes) -> str:
+    async def _keep(
+        self, batch: Batch, which: Literal["output", "error"], written: FileWriter, lines: int
+    ) -> str:
         store = self._store
         file_id = derived_file_id(batch.id, which)
-        digest = await off_loop(self._files.put, data)
+        digest = await off_loop(written.commit)
         if await off_loop(store.file, batch.tenant, file_id) is not None:
             return file_id
         now = self.now()
@@ -366,11 +377,11 @@ class Mover:
             tenant=batch.tenant,
             purpose="batch_output",
             filename=f"{batch.id}_{which}.jsonl",
-            bytes=len(data),
+            bytes=written.size,
             sha256=digest,
             created_at=now,
             expires_at=now + self._retention_s,
-            lines=data.count(b"\n"),
+            lines=lines,
         )
         try:
             await off_loop(store.add_file, record)

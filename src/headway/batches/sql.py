@@ -14,6 +14,12 @@ by single statements and row locks, never by a read followed by a write:
   ``completed = completed + ?`` on the batch's row in the same transaction; an update
   that finds no batch (never added, or its tenant deleted under it) rolls the inserts
   back (``UnknownBatch``). Lines go in sorted, the batch's row is locked last.
+- ``add_file`` and ``add_batch`` with a tenant's bounds count what the tenant keeps and
+  insert in one transaction holding the tenant's lock: on SQLite the file's write lock
+  (every write holds it), on Postgres ``pg_advisory_xact_lock(TENANT_LOCK_CLASS,
+  hashtext(tenant))``, so the count of the second of two racing uploads sees the first's
+  row (READ COMMITTED: each statement after the lock sees every commit before it). Two
+  tenants whose names hash alike share a lock, which only serializes them.
 - ``delete_tenant`` deletes the batches before their results: a ``record`` that
   locked a batch first commits before the delete sees its results; one that comes
   after finds no batch.
@@ -32,13 +38,17 @@ from typing import Any, Literal, TypeVar
 
 from headway.batches.migrations import migrate
 from headway.batches.model import (
+    RUNNING,
     TIMESTAMP_OF,
     Batch,
     BatchStatus,
     FileObject,
     LineError,
     LineResult,
+    OverLimit,
     RequestCounts,
+    TenantBounds,
+    TenantUse,
 )
 from headway.batches.store import BatchStoreError, BatchStoreUnavailable, UnknownBatch
 from headway.registry.dialect import Dialect, DialectName, Row, Tx
@@ -60,6 +70,9 @@ _IN_CHUNK = 500
 _INSERT_CHUNK = 200
 """Most result rows in one multi-row ``INSERT`` (four parameters each)."""
 _BEFORE_ALL_LINES = -(2**63)
+TENANT_LOCK_CLASS = 0x6877_4254  # "hwBT": the first key of a tenant's advisory lock
+_OPEN = ", ".join(f"'{status}'" for status in RUNNING)
+"""The statuses of a batch not yet final, as SQL."""
 
 T = TypeVar("T")
 
@@ -103,13 +116,36 @@ class SqlBatchStore:
 
     # files -------------------------------------------------------------------------
 
-    def add_file(self, file: FileObject) -> None:
+    def add_file(self, file: FileObject, bounds: TenantBounds | None = None) -> OverLimit | None:
         with self._write() as tx:
+            if bounds is not None:
+                self._lock_tenant(tx, file.tenant)
+                row = tx.one(
+                    "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM batch_files WHERE tenant = ?",
+                    (file.tenant,),
+                )
+                files, stored = (int(value) for value in row) if row else (0, 0)
+                if files + 1 > bounds.max_files:
+                    return OverLimit("max_files", bounds.max_files, files)
+                if stored + file.bytes > bounds.max_stored_bytes:
+                    return OverLimit("max_stored_bytes", bounds.max_stored_bytes, stored)
             tx.execute(
                 f"INSERT INTO batch_files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (id) DO NOTHING",
                 _file_row(file),
             )
+        return None
+
+    def usage(self, tenant: str) -> TenantUse:
+        with self._read() as tx:
+            row = tx.one(
+                "SELECT (SELECT COUNT(*) FROM batch_files WHERE tenant = ?),"
+                " (SELECT COALESCE(SUM(bytes), 0) FROM batch_files WHERE tenant = ?),"
+                f" (SELECT COUNT(*) FROM batches WHERE tenant = ? AND status IN ({_OPEN}))",
+                (tenant, tenant, tenant),
+            )
+        files, stored, open_batches = (int(value) for value in row) if row else (0, 0, 0)
+        return TenantUse(files, stored, open_batches)
 
     def file(self, tenant: str, file_id: str) -> FileObject | None:
         with self._read() as tx:
@@ -179,9 +215,18 @@ class SqlBatchStore:
 
     # batches -----------------------------------------------------------------------
 
-    def add_batch(self, batch: Batch) -> None:
+    def add_batch(self, batch: Batch, max_open: int | None = None) -> OverLimit | None:
         marks = _marks(len(BATCH_COLUMNS.split(",")))
         with self._write() as tx:
+            if max_open is not None:
+                self._lock_tenant(tx, batch.tenant)
+                row = tx.one(
+                    f"SELECT COUNT(*) FROM batches WHERE tenant = ? AND status IN ({_OPEN})",
+                    (batch.tenant,),
+                )
+                open_now = int(row[0]) if row else 0
+                if open_now + 1 > max_open:
+                    return OverLimit("max_open_batches", max_open, open_now)
             added = tx.one(
                 f"INSERT INTO batches ({BATCH_COLUMNS}) VALUES ({marks})"
                 " ON CONFLICT (id) DO NOTHING RETURNING id",
@@ -189,6 +234,7 @@ class SqlBatchStore:
             )
             if added is None:
                 raise BatchStoreError(f"a batch with the id {batch.id} exists already")
+        return None
 
     def batch(self, tenant: str, batch_id: str) -> Batch | None:
         with self._read() as tx:
@@ -372,6 +418,14 @@ class SqlBatchStore:
         self._dialect.close()
 
     # transactions ------------------------------------------------------------------
+
+    def _lock_tenant(self, tx: Tx, tenant: str) -> None:
+        """Hold the tenant's lock until ``tx`` ends (SQLite: its write lock is held already)."""
+        if self._dialect.name == "postgres":
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(CAST(? AS integer), hashtext(?))",
+                (TENANT_LOCK_CLASS, tenant),
+            )
 
     @contextmanager
     def _read(self) -> Iterator[Tx]:

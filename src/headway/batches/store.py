@@ -25,7 +25,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from typing import Literal, Protocol
 
-from headway.batches.model import Batch, BatchStatus, FileObject, LineError, LineResult
+from headway.batches.model import (
+    Batch,
+    BatchStatus,
+    FileObject,
+    LineError,
+    LineResult,
+    OverLimit,
+    TenantBounds,
+    TenantUse,
+)
 
 
 class BatchStoreError(Exception):
@@ -47,9 +56,18 @@ class UnknownBatch(BatchStoreError):
 class BatchStore(Protocol):
     # files -------------------------------------------------------------------------
 
-    def add_file(self, file: FileObject) -> None:
+    def add_file(self, file: FileObject, bounds: TenantBounds | None = None) -> OverLimit | None:
         """Add a record; one whose id exists already is left as it is (a batch's output
-        and error files have derived ids, and finalizing twice adds them twice)."""
+        and error files have derived ids, and finalizing twice adds them twice).
+
+        With ``bounds`` (an upload's), the record is added only if the tenant then keeps at
+        most ``max_files`` files of at most ``max_stored_bytes`` bytes in all; else nothing
+        is written and the bound it would break is returned. The check and the insert hold
+        the tenant's lock, so two uploads racing for the last slot cannot both pass."""
+        ...
+
+    def usage(self, tenant: str) -> TenantUse:
+        """What the tenant keeps now (one consistent read)."""
         ...
 
     def file(self, tenant: str, file_id: str) -> FileObject | None:
@@ -87,8 +105,10 @@ class BatchStore(Protocol):
 
     # batches -----------------------------------------------------------------------
 
-    def add_batch(self, batch: Batch) -> None:
-        """``BatchStoreError`` if a batch has that id already."""
+    def add_batch(self, batch: Batch, max_open: int | None = None) -> OverLimit | None:
+        """``BatchStoreError`` if a batch has that id already. With ``max_open``, the batch
+        is added only if the tenant then has at most that many batches not yet final (the
+        check holds the tenant's lock, as ``add_file``'s); else the bound is returned."""
         ...
 
     def batch(self, tenant: str, batch_id: str) -> Batch | None:

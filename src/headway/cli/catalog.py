@@ -21,6 +21,18 @@ tenants_app = typer.Typer(no_args_is_help=True, help="Manage tenants and their A
 
 RateOpt = Annotated[float | None, typer.Option(help="Quota refill, texts per second.")]
 BurstOpt = Annotated[float | None, typer.Option(help="Quota bucket size, texts.")]
+MaxFilesOpt = Annotated[
+    str | None,
+    typer.Option(help="Most files the tenant keeps (Batch API), or 'default': the setting."),
+]
+MaxStoredBytesOpt = Annotated[
+    str | None,
+    typer.Option(help="Most bytes of files the tenant keeps, or 'default': the setting."),
+]
+MaxOpenBatchesOpt = Annotated[
+    str | None,
+    typer.Option(help="Most unfinished batches the tenant has, or 'default': the setting."),
+]
 
 
 @models_app.command("import")
@@ -155,7 +167,7 @@ def models_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
 def _refusals_exit() -> Iterator[None]:
     """The registry's refusal of a write exits: 2 for a bad --tier, --rate or --burst (a bad
     argument), 1 for the rest (a duplicate or unknown tenant, a key in use)."""
-    from headway.registry.errors import InvalidQuota, RegistryError, UnknownTier
+    from headway.registry.errors import InvalidLimit, InvalidQuota, RegistryError, UnknownTier
     from headway.registry.model import TIERS
 
     try:
@@ -165,6 +177,9 @@ def _refusals_exit() -> Iterator[None]:
         raise typer.Exit(2) from exc
     except InvalidQuota as exc:
         typer.echo("--rate and --burst must be positive", err=True)
+        raise typer.Exit(2) from exc
+    except InvalidLimit as exc:
+        typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     except RegistryError as exc:
         typer.echo(str(exc), err=True)
@@ -182,11 +197,44 @@ def _registry(config: Path | None, data_dir: Path | None) -> tuple[RegistryStore
     return open_registry(settings_from(config, data_dir=data_dir)), actor
 
 
-def _line(tenant: Tenant) -> str:
+def _line(tenant: Tenant, settings: Settings) -> str:
+    """The tenant's tier, quota and Batch API bounds (``(default)``: the setting's)."""
+    batches = settings.batches
+    defaults = {
+        "max_files": batches.max_files_per_tenant,
+        "max_stored_bytes": batches.max_stored_bytes_per_tenant,
+        "max_open_batches": batches.max_open_batches_per_tenant,
+    }
+    own = tenant.batch_limits
+    bounds = "  ".join(
+        f"{name}={getattr(own, name)}"
+        if getattr(own, name) is not None
+        else f"{name}={default}(default)"
+        for name, default in defaults.items()
+    )
     return (
         f"{tenant.name}  {tenant.tier}  rate={tenant.rate_texts_per_s:g}/s  "
-        f"burst={tenant.burst_texts:g}"
+        f"burst={tenant.burst_texts:g}  {bounds}"
     )
+
+
+def _limit_changes(**given: str | None) -> dict[str, int | None]:
+    """The Batch API bounds given on the command line: a whole number, or ``default`` (None:
+    back to the setting); exits 2 on anything else."""
+    changes: dict[str, int | None] = {}
+    for name, text in given.items():
+        if text is None:
+            continue
+        value = text.strip()
+        if value == "default":
+            changes[name] = None
+        elif value.isascii() and value.isdigit() and len(value) <= 19:
+            changes[name] = int(value)
+        else:
+            option = "--" + name.replace("_", "-")
+            typer.echo(f"{option} must be a whole number from 0, or 'default'", err=True)
+            raise typer.Exit(2)
+    return changes
 
 
 def _key_line(key: ApiKey) -> str:
@@ -206,14 +254,25 @@ def tenants_add(
     tier: Annotated[str, typer.Option(help="interactive or batch.")] = "interactive",
     rate: RateOpt = None,
     burst: BurstOpt = None,
+    max_files: MaxFilesOpt = None,
+    max_stored_bytes: MaxStoredBytesOpt = None,
+    max_open_batches: MaxOpenBatchesOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Create a tenant and print its API key (shown once, stored only as a hash)."""
+    limits = _limit_changes(
+        max_files=max_files, max_stored_bytes=max_stored_bytes, max_open_batches=max_open_batches
+    )
     registry, actor = _registry(config, data_dir)
     with _refusals_exit():
         tenant, key = registry.add_tenant(
-            name, tier, actor=actor, rate_texts_per_s=rate, burst_texts=burst
+            name,
+            tier,
+            actor=actor,
+            rate_texts_per_s=rate,
+            burst_texts=burst,
+            batch_limits=limits,
         )
     typer.echo(f"tenant {tenant.name} ({tenant.tier}) created; API key (shown once):")
     typer.echo(key)
@@ -225,24 +284,37 @@ def tenants_set(
     tier: Annotated[str | None, typer.Option(help="interactive or batch.")] = None,
     rate: RateOpt = None,
     burst: BurstOpt = None,
+    max_files: MaxFilesOpt = None,
+    max_stored_bytes: MaxStoredBytesOpt = None,
+    max_open_batches: MaxOpenBatchesOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Change a tenant's tier or quota (running gateways pick it up within seconds)."""
+    """Change a tenant's tier, quota or Batch API bounds (running gateways pick it up within
+    seconds)."""
+    limits = _limit_changes(
+        max_files=max_files, max_stored_bytes=max_stored_bytes, max_open_batches=max_open_batches
+    )
     registry, actor = _registry(config, data_dir)
     with _refusals_exit():
         tenant = registry.update_tenant(
-            name, actor=actor, tier=tier, rate_texts_per_s=rate, burst_texts=burst
+            name,
+            actor=actor,
+            tier=tier,
+            rate_texts_per_s=rate,
+            burst_texts=burst,
+            batch_limits=limits,
         )
-    typer.echo(_line(tenant))
+    typer.echo(_line(tenant, settings_from(config, data_dir=data_dir)))
 
 
 @tenants_app.command("list")
 def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Tenants with their tier and quota."""
+    """Tenants with their tier, quota and Batch API bounds."""
     registry, _ = _registry(config, data_dir)
+    settings = settings_from(config, data_dir=data_dir)
     for tenant in registry.tenants():
-        typer.echo(_line(tenant))
+        typer.echo(_line(tenant, settings))
 
 
 @tenants_app.command("delete")

@@ -8,7 +8,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from headway.batches.filestore import DirectoryFileStore
+from headway.batches.filestore import PARTIAL_FILE_AGE_S, DirectoryFileStore
 from headway.batches.open import open_batch_store
 from headway.billing.ledger.base import Ledger
 from headway.billing.ledger.open import open_ledger
@@ -112,12 +112,15 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         observability=settings.observability,
         quality_store=open_reference_store(settings),
     )
+    files = DirectoryFileStore(settings.files_dir)
+    files.sweep_partial(PARTIAL_FILE_AGE_S)  # uploads a killed gateway left half-written
     batches = BatchParts(
         open_batch_store(settings),
-        DirectoryFileStore(settings.files_dir),
+        files,
         settings.batches,
         service.snapshots,
         time.time,
+        settings.gateway.limits,
     )
     # What serves a request that names no model (TEI's; /v1/rerank's without one): the embed
     # model, else (`--backend synthetic`) the synthetic one; for rerank the rerank alias first.

@@ -1,10 +1,19 @@
-"""A query string read strictly: only the parameters a route takes, each at most once."""
+"""A query string read strictly: only the parameters a route takes, each at most once,
+and whole numbers read as ASCII digits only.
+
+``str.isdigit`` is no test for a number a client sent: it takes ``²`` and ``٣``, which
+``int`` then refuses or reads as another number, and ``int`` refuses more than 4,300
+digits outright. ``whole_number`` is the one reading of a decimal integer from a query
+or a form field on the Batch API's routes: anything else is a 422 naming the range.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
 from headway.errors import ValidationFailed
+
+_ASCII_DIGITS = frozenset("0123456789")
 
 
 def one_each(params: Mapping[str, Sequence[str]], allowed: Collection[str]) -> dict[str, str]:
@@ -20,10 +29,22 @@ def one_each(params: Mapping[str, Sequence[str]], allowed: Collection[str]) -> d
     return {name: values[0] for name, values in params.items()}
 
 
+def whole_number(value: str, name: str, *, least: int, most: int) -> int:
+    """``value`` as an int from ``least`` to ``most``: ASCII digits only (leading zeros
+    allowed, no sign, no blanks); else ``ValidationFailed`` naming ``name`` and the range."""
+    significant = value.lstrip("0")
+    if (
+        not value
+        or not _ASCII_DIGITS.issuperset(value)
+        or len(significant) > len(str(most))
+        or not least <= int(significant or "0") <= most
+    ):
+        raise ValidationFailed(f"{name} must be a whole number from {least} to {most}")
+    return int(significant or "0")
+
+
 def query_limit(value: str | None, *, default: int, most: int) -> int:
     """A ``limit`` parameter: absent, ``default``; else a whole number from 1 to ``most``."""
     if value is None:
         return default
-    if not value.isdigit() or not 1 <= int(value) <= most:
-        raise ValidationFailed(f"limit must be a whole number from 1 to {most}")
-    return int(value)
+    return whole_number(value, "limit", least=1, most=most)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -100,6 +100,21 @@ async def read_body(request: Request, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def body_chunks(request: Request) -> AsyncIterator[bytes]:
+    """The body as it arrives, chunk by chunk (none empty), for a route that streams it
+    (``Route.streams_body``); ``ClientDisconnected`` if the client leaves first. Limits are
+    the caller's: it sees every byte before the next is read."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
 
 
 @dataclass(slots=True)
@@ -243,12 +258,15 @@ class Disconnect:
         self.happened = False
 
 
-async def unless_disconnected(work: Awaitable[Response], request: Request) -> Response:
+async def unless_disconnected(
+    work: Awaitable[Response], request: Request, *, watched: bool = True
+) -> Response:
     """Await ``work`` in this task; if the client disconnects first, cancel it (body read).
 
     Under headway's own server the server cancels the task (``DISCONNECT_EXTENSION``):
     nothing to start per request. Elsewhere one watcher task per request cancels this
-    one on ``http.disconnect``.
+    one on ``http.disconnect``, unless ``watched`` is False: a handler that reads the body
+    itself (``body_chunks``) owns ``receive``, and sees the disconnect there.
     """
     handler_task = asyncio.current_task()
     assert handler_task is not None
@@ -262,6 +280,8 @@ async def unless_disconnected(work: Awaitable[Response], request: Request) -> Re
                 handler_task.uncancel()
                 raise ClientDisconnected from None
             raise
+    if not watched:
+        return await work
     disconnected = False
     receive = request.receive
 

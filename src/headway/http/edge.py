@@ -6,7 +6,8 @@ outside all else. In order, for each request:
 1. give it a request id (ours, never the client's);
 2. find its route and its path parameters — an unknown path (404) or method (405) is an
    answer like any other;
-3. read the body, refusing past ``max_body_bytes`` (413);
+3. read the body, refusing past ``max_body_bytes`` (413), unless the route streams it
+   (``Route.streams_body``: its handler reads it as it arrives);
 4. run the route's handler, cancelled if the client disconnects first;
 5. turn what came out into the response: a ``HeadwayError`` through the one table in
    ``errors.py`` (JSON ``{"error": {"type", "message"}}``, ``Retry-After`` where it has
@@ -114,9 +115,14 @@ class Edge:
                         assert isinstance(trace, Span)
                         trace.name = f"{method} {matched.path}"
                         trace.attributes["http.route"] = matched.path
-                    limit = matched.max_body_bytes or self._max_body_bytes
-                    request.body = await read_body(request, limit)
-                    response = await unless_disconnected(matched.handler(request), request)
+                    if matched.streams_body:
+                        response = await unless_disconnected(
+                            matched.handler(request), request, watched=False
+                        )
+                    else:
+                        limit = matched.max_body_bytes or self._max_body_bytes
+                        request.body = await read_body(request, limit)
+                        response = await unless_disconnected(matched.handler(request), request)
                 except ClientDisconnected:
                     self._answered(request, trace, route, CLIENT_CLOSED, started, DISCONNECTED)
                     raise

@@ -1,4 +1,4 @@
-"""A strict multipart/form-data parser for whole, already-read bodies (``POST /v1/files``).
+"""A strict multipart/form-data parser that reads a body as it arrives (``POST /v1/files``).
 
 The body (RFC 7578 over RFC 2046) is a run of parts between boundary lines::
 
@@ -11,8 +11,10 @@ The body (RFC 7578 over RFC 2046) is a run of parts between boundary lines::
 
 A part's data ends at the first CRLF ``--BOUNDARY`` that a real boundary line follows
 (``--`` or optional blanks then CRLF), so data may hold CRLF, ``--`` and even the
-boundary text mid-line. Data is a memoryview into the body: a 200 MB upload is not
-copied again. Lines must end in CRLF, as RFC 7578 and every encoder (browsers, curl,
+boundary text mid-line. ``FormReader`` takes the body a chunk at a time and hands each
+part's data on as it comes (a 200 MB upload is never held: only the few bytes that might
+begin a boundary wait for the next chunk); ``parse_form`` is the same over a whole body.
+Lines must end in CRLF, as RFC 7578 and every encoder (browsers, curl,
 httpx, aiohttp, requests) write them; a bare-LF body is refused by name rather than
 guessed at, since a LF-only reading would move every part's last byte.
 
@@ -54,13 +56,212 @@ _CLIP = 100
 
 
 @dataclass(frozen=True, slots=True)
+class PartStart:
+    """A part begins: its field name, filename (None: a plain field) and content type."""
+
+    name: str
+    filename: str | None
+    content_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartData:
+    """More bytes of the part begun last (a part's data may come in any number of these)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PartEnd:
+    """The part begun last is complete."""
+
+
+FormEvent = PartStart | PartData | PartEnd
+
+_PREAMBLE, _BOUNDARY_LINE, _HEADERS, _DATA, _DONE = range(5)
+
+
+class FormReader:
+    """The body of a ``multipart/form-data`` request read as it arrives: ``feed`` each
+    chunk, get back what it completed (``PartStart``, ``PartData``, ``PartEnd``, in order),
+    then ``close`` at the end of the body. Memory is the bytes that might still be the start
+    of a boundary, or an unfinished header block (``MAX_HEADER_BYTES``): never a part's
+    data, which leaves in ``PartData`` as it comes. A problem raises (``InvalidRequest``)
+    as soon as the bytes show it; the reader is then of no further use.
+
+    The content type is checked when the reader is made (``UnsupportedMediaType``,
+    ``InvalidRequest`` for its boundary), before any byte of the body is read.
+    """
+
+    def __init__(self, content_type: str, *, max_parts: int = 16) -> None:
+        self._delimiter = b"--" + _boundary(content_type)
+        self._marker = b"\r\n" + self._delimiter
+        self._max_parts = max_parts
+        self._buffer = b""
+        self._state = _PREAMBLE
+        self._names: set[str] = set()
+        self._at_start = True
+        """No byte of the body has been looked at yet (the first delimiter may open it)."""
+
+    def feed(self, chunk: bytes) -> list[FormEvent]:
+        self._buffer += chunk
+        events: list[FormEvent] = []
+        while self._step(events):
+            pass
+        return events
+
+    def close(self) -> None:
+        """The body ended: ``InvalidRequest`` unless it ended after its final boundary."""
+        if self._state == _DONE:
+            return
+        if self._state == _PREAMBLE:
+            raise InvalidRequest(
+                "the multipart body does not contain the boundary its content type names"
+            )
+        if self._state == _BOUNDARY_LINE:
+            raise InvalidRequest("the multipart body ends inside a boundary line")
+        if self._state == _HEADERS:
+            raise InvalidRequest(
+                f"part {len(self._names) + 1} of the form has no blank line after its headers"
+                f" (within {MAX_HEADER_BYTES} bytes)"
+            )
+        raise InvalidRequest(
+            "the multipart body ends before its final boundary (--boundary--): the upload is"
+            " incomplete"
+        )
+
+    def _step(self, events: list[FormEvent]) -> bool:
+        """Take what the buffer completes in the current state; False: more bytes needed."""
+        if self._state == _PREAMBLE:
+            return self._preamble()
+        if self._state == _BOUNDARY_LINE:
+            return self._boundary_line()
+        if self._state == _HEADERS:
+            return self._headers(events)
+        if self._state == _DATA:
+            return self._data(events)
+        self._buffer = b""  # the epilogue, which RFC 2046 says to ignore
+        return False
+
+    def _preamble(self) -> bool:
+        buffer = self._buffer
+        if self._at_start:
+            if len(buffer) < len(self._delimiter) and self._delimiter.startswith(buffer):
+                return False
+            self._at_start = False
+            if buffer.startswith(self._delimiter):
+                self._buffer = buffer[len(self._delimiter) :]
+                self._state = _BOUNDARY_LINE
+                return True
+        found = buffer.find(self._marker)
+        if found < 0:  # keep what may be the start of the first delimiter
+            self._buffer = buffer[-(len(self._marker) - 1) :]
+            return False
+        self._buffer = buffer[found + len(self._marker) :]
+        self._state = _BOUNDARY_LINE
+        return True
+
+    def _boundary_line(self) -> bool:
+        buffer = self._buffer
+        if buffer.startswith(b"--"):  # "--BOUNDARY--" closes the body
+            if not self._names:
+                raise InvalidRequest("the multipart body has no parts")
+            self._state = _DONE
+            return True
+        end = buffer.find(b"\n", 0, MAX_HEADER_BYTES)
+        if end < 0:
+            if len(buffer) >= MAX_HEADER_BYTES:
+                raise InvalidRequest("the multipart body ends inside a boundary line")
+            return False
+        if end == 0 or buffer[end - 1] != ord("\r"):
+            raise InvalidRequest(
+                "the multipart body's lines end in a bare LF; multipart/form-data needs CRLF"
+                " (\\r\\n) line ends, as curl, browsers and HTTP libraries send"
+            )
+        if buffer[: end - 1].strip(b" \t"):
+            raise InvalidRequest("a multipart boundary line has characters after the boundary")
+        if len(self._names) >= self._max_parts:
+            raise InvalidRequest(f"the form has more than {self._max_parts} parts")
+        self._buffer = buffer[end + 1 :]
+        self._state = _HEADERS
+        return True
+
+    def _headers(self, events: list[FormEvent]) -> bool:
+        buffer = self._buffer
+        number = len(self._names) + 1
+        if buffer.startswith(b"\r\n"):  # a part without headers
+            block, rest = b"", buffer[2:]
+        else:
+            end = buffer.find(b"\r\n\r\n", 0, MAX_HEADER_BYTES)
+            if end < 0:
+                if len(buffer) >= MAX_HEADER_BYTES:
+                    raise InvalidRequest(
+                        f"part {number} of the form has no blank line after its headers"
+                        f" (within {MAX_HEADER_BYTES} bytes)"
+                    )
+                return False
+            block, rest = buffer[:end], buffer[end + 4 :]
+        part = _part(_headers(block, number), number)
+        if part.name in self._names:
+            raise InvalidRequest(
+                f"the form field '{_clip(part.name)}' is given twice; send it once"
+            )
+        self._names.add(part.name)
+        events.append(part)
+        self._buffer = rest
+        self._state = _DATA
+        return True
+
+    def _data(self, events: list[FormEvent]) -> bool:
+        buffer, marker = self._buffer, self._marker
+        search_from = 0
+        while True:
+            found = buffer.find(marker, search_from)
+            if found < 0:
+                keep = len(marker) - 1  # what may be the start of the next delimiter
+                if len(buffer) > keep:
+                    events.append(PartData(buffer[: len(buffer) - keep]))
+                    self._buffer = buffer[len(buffer) - keep :]
+                return False
+            after = found + len(marker)
+            verdict = _closes_part(buffer, after)
+            if verdict is None:  # too few bytes after the delimiter to tell
+                if found:
+                    events.append(PartData(buffer[:found]))
+                    self._buffer = buffer[found:]
+                return False
+            if verdict:
+                if found:
+                    events.append(PartData(buffer[:found]))
+                events.append(PartEnd())
+                self._buffer = buffer[after:]
+                self._state = _BOUNDARY_LINE
+                return True
+            search_from = found + 1
+
+
+def _closes_part(buffer: bytes, after: int) -> bool | None:
+    """Whether the delimiter ending at ``after`` is a real boundary line (``--``, or blanks
+    then CRLF, within the boundary's length), a mere mention of the boundary inside the data
+    (False), or None: the bytes that would tell have not arrived."""
+    window = buffer[after : after + MAX_BOUNDARY_CHARS]
+    if window.startswith(b"--"):
+        return True
+    stripped = window.lstrip(b" \t")
+    if stripped.startswith(b"\r\n"):
+        return True
+    if len(window) < MAX_BOUNDARY_CHARS and (window == b"-" or stripped in (b"", b"\r")):
+        return None
+    return False
+
+
+@dataclass(frozen=True, slots=True)
 class FormPart:
     name: str
     filename: str | None
     """None: a plain field, not a file."""
     content_type: str | None
-    data: memoryview
-    """The part's bytes: a view into the request body, not a copy of it."""
+    data: bytes
 
     def text(self) -> str:
         """A plain field's value as text (``purpose=batch``)."""
@@ -71,44 +272,21 @@ class FormPart:
 
 
 def parse_form(content_type: str, body: bytes, *, max_parts: int = 16) -> dict[str, FormPart]:
-    """The body's parts by field name, in the order sent."""
-    boundary = _boundary(content_type)
-    delimiter = b"--" + boundary
-    view = memoryview(body)
-    if body.startswith(delimiter):
-        position = len(delimiter)
-    else:  # a preamble, which RFC 2046 allows and says to ignore
-        found = body.find(b"\r\n" + delimiter)
-        if found < 0:
-            raise InvalidRequest(
-                "the multipart body does not contain the boundary its content type names"
-            )
-        position = found + 2 + len(delimiter)
-
+    """A whole body's parts by field name, in the order sent (``FormReader`` over it)."""
+    reader = FormReader(content_type, max_parts=max_parts)
     parts: dict[str, FormPart] = {}
-    while not body.startswith(b"--", position):  # "--BOUNDARY--" closes the body
-        number = len(parts) + 1
-        if number > max_parts:
-            raise InvalidRequest(f"the form has more than {max_parts} parts")
-        headers_from = _after_boundary_line(body, position)
-        headers_end = body.find(b"\r\n\r\n", headers_from - 2, headers_from + MAX_HEADER_BYTES)
-        if headers_end < 0:
-            raise InvalidRequest(
-                f"part {number} of the form has no blank line after its headers"
-                f" (within {MAX_HEADER_BYTES} bytes)"
+    current: PartStart | None = None
+    data: list[bytes] = []
+    for event in reader.feed(body):
+        if isinstance(event, PartStart):
+            current, data = event, []
+        elif isinstance(event, PartData):
+            data.append(event.data)
+        elif current is not None:
+            parts[current.name] = FormPart(
+                current.name, current.filename, current.content_type, b"".join(data)
             )
-        part_headers = _headers(body[headers_from : max(headers_from, headers_end)], number)
-        data_from = headers_end + 4
-        data_end = _data_end(body, delimiter, data_from)
-        part = _part(part_headers, view[data_from:data_end], number)
-        if part.name in parts:
-            raise InvalidRequest(
-                f"the form field '{_clip(part.name)}' is given twice; send it once"
-            )
-        parts[part.name] = part
-        position = data_end + 2 + len(delimiter)
-    if not parts:
-        raise InvalidRequest("the multipart body has no parts")
+    reader.close()
     return parts
 
 
@@ -127,36 +305,6 @@ def _boundary(content_type: str) -> bytes:
             f"the multipart boundary must be 1 to {MAX_BOUNDARY_CHARS} ASCII characters"
         )
     return boundary.encode("ascii")
-
-
-def _after_boundary_line(body: bytes, position: int) -> int:
-    """Where the line after a boundary starts: only blanks may follow the boundary."""
-    end = body.find(b"\n", position, position + MAX_HEADER_BYTES)
-    if end < 0:
-        raise InvalidRequest("the multipart body ends inside a boundary line")
-    if end == position or body[end - 1] != ord("\r"):
-        raise InvalidRequest(
-            "the multipart body's lines end in a bare LF; multipart/form-data needs CRLF"
-            " (\\r\\n) line ends, as curl, browsers and HTTP libraries send"
-        )
-    if body[position : end - 1].strip(b" \t"):
-        raise InvalidRequest("a multipart boundary line has characters after the boundary")
-    return end + 1
-
-
-def _data_end(body: bytes, delimiter: bytes, start: int) -> int:
-    """Where a part's data ends: the next CRLF and delimiter that a boundary line follows."""
-    marker = b"\r\n" + delimiter
-    found = body.find(marker, start)
-    while found >= 0:
-        after = found + len(marker)
-        rest = body[after : after + MAX_BOUNDARY_CHARS].lstrip(b" \t")
-        if body.startswith(b"--", after) or rest.startswith(b"\r\n"):
-            return found
-        found = body.find(marker, found + 1)
-    raise InvalidRequest(
-        "the multipart body ends before its final boundary (--boundary--): the upload is incomplete"
-    )
 
 
 def _headers(block: bytes, number: int) -> dict[str, str]:
@@ -180,7 +328,7 @@ def _headers(block: bytes, number: int) -> dict[str, str]:
     return headers
 
 
-def _part(headers: dict[str, str], data: memoryview, number: int) -> FormPart:
+def _part(headers: dict[str, str], number: int) -> PartStart:
     disposition = headers.get("content-disposition")
     if disposition is None:
         raise InvalidRequest(
@@ -195,7 +343,7 @@ def _part(headers: dict[str, str], data: memoryview, number: int) -> FormPart:
     if not name:
         raise InvalidRequest(f"part {number} of the form has no name (Content-Disposition)")
     filename = params.get("filename*", params.get("filename"))
-    return FormPart(name, filename, headers.get("content-type") or None, data)
+    return PartStart(name, filename, headers.get("content-type") or None)
 
 
 def _split_header(value: str, what: str) -> tuple[str, dict[str, str]]:

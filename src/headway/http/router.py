@@ -33,6 +33,9 @@ class Route:
     handler: Handler
     max_body_bytes: int | None = None
     """The largest body this route reads (a file upload's); None: the edge's default."""
+    streams_body: bool = False
+    """The handler reads the body itself as it arrives (``asgi.body_chunks``: an upload
+    streamed to disk, its limits enforced as it reads); the edge reads none of it."""
     render_error: Callable[[HeadwayError], Response] | None = None
     """How this route's errors are written (another API's error format: TEI's); None: the
     one table's JSON (``asgi.error_response``). The status is always the table's."""

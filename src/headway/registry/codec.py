@@ -15,6 +15,7 @@ from headway.registry.dialect import Row
 from headway.registry.model import (
     ApiKey,
     AuditEntry,
+    BatchLimits,
     ModelRecord,
     Observation,
     ObservedRole,
@@ -33,20 +34,27 @@ from headway.registry.rules import tier_of
 Parse = Callable[[Any], Any]
 JsonDict = dict[str, Any]
 
-TENANT_COLUMNS = "id, name, tier, rate_texts_per_s, burst_texts"
+TENANT_COLUMNS = (
+    "id, name, tier, rate_texts_per_s, burst_texts, max_files, max_stored_bytes, max_open_batches"
+)
 
 
 def tenant_of(row: Row) -> Tenant:
-    return Tenant(int(row[0]), row[1], tier_of(row[2]), float(row[3]), float(row[4]))
+    limits = BatchLimits(*(None if value is None else int(value) for value in row[5:8]))
+    return Tenant(int(row[0]), row[1], tier_of(row[2]), float(row[3]), float(row[4]), limits)
 
 
 def tenant_json(tenant: Tenant) -> JsonDict:
+    """The tenant's fields; a Batch API bound only where the tenant has its own (absent:
+    the gateway's setting)."""
+    own = {name: value for name, value in asdict(tenant.batch_limits).items() if value is not None}
     return {
         "id": tenant.id,
         "name": tenant.name,
         "tier": tenant.tier,
         "rate_texts_per_s": tenant.rate_texts_per_s,
         "burst_texts": tenant.burst_texts,
+        **own,
     }
 
 

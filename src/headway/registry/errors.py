@@ -6,7 +6,8 @@ ways its database can fail it.
     ├── SchemaTooNew         the database was migrated by newer code than this
     ├── InvalidTenant        a value no tenant may have
     │   ├── UnknownTier      a tier other than interactive or batch
-    │   └── InvalidQuota     a rate or burst that is not a positive, finite number
+    │   ├── InvalidQuota     a rate or burst that is not a positive, finite number
+    │   └── InvalidLimit     a Batch API bound that is not a whole number from 0, or unknown
     ├── DuplicateTenant      a tenant of that name exists already
     │   └── TenantBeingDeleted  its name's last tenant's data is still being deleted
     ├── UnknownTenant        no tenant has that name
@@ -52,6 +53,11 @@ class UnknownTier(InvalidTenant):
 
 class InvalidQuota(InvalidTenant):
     """A quota rate or burst is zero, negative, infinite or not a number."""
+
+
+class InvalidLimit(InvalidTenant):
+    """A tenant's Batch API bound is not one of ``BATCH_LIMITS``, or not a whole number
+    from 0 to 2**63 - 1."""
 
 
 class DuplicateTenant(RegistryError):

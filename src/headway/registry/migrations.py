@@ -168,6 +168,14 @@ def _model_shapes() -> tuple[str, ...]:
     )
 
 
+def _batch_limits(t: _Types) -> tuple[str, ...]:
+    """Tenants made before keep NULL in each: the gateway's setting applies to them."""
+    return tuple(
+        f"ALTER TABLE tenants ADD COLUMN {column} {t.big} CHECK ({column} >= 0)"
+        for column in ("max_files", "max_stored_bytes", "max_open_batches")
+    )
+
+
 def _tenant_ids_and_deletions(t: _Types, highest_ever: str) -> tuple[str, ...]:
     """The highest tenant id ever given, so that none is given again (SQLite's ``INTEGER
     PRIMARY KEY`` without ``AUTOINCREMENT`` gives the largest id plus one, the id of a
@@ -247,7 +255,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=_model_shapes(),
         postgres=_model_shapes(),
     ),
-    # 7 is another branch's (tenant limits): the numbers are put in order when both merge.
+    Migration(
+        7,
+        "a tenant's own Batch API bounds (files, stored bytes, open batches; NULL: the setting)",
+        sqlite=_batch_limits(SQLITE),
+        postgres=_batch_limits(POSTGRES),
+    ),
     Migration(
         8,
         "tenant ids never given twice; a record of each tenant deletion to finish",

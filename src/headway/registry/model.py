@@ -36,6 +36,21 @@ SHADOW_STEP = 0
 ObservedRole = Literal["primary", "candidate", "shadow"]
 
 
+BatchLimitName = Literal["max_files", "max_stored_bytes", "max_open_batches"]
+BATCH_LIMITS: tuple[BatchLimitName, ...] = ("max_files", "max_stored_bytes", "max_open_batches")
+"""A tenant's own bounds on the Batch API, by the name the admin API and the CLI use."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    """A tenant's overrides of the gateway's per-tenant Batch API bounds
+    (``batches.max_files_per_tenant`` and its neighbours); None: the setting applies."""
+
+    max_files: int | None = None
+    max_stored_bytes: int | None = None
+    max_open_batches: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Tenant:
     id: int
@@ -45,6 +60,7 @@ class Tenant:
     tier: Tier
     rate_texts_per_s: float
     burst_texts: float
+    batch_limits: BatchLimits = BatchLimits()
 
 
 @dataclass(frozen=True, slots=True)

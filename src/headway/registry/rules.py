@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import replace
 from itertools import pairwise
 
 from headway.registry.errors import (
+    InvalidLimit,
     InvalidOverlap,
     InvalidQuota,
     InvalidRollout,
@@ -13,7 +16,17 @@ from headway.registry.errors import (
     UnknownModelKind,
     UnknownTier,
 )
-from headway.registry.model import MODEL_KINDS, SHADOW_STEP, STICKY, TIERS, RolloutPlan, Split, Tier
+from headway.registry.model import (
+    BATCH_LIMITS,
+    MODEL_KINDS,
+    SHADOW_STEP,
+    STICKY,
+    TIERS,
+    BatchLimits,
+    RolloutPlan,
+    Split,
+    Tier,
+)
 
 DEFAULT_RATE: dict[Tier, float] = {"interactive": 200.0, "batch": 500.0}
 DEFAULT_BURST: dict[Tier, float] = {"interactive": 400.0, "batch": 2000.0}
@@ -33,6 +46,24 @@ def quota_value(name: str, value: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise InvalidQuota(f"{name} must be a positive, finite number, not {value}")
     return float(value)
+
+
+_SETTINGS_ONLY = BatchLimits()
+
+
+def check_batch_limits(
+    changes: Mapping[str, int | None], before: BatchLimits = _SETTINGS_ONLY
+) -> BatchLimits:
+    """``before`` with ``changes`` made: each key one of ``BATCH_LIMITS``, each value a whole
+    number from 0 (the tenant's own bound) or None (back to the gateway's setting)."""
+    for name, value in changes.items():
+        if name not in BATCH_LIMITS:
+            raise InvalidLimit(f"{name!r} is not a tenant limit; use {', '.join(BATCH_LIMITS)}")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63
+        ):
+            raise InvalidLimit(f"{name} must be a whole number from 0, or none, not {value!r}")
+    return replace(before, **changes)
 
 
 def model_kind(kind: str) -> str:

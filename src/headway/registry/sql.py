@@ -15,7 +15,7 @@ pass.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from headway.registry import queries as q
@@ -55,6 +55,7 @@ from headway.registry.model import (
     SYSTEM,
     Actor,
     ApiKey,
+    BatchLimits,
     ModelRecord,
     Observation,
     Rollout,
@@ -69,6 +70,7 @@ from headway.registry.reads import RegistryReads
 from headway.registry.rules import (
     DEFAULT_BURST,
     DEFAULT_RATE,
+    check_batch_limits,
     check_plan,
     check_split,
     model_kind,
@@ -78,6 +80,8 @@ from headway.registry.rules import (
 )
 
 """The actor of a write whose caller names none (start-up seeding, imports)."""
+
+NO_BATCH_LIMITS = BatchLimits()
 
 
 class SqlRegistry(RegistryReads):
@@ -102,12 +106,15 @@ class SqlRegistry(RegistryReads):
         rate_texts_per_s: float | None = None,
         burst_texts: float | None = None,
         key: str | None = None,
+        batch_limits: Mapping[str, int | None] | None = None,
     ) -> tuple[Tenant, str]:
         """Create a tenant and its first key; the key is returned once, never stored.
 
-        The quota defaults to the tier's (``DEFAULT_RATE``, ``DEFAULT_BURST``).
+        The quota defaults to the tier's (``DEFAULT_RATE``, ``DEFAULT_BURST``); a Batch API
+        bound left out (``BATCH_LIMITS``) is the gateway's setting.
         """
         checked = tier_of(tier)
+        limits = check_batch_limits(batch_limits or {})
         rate = quota_value(
             "rate_texts_per_s",
             DEFAULT_RATE[checked] if rate_texts_per_s is None else rate_texts_per_s,
@@ -117,7 +124,7 @@ class SqlRegistry(RegistryReads):
         )
         key = key or new_key()
         with self._dialect.write() as tx:
-            tenant = self._add_tenant(tx, name, checked, rate, burst, key, actor)
+            tenant = self._add_tenant(tx, name, checked, rate, burst, key, actor, limits)
         return tenant, key
 
     def update_tenant(
@@ -128,13 +135,18 @@ class SqlRegistry(RegistryReads):
         tier: str | None = None,
         rate_texts_per_s: float | None = None,
         burst_texts: float | None = None,
+        batch_limits: Mapping[str, int | None] | None = None,
     ) -> Tenant:
-        """Change a tenant's tier or quota; gateways pick it up on their next poll."""
+        """Change a tenant's tier, quota or Batch API bounds (``batch_limits``: the bounds
+        named change, None sets one back to the gateway's setting); gateways pick it up on
+        their next poll."""
         new_tier = None if tier is None else tier_of(tier)
         rate = (
             None if rate_texts_per_s is None else quota_value("rate_texts_per_s", rate_texts_per_s)
         )
         burst = None if burst_texts is None else quota_value("burst_texts", burst_texts)
+        changes = batch_limits or {}
+        check_batch_limits(changes)
         with self._dialect.write() as tx:
             before = q.existing_tenant(tx, name)
             after = Tenant(
@@ -143,12 +155,23 @@ class SqlRegistry(RegistryReads):
                 before.tier if new_tier is None else new_tier,
                 before.rate_texts_per_s if rate is None else rate,
                 before.burst_texts if burst is None else burst,
+                check_batch_limits(changes, before.batch_limits),
             )
             if after == before:
                 return before
+            limits = after.batch_limits
             tx.execute(
-                "UPDATE tenants SET tier = ?, rate_texts_per_s = ?, burst_texts = ? WHERE id = ?",
-                (after.tier, after.rate_texts_per_s, after.burst_texts, after.id),
+                "UPDATE tenants SET tier = ?, rate_texts_per_s = ?, burst_texts = ?,"
+                " max_files = ?, max_stored_bytes = ?, max_open_batches = ? WHERE id = ?",
+                (
+                    after.tier,
+                    after.rate_texts_per_s,
+                    after.burst_texts,
+                    limits.max_files,
+                    limits.max_stored_bytes,
+                    limits.max_open_batches,
+                    after.id,
+                ),
             )
             self._record(
                 tx,
@@ -552,7 +575,15 @@ class SqlRegistry(RegistryReads):
         tx.execute("UPDATE registry_state SET changes = changes + 1 WHERE id = 1")
 
     def _add_tenant(
-        self, tx: Tx, name: str, tier: Tier, rate: float, burst: float, key: str, actor: Actor
+        self,
+        tx: Tx,
+        name: str,
+        tier: Tier,
+        rate: float,
+        burst: float,
+        key: str,
+        actor: Actor,
+        limits: BatchLimits = NO_BATCH_LIMITS,
     ) -> Tenant:
         if q.tenant(tx, name) is not None:
             raise DuplicateTenant(f"tenant {name!r} already exists")
@@ -562,11 +593,22 @@ class SqlRegistry(RegistryReads):
                 " entries are still being deleted; the name is free once that is finished"
             )
         now = self._clock()
-        tenant = Tenant(q.next_tenant_id(tx), name, tier, rate, burst)
+        tenant = Tenant(q.next_tenant_id(tx), name, tier, rate, burst, limits)
         tx.execute(
-            "INSERT INTO tenants (id, name, tier, rate_texts_per_s, burst_texts, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (tenant.id, name, tier, rate, burst, now),
+            "INSERT INTO tenants (id, name, tier, rate_texts_per_s, burst_texts, max_files,"
+            " max_stored_bytes, max_open_batches, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                tenant.id,
+                name,
+                tier,
+                rate,
+                burst,
+                limits.max_files,
+                limits.max_stored_bytes,
+                limits.max_open_batches,
+                now,
+            ),
         )
         created = q.insert_key(tx, key, tenant, "tenant", now)
         self._record(

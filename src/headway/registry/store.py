@@ -12,6 +12,7 @@ counts, not admin writes, upserted without an audit entry or a change.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from headway.registry.model import (
@@ -95,8 +96,10 @@ class RegistryStore(Protocol):
         rate_texts_per_s: float | None = None,
         burst_texts: float | None = None,
         key: str | None = None,
+        batch_limits: Mapping[str, int | None] | None = None,
     ) -> tuple[Tenant, str]:
-        """The tenant and its first key (returned once, stored only as a digest)."""
+        """The tenant and its first key (returned once, stored only as a digest);
+        ``batch_limits``: its own Batch API bounds by name (``BATCH_LIMITS``)."""
         ...
 
     def update_tenant(
@@ -107,7 +110,10 @@ class RegistryStore(Protocol):
         tier: str | None = None,
         rate_texts_per_s: float | None = None,
         burst_texts: float | None = None,
-    ) -> Tenant: ...
+        batch_limits: Mapping[str, int | None] | None = None,
+    ) -> Tenant:
+        """``batch_limits``: the bounds named change; None sets one back to the setting."""
+        ...
 
     def delete_tenant(self, name: str, *, actor: Actor) -> Tenant:
         """Removes the tenant and revokes every key of it at once; its pins go from every

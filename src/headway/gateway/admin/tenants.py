@@ -1,4 +1,5 @@
-"""``/admin/tenants``: tenants, their tier and quota, and their API keys.
+"""``/admin/tenants``: tenants, their tier and quota, their Batch API bounds, and their
+API keys.
 
 A tenant's key is shown once, in the answer that creates it (the registry keeps only
 its digest); listings give key ids and dates, never keys. Rotation issues a new key
@@ -29,7 +30,7 @@ from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.registry.errors import UnknownKey
 from headway.registry.keys import key_digest
-from headway.registry.model import Actor, ApiKey, Tenant, TenantDeletion, key_id_of
+from headway.registry.model import BATCH_LIMITS, Actor, ApiKey, Tenant, TenantDeletion, key_id_of
 from headway.registry.store import RegistryStore
 from headway.utc import rfc3339
 
@@ -39,24 +40,38 @@ MAX_OVERLAP_S = 366 * 86400.0
 
 TenantName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Quota = Annotated[float, msgspec.Meta(gt=0)]
+Limit = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 TierName = Literal["interactive", "batch"]
 
 
 class TenantCreate(msgspec.Struct, forbid_unknown_fields=True):
-    """A new tenant; a quota left out takes the tier's default."""
+    """A new tenant; a quota left out takes the tier's default, a Batch API bound left out
+    (or null) the gateway's setting (``batches.max_files_per_tenant`` and its neighbours)."""
 
     name: TenantName
     tier: TierName = "interactive"
     rate_texts_per_s: Quota | None = None
     burst_texts: Quota | None = None
+    max_files: Limit | None = None
+    max_stored_bytes: Limit | None = None
+    max_open_batches: Limit | None = None
 
 
 class TenantUpdate(msgspec.Struct, forbid_unknown_fields=True):
-    """What to change; a field left out stays as it is."""
+    """What to change; a field left out stays as it is. A Batch API bound given as null goes
+    back to the gateway's setting."""
 
     tier: TierName | None = None
     rate_texts_per_s: Quota | None = None
     burst_texts: Quota | None = None
+    max_files: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    max_stored_bytes: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    max_open_batches: Limit | msgspec.UnsetType | None = msgspec.UNSET
+
+    def batch_limits(self) -> dict[str, int | None]:
+        """The Batch API bounds it changes, by name (None: back to the setting)."""
+        given = {name: getattr(self, name) for name in BATCH_LIMITS}
+        return {name: value for name, value in given.items() if value is not msgspec.UNSET}
 
 
 class KeyRotation(msgspec.Struct, forbid_unknown_fields=True):
@@ -64,11 +79,17 @@ class KeyRotation(msgspec.Struct, forbid_unknown_fields=True):
     """How long the tenant's other live keys keep working (0: refused at once)."""
 
 
-class TenantAnswer(msgspec.Struct):
+class TenantAnswer(msgspec.Struct, omit_defaults=True):
+    """A tenant; a Batch API bound appears only where the tenant has its own (absent: the
+    gateway's setting)."""
+
     name: str
     tier: str
     rate_texts_per_s: float
     burst_texts: float
+    max_files: int | None = None
+    max_stored_bytes: int | None = None
+    max_open_batches: int | None = None
 
 
 class TenantList(msgspec.Struct):
@@ -124,7 +145,16 @@ _rotation = msgspec.json.Decoder(KeyRotation)
 
 
 def tenant_answer(tenant: Tenant) -> TenantAnswer:
-    return TenantAnswer(tenant.name, tenant.tier, tenant.rate_texts_per_s, tenant.burst_texts)
+    limits = tenant.batch_limits
+    return TenantAnswer(
+        tenant.name,
+        tenant.tier,
+        tenant.rate_texts_per_s,
+        tenant.burst_texts,
+        limits.max_files,
+        limits.max_stored_bytes,
+        limits.max_open_batches,
+    )
 
 
 def key_answer(key: ApiKey) -> KeyAnswer:
@@ -157,6 +187,11 @@ def create_tenant(parts: AdminParts) -> Handler:
                 actor=actor,
                 rate_texts_per_s=body.rate_texts_per_s,
                 burst_texts=body.burst_texts,
+                batch_limits={
+                    "max_files": body.max_files,
+                    "max_stored_bytes": body.max_stored_bytes,
+                    "max_open_batches": body.max_open_batches,
+                },
             ),
         )
         key_id = key_id_of(key_digest(key))
@@ -183,7 +218,8 @@ def update_tenant(parts: AdminParts) -> Handler:
 
 
 async def apply_update(parts: AdminParts, request: Request, actor: Actor) -> Response:
-    """A tenant's tier or quota from the request's body (``TenantUpdate``), by ``actor``;
+    """A tenant's tier, quota or Batch API bounds from the request's body (``TenantUpdate``),
+    by ``actor``;
     the admin API's and the console's."""
     name = request.path_params["name"]
     body = decode_body(request, _update)
@@ -195,6 +231,7 @@ async def apply_update(parts: AdminParts, request: Request, actor: Actor) -> Res
             tier=body.tier,
             rate_texts_per_s=body.rate_texts_per_s,
             burst_texts=body.burst_texts,
+            batch_limits=body.batch_limits(),
         ),
     )
     return json_response(tenant_answer(tenant))
@@ -282,7 +319,7 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
         DocumentedRoute(
             Route("PATCH", one, "admin_tenant_update", update_tenant(parts)),
             Operation(
-                "Change a tenant's tier or quota (admin key)",
+                "Change a tenant's tier, quota or Batch API bounds (admin key)",
                 TenantAnswer,
                 TenantUpdate,
                 (*WITH_BODY, NotFound),

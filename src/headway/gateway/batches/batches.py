@@ -3,7 +3,9 @@
 Creating a batch checks what can be checked at once (the endpoint is one this
 gateway serves, the window is ``24h``, the metadata fits OpenAI's limits — all in the
 request's schema — and the input is one of the tenant's own ``batch`` files) and
-records it as ``validating``; an executor then reads every line
+records it as ``validating`` — unless the tenant has as many batches not yet finished as
+its bound allows (``bounds``: 429 with ``Retry-After``, counted in the same transaction
+as the insert); an executor then reads every line
 (``batches/executor.py``). Cancelling moves a validating or
 running batch to ``cancelling``; the executor stops its lines and ends it
 ``cancelled``, with the lines already answered in its output file. Another tenant's
@@ -18,11 +20,13 @@ from headway.errors import (
     Conflict,
     Forbidden,
     InvalidRequest,
+    LimitReached,
     NotFound,
     Unauthorized,
     ValidationFailed,
 )
 from headway.gateway.batches import schemas
+from headway.gateway.batches.bounds import bounds_of, refusal
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit
@@ -45,7 +49,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
                 "Create a batch of one input file's lines against one endpoint",
                 schemas.BatchObject,
                 schemas.BatchCreate,
-                errors=(*_ERRORS, InvalidRequest, ValidationFailed),
+                errors=(*_ERRORS, InvalidRequest, ValidationFailed, LimitReached),
                 authenticated=True,
             ),
         ),
@@ -111,7 +115,10 @@ def create(parts: BatchParts) -> Handler:
             metadata=dict(body.metadata or {}),
             traceparent=current_traceparent() or "",
         )
-        await off_loop(parts.store.add_batch, batch)
+        bounds = bounds_of(caller.tenant, parts.settings)
+        over = await off_loop(parts.store.add_batch, batch, bounds.max_open_batches)
+        if over is not None:
+            raise refusal(over)
         return json_response(schemas.batch_of(batch))
 
     return handle

@@ -3,62 +3,115 @@
 An upload is ``multipart/form-data`` with ``purpose`` (``batch``: the only purpose
 here) and ``file``, and optionally OpenAI's ``expires_after[anchor]`` (``created_at``)
 and ``expires_after[seconds]`` (an hour to 30 days); without them a file lives
-``batches.file_retention_s``. The file is checked before it is kept (``jsonl.
-check_upload``: at most ``batches.max_file_bytes`` and ``batches.max_lines`` lines, each
-a JSON object), then stored by content (``filestore``) and recorded. Every route reads
-only the caller's own files: another tenant's id is a 404, exactly as an unknown one.
-A file still read by a batch that has not finished cannot be deleted (409).
+``batches.file_retention_s``.
+
+An upload is streamed, never held. In order: the key is checked from the headers (a
+stranger's 150 MB costs one 401), then the content type and the declared length, then
+the tenant's uploads in progress and this gateway's (``uploads.UploadSlots``: 429), then
+what the tenant keeps (``bounds``: files and bytes). Only then is the body read, as it
+arrives (``FormReader``): the file part goes to a temporary file in the file store's
+directory, hashed as it is written, its lines checked as they complete (``jsonl.
+UploadCheck``, with the executor's own reading of each line and the strict parser of its
+url); the byte limits (``batches.max_file_bytes``, the tenant's room left) are enforced
+at the chunk that passes them. The first problem answers at once (4xx) and the temporary
+file is removed, as when the client disconnects mid-upload. A file fully checked is moved
+into place by its digest and recorded, the tenant's bounds checked again in the record's
+own transaction. Memory is a megabyte or two per upload whatever the file's size.
+
+Every route reads only the caller's own files: another tenant's id is a 404, exactly as an
+unknown one. A download is sent from the file a chunk at a time (``FileResponse``). A file
+still read by a batch that has not finished cannot be deleted (409).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from headway.batches.jsonl import check_upload
-from headway.batches.model import RUNNING, FileObject, new_file_id
+from headway.batches.filestore import FileStore, FileWriter
+from headway.batches.inputs import body_parser
+from headway.batches.jsonl import BodyParsers, UploadCheck
+from headway.batches.model import (
+    ENDPOINTS,
+    RUNNING,
+    FileObject,
+    OverLimit,
+    TenantBounds,
+    new_file_id,
+)
 from headway.batches.offload import off_loop
 from headway.errors import (
     Conflict,
     Forbidden,
     InvalidRequest,
+    LimitReached,
     NotFound,
     PayloadTooLarge,
+    StorageLimitReached,
     Unauthorized,
     UnsupportedMediaType,
     ValidationFailed,
 )
 from headway.gateway.batches import schemas
+from headway.gateway.batches.bounds import bounds_of, full_before_upload, refusal
 from headway.gateway.batches.parts import BatchParts
+from headway.gateway.batches.uploads import RETRY_AFTER_S as UPLOAD_RETRY_AFTER_S
+from headway.gateway.batches.uploads import SlotsFull, UploadSlots
 from headway.gateway.openapi import DocumentedRoute, Operation
-from headway.gateway.query import one_each, query_limit
+from headway.gateway.query import one_each, query_limit, whole_number
 from headway.gateway.stages.authenticate import by_key
-from headway.http.asgi import Handler, Request, Response, json_response
-from headway.http.multipart import FormPart, parse_form
+from headway.http.asgi import (
+    FileResponse,
+    Handler,
+    Request,
+    Response,
+    body_chunks,
+    json_response,
+)
+from headway.http.multipart import FormEvent, FormReader, PartData, PartStart
 from headway.http.router import Route
+from headway.settings import LimitsSettings
 
 MAX_FILES_LISTED = 10_000
 MIN_EXPIRY_S = 3600
 MAX_EXPIRY_S = 30 * 86400
 MULTIPART_SLACK = 64 << 10
 """Room in an upload's body for the form's own bytes around the file."""
+LINE_ENVELOPE_BYTES = 16 << 10
+"""Room in a request line around its body (custom_id of up to 512 characters, escaped)."""
+FLUSH_BYTES = 256 << 10
+"""File bytes gathered before they are written and checked (in a thread)."""
+MAX_FIELD_BYTES = 1024
+"""The most a plain form field (purpose, expires_after[…]) may hold."""
 _FIELDS = {"purpose", "file", "expires_after[anchor]", "expires_after[seconds]"}
+_PLAIN_FIELDS = _FIELDS - {"file"}
 _ERRORS = (Unauthorized, Forbidden, NotFound)
 
 
 def routes(parts: BatchParts) -> list[DocumentedRoute]:
-    upload_limit = parts.settings.max_file_bytes + MULTIPART_SLACK
+    settings = parts.settings
+    upload_limit = settings.max_file_bytes + MULTIPART_SLACK
+    slots = UploadSlots(settings.max_uploads_per_tenant, settings.max_uploads)
     return [
         DocumentedRoute(
-            Route("POST", "/v1/files", "files", upload(parts), max_body_bytes=upload_limit),
+            Route(
+                "POST",
+                "/v1/files",
+                "files",
+                upload(parts, slots),
+                max_body_bytes=upload_limit,
+                streams_body=True,
+            ),
             Operation(
                 "Upload a JSONL batch input (multipart/form-data: purpose=batch, file)",
                 schemas.File,
                 errors=(
                     *_ERRORS,
                     InvalidRequest,
+                    StorageLimitReached,
                     PayloadTooLarge,
                     UnsupportedMediaType,
                     ValidationFailed,
+                    LimitReached,
                 ),
                 authenticated=True,
                 form=upload_form(parts.settings.max_file_bytes),
@@ -101,44 +154,235 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
     ]
 
 
-def upload(parts: BatchParts) -> Handler:
+def upload(parts: BatchParts, slots: UploadSlots) -> Handler:
     settings = parts.settings
+    body_limit = settings.max_file_bytes + MULTIPART_SLACK
+    parsers = _line_parsers(parts.limits)
 
     async def handle(request: Request) -> Response:
-        tenant = by_key(request, parts.snapshots.current).tenant.name
-        request.tenant = tenant
-        form = parse_form(request.headers.get("content-type", ""), request.body)
-        unknown = sorted(set(form) - _FIELDS)
-        if unknown:
-            raise ValidationFailed(f"unknown form field {unknown[0][:40]!r}; send purpose and file")
+        caller = by_key(request, parts.snapshots.current)  # from the headers alone
+        tenant = request.tenant = caller.tenant.name
+        reader = FormReader(request.headers.get("content-type", ""))
+        declared = _declared_length(request.headers.get("content-length"))
+        if declared is not None and declared > body_limit:
+            raise PayloadTooLarge(f"request body exceeds {body_limit} bytes")
+        full = slots.take(tenant)
+        if full is not None:
+            raise _slots_refusal(full)
+        try:
+            bounds = bounds_of(caller.tenant, settings)
+            use = await off_loop(parts.store.usage, tenant)
+            over = full_before_upload(bounds, use)
+            if over is not None:
+                raise refusal(over)
+            upload = _Upload(
+                parts.files,
+                UploadCheck(
+                    max_lines=settings.max_lines,
+                    max_line_bytes=parts.limits.max_body_bytes + LINE_ENVELOPE_BYTES,
+                    parsers=parsers,
+                ),
+                max_file_bytes=settings.max_file_bytes,
+                room=bounds.max_stored_bytes - use.stored_bytes,
+                stored=use.stored_bytes,
+            )
+            try:
+                await upload.receive(request, reader, body_limit)
+                return await _keep(parts, upload, tenant, bounds)
+            finally:
+                await upload.discard()
+        finally:
+            slots.give_back(tenant)
+
+    return handle
+
+
+async def _keep(parts: BatchParts, upload: _Upload, tenant: str, bounds: TenantBounds) -> Response:
+    """The received upload checked as a form, its file placed and recorded."""
+    form = upload.fields
+    purpose = _text(form, "purpose")
+    if purpose != "batch":
+        raise ValidationFailed(f"purpose {purpose[:40]!r} is not taken here; use 'batch'")
+    if upload.filename is None:
+        raise ValidationFailed("the form has no file: send the JSONL as the field `file`")
+    keep_s = _expiry_s(form, parts.settings.file_retention_s)
+    lines = await upload.finish()
+    size = upload.size
+    digest = await upload.commit()  # checked first: nothing kept on a 4xx
+    now = parts.now()
+    record = FileObject(
+        id=new_file_id(),
+        tenant=tenant,
+        purpose="batch",
+        filename=upload.filename[:255] or "input.jsonl",
+        bytes=size,
+        sha256=digest,
+        created_at=now,
+        expires_at=now + keep_s,
+        lines=lines,
+    )
+    over = await off_loop(parts.store.add_file, record, bounds)
+    if over is not None:  # another upload of the tenant's took the room meanwhile
+        if not await off_loop(parts.store.digest_in_use, digest):
+            await off_loop(parts.files.delete, digest)
+        raise refusal(over, file_bytes=size)
+    return json_response(schemas.file_of(record))
+
+
+class _Upload:
+    """One upload's form as its body arrives: the plain fields kept (each a few bytes),
+    the file part written to a ``FileWriter`` and checked line by line, a megabyte at a
+    time in a thread."""
+
+    def __init__(
+        self, files: FileStore, check: UploadCheck, *, max_file_bytes: int, room: int, stored: int
+    ) -> None:
+        self._files, self._check = files, check
+        self._max_file_bytes, self._room, self._stored = max_file_bytes, room, stored
+        self.fields: dict[str, bytes] = {}
+        self.filename: str | None = None
+        self.size = 0
+        self._writer: FileWriter | None = None
+        self._current: str | None = None
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+
+    async def receive(self, request: Request, reader: FormReader, body_limit: int) -> None:
+        received = 0
+        async for chunk in body_chunks(request):
+            received += len(chunk)
+            if received > body_limit:
+                raise PayloadTooLarge(f"request body exceeds {body_limit} bytes")
+            for event in reader.feed(chunk):
+                await self._take(event)
+            if self._pending_bytes >= FLUSH_BYTES:
+                await self._flush()
+        reader.close()
+        await self._flush()
+
+    async def finish(self) -> int:
+        return await off_loop(self._check.finish)
+
+    async def commit(self) -> str:
+        writer = self._writer
+        assert writer is not None
+        digest = await off_loop(writer.commit)
+        self._writer = None
+        return digest
+
+    async def discard(self) -> None:
+        """Remove the temporary file, if it was not committed. Run in a thread even when
+        the request was cancelled: a write still running there finishes first."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await off_loop(writer.discard)
+
+    async def _take(self, event: FormEvent) -> None:
+        if isinstance(event, PartStart):
+            if event.name not in _FIELDS:
+                raise ValidationFailed(
+                    f"unknown form field {event.name[:40]!r}; send purpose and file"
+                )
+            self._current = event.name
+            if event.name == "file":
+                if event.filename is None:
+                    raise ValidationFailed(
+                        "the form has no file: send the JSONL as the field `file`"
+                    )
+                self.filename = event.filename
+                self._writer = await off_loop(self._files.writer)
+            else:
+                self.fields[event.name] = b""
+        elif isinstance(event, PartData):
+            if self._current == "file":
+                self._file_bytes(event.data)
+            else:
+                self._field_bytes(event.data)
+        elif self._current in _PLAIN_FIELDS:
+            _check_field(self.fields, self._current)
+
+    def _file_bytes(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self._max_file_bytes:
+            raise PayloadTooLarge(
+                f"the file has more than {self._max_file_bytes} bytes; the limit is"
+                f" {self._max_file_bytes}"
+            )
+        if self.size > self._room:
+            raise refusal(
+                OverLimit("max_stored_bytes", self._stored + self._room, self._stored),
+                file_bytes=self.size,
+            )
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+
+    def _field_bytes(self, data: bytes) -> None:
+        assert self._current is not None
+        value = self.fields[self._current] + data
+        if len(value) > MAX_FIELD_BYTES:
+            raise ValidationFailed(
+                f"the form field {self._current!r} has more than {MAX_FIELD_BYTES} bytes"
+            )
+        self.fields[self._current] = value
+
+    async def _flush(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        writer = self._writer
+        assert writer is not None
+        await off_loop(_write_and_check, writer, self._check, data)
+
+
+def _write_and_check(writer: FileWriter, check: UploadCheck, data: bytes) -> None:
+    check.feed(data)  # a bad line refuses before its bytes are written
+    writer.write(data)
+
+
+def _check_field(form: Mapping[str, bytes], name: str) -> None:
+    """A plain field checked as soon as it is complete, so a wrong form is refused before
+    the file streams."""
+    if name == "purpose":
         purpose = _text(form, "purpose")
         if purpose != "batch":
             raise ValidationFailed(f"purpose {purpose[:40]!r} is not taken here; use 'batch'")
-        part = form.get("file")
-        if part is None or part.filename is None:
-            raise ValidationFailed("the form has no file: send the JSONL as the field `file`")
-        keep_s = _expiry_s(form, settings.file_retention_s)
-        data = bytes(part.data)
-        lines = await off_loop(
-            check_upload, data, max_bytes=settings.max_file_bytes, max_lines=settings.max_lines
-        )
-        now = parts.now()
-        digest = await off_loop(parts.files.put, data)  # checked first: nothing kept on a 4xx
-        record = FileObject(
-            id=new_file_id(),
-            tenant=tenant,
-            purpose="batch",
-            filename=part.filename[:255] or "input.jsonl",
-            bytes=len(data),
-            sha256=digest,
-            created_at=now,
-            expires_at=now + keep_s,
-            lines=lines,
-        )
-        await off_loop(parts.store.add_file, record)
-        return json_response(schemas.file_of(record))
+    else:
+        _expiry_s(form, 0)
 
-    return handle
+
+def _slots_refusal(full: SlotsFull) -> LimitReached:
+    if full.bound == "tenant":
+        return LimitReached(
+            f"this tenant has {full.used} uploads in progress on this gateway; the limit is"
+            f" {full.allowed} (batches.max_uploads_per_tenant): retry when one has finished",
+            retry_after_s=UPLOAD_RETRY_AFTER_S,
+        )
+    return LimitReached(
+        f"this gateway has {full.used} uploads in progress; the limit is {full.allowed}"
+        " (batches.max_uploads): retry shortly",
+        retry_after_s=UPLOAD_RETRY_AFTER_S,
+    )
+
+
+def _declared_length(value: str | None) -> int | None:
+    """The Content-Length, when it is a plain number (the server refuses any other)."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 19:
+        return None
+    return int(value)
+
+
+def _line_parsers(limits: LimitsSettings) -> BodyParsers:
+    """Each batch endpoint's strict body parser, as the executor runs it (``inputs``)."""
+    parsers: dict[str, Callable[[bytes], int]] = {
+        endpoint: body_parser(endpoint, limits) for endpoint in ENDPOINTS
+    }
+
+    def parser_of(url: str) -> Callable[[bytes], int] | None:
+        return parsers.get(url)
+
+    return parser_of
 
 
 def list_files(parts: BatchParts) -> Handler:
@@ -174,8 +418,14 @@ def get_file(parts: BatchParts) -> Handler:
 def file_content(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
         record = await _own_file(parts, request)
-        data = await off_loop(parts.files.read, record.sha256)
-        return Response(data, content_type="application/octet-stream")
+        if not await off_loop(parts.files.exists, record.sha256):
+            raise NotFound(f"file {record.id} has no content any more (it was just deleted)")
+        return FileResponse(
+            b"",
+            content_type="application/octet-stream",
+            path=parts.files.path_of(record.sha256),
+            length=record.bytes,
+        )
 
     return handle
 
@@ -209,29 +459,29 @@ async def _own_file(parts: BatchParts, request: Request) -> FileObject:
     return record
 
 
-def _text(form: Mapping[str, FormPart], name: str) -> str:
-    part = form.get(name)
-    if part is None:
+def _text(form: Mapping[str, bytes], name: str) -> str:
+    data = form.get(name)
+    if data is None:
         raise ValidationFailed(f"the form has no `{name}` field")
     try:
-        return bytes(part.data).decode("utf-8").strip()
+        return data.decode("utf-8").strip()
     except UnicodeDecodeError as exc:
         raise ValidationFailed(f"`{name}` is not UTF-8 text") from exc
 
 
-def _expiry_s(form: Mapping[str, FormPart], default_s: int) -> int:
+def _expiry_s(form: Mapping[str, bytes], default_s: int) -> int:
     """``expires_after[seconds]`` after creation, or ``default_s``. The anchor may be left
     out (``created_at`` is the only one); an anchor alone changes nothing."""
     if "expires_after[anchor]" in form and _text(form, "expires_after[anchor]") != "created_at":
         raise ValidationFailed("expires_after[anchor] must be 'created_at'")
     if "expires_after[seconds]" not in form:
         return default_s
-    seconds = _text(form, "expires_after[seconds]")
-    if not seconds.isdigit() or not MIN_EXPIRY_S <= int(seconds) <= MAX_EXPIRY_S:
-        raise ValidationFailed(
-            f"expires_after[seconds] must be a whole number from {MIN_EXPIRY_S} to {MAX_EXPIRY_S}"
-        )
-    return int(seconds)
+    return whole_number(
+        _text(form, "expires_after[seconds]"),
+        "expires_after[seconds]",
+        least=MIN_EXPIRY_S,
+        most=MAX_EXPIRY_S,
+    )
 
 
 def upload_form(max_bytes: int) -> dict[str, object]:
