@@ -308,3 +308,24 @@ def bench_coldstart(
     with _running() as machine:
         results = run_coldstart_bench(settings.data_dir, trials=trials, idle_stop_s=idle_stop_s)
     _publish(render(results, machine, _command()), SECTION, out)
+
+
+@bench_app.command("isolation")
+def bench_isolation(
+    attack: Annotated[
+        list[str] | None,
+        typer.Option(help="Only these attacks, one run each (default: each, then all at once)."),
+    ] = None,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """A victim tenant's interactive figures and batch time, alone and beside each attack."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.isolation import run_isolation_bench
+    from headway.bench.isolation_report import SECTION, render
+
+    plan = [[name] for name in attack] if attack else None
+    with _running() as machine:
+        results = run_isolation_bench(settings.data_dir, plan)
+    _publish(render(results, machine, _command()), SECTION, out)
