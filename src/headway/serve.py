@@ -91,7 +91,8 @@ def serve(
     """Blocks until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish).
 
     Every connection is under ``edge``'s timeouts and caps (``http/guard.py``), counted on
-    ``metrics_registry`` when given (the app's own, so they show on its /metrics)."""
+    ``metrics_registry`` when given (the app's own, so they show on its /metrics); with
+    ``ssl_context``, the TLS handshake too (the guard runs it, not the loop)."""
     # TCP_NODELAY is set where the socket is made. uvicorn is handed the socket itself, not
     # a descriptor it would duplicate: on shutdown it closes it, and nothing else holds it
     # open, so new connections are refused while in-flight requests finish.
@@ -101,9 +102,12 @@ def serve(
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        http=guarded_protocol(measured_guard(edge, metrics_registry)),
+        http=guarded_protocol(measured_guard(edge, metrics_registry, ssl_context)),
         ws="none",  # no websocket routes; an upgrade would leave the guard's accounting
         lifespan="on",
+        # X-Forwarded-For is believed only from edge.trusted_proxies (http/client_address.py),
+        # not from uvicorn's default of 127.0.0.1.
+        proxy_headers=False,
         access_log=False,
         log_config=None,
         log_level=log_level,
@@ -112,10 +116,7 @@ def serve(
         limit_concurrency=None,
         backlog=4096,
     )
-    if ssl_context is not None:
-        # HTTPS with a context of ours (``headway.tls``: it swaps certificates without a
-        # restart), set where uvicorn would put the one it builds from files. uvicorn
-        # takes scope["scheme"] from each connection (its transport's sslcontext).
-        config.load()
-        config.ssl = ssl_context
+    # HTTPS: the guard wraps each admitted connection in ``ssl_context`` (``headway.tls``
+    # swaps its certificates without a restart); uvicorn serves plain TCP and takes
+    # scope["scheme"] from each connection's transport (https once wrapped).
     DrainingServer(config, drain, drain_delay_s).run(sockets=[sock])

@@ -9,6 +9,7 @@ description is its documentation.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import tomllib
 from collections.abc import Mapping
@@ -134,7 +135,8 @@ class EdgeLimits(_Section):
         10.0,
         gt=0,
         description="Longest a connection may take, from connecting or from a request's first "
-        "byte, to send the request line and headers; then it is closed (408 if it had begun).",
+        "byte, to send the request line and headers (with TLS, the handshake too); then it is "
+        "closed (408 if it had begun).",
     )
     idle_timeout_s: float = Field(
         75.0,
@@ -145,8 +147,8 @@ class EdgeLimits(_Section):
     max_header_bytes: int = Field(
         64 << 10,
         ge=1024,
-        description="Largest request line plus headers; a request past it is answered 431 "
-        "and its connection closed.",
+        description="Largest request line plus headers, every byte counted however the "
+        "reads split them; a request past it is answered 431 and its connection closed.",
     )
     max_connections: int = Field(
         10_000,
@@ -157,9 +159,41 @@ class EdgeLimits(_Section):
     max_connections_per_client: int = Field(
         256,
         gt=0,
-        description="Open connections per client IP address; beyond it a new one is answered "
-        "503 and closed. Behind a proxy every client has the proxy's address: raise it.",
+        description="Open connections per client address (an IPv6 client by its /64); beyond "
+        "it a new one is answered 503 and closed. A trusted proxy's connections count only "
+        "against max_connections.",
     )
+    body_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="Longest a request body may take, from its headers, before it must "
+        "arrive at body_min_rate_bytes_s: the body's deadline is this plus one second for every "
+        "body_min_rate_bytes_s bytes received. Past it: 408 and the connection closed. Time "
+        "the server itself stops reading (an app not ready for more) is not counted.",
+    )
+    body_min_rate_bytes_s: float = Field(
+        500.0,
+        gt=0,
+        description="The slowest transfer rate of a request body that is waited for beyond "
+        "body_timeout_s (Apache mod_reqtimeout's minrate).",
+    )
+    trusted_proxies: tuple[str, ...] = Field(
+        (),
+        description="Proxies (CIDR list, e.g. 10.0.0.0/8) whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed: behind one, the client is the rightmost address in "
+        "X-Forwarded-For that is not a trusted proxy. Empty: the peer is the client whatever "
+        "the headers say.",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{cidr[:60]!r} is not an address or CIDR network") from exc
+        return cidrs
 
 
 class GatewaySettings(_Section):
