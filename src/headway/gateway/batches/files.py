@@ -27,6 +27,7 @@ from headway.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from headway.gateway.auth.kinds import TENANT_KEY
 from headway.gateway.batches import schemas
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
@@ -49,7 +50,14 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
     upload_limit = parts.settings.max_file_bytes + MULTIPART_SLACK
     return [
         DocumentedRoute(
-            Route("POST", "/v1/files", "files", upload(parts), max_body_bytes=upload_limit),
+            Route(
+                "POST",
+                "/v1/files",
+                "files",
+                upload(parts),
+                max_body_bytes=upload_limit,
+                auth=TENANT_KEY,
+            ),
             Operation(
                 "Upload a JSONL batch input (multipart/form-data: purpose=batch, file)",
                 schemas.File,
@@ -65,7 +73,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/files", "files", list_files(parts)),
+            Route("GET", "/v1/files", "files", list_files(parts), auth=TENANT_KEY),
             Operation(
                 "The tenant's files, newest first (purpose, limit, after, order)",
                 schemas.FileList,
@@ -75,13 +83,19 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/files/{file_id}", "file", get_file(parts)),
+            Route("GET", "/v1/files/{file_id}", "file", get_file(parts), auth=TENANT_KEY),
             Operation(
                 "One of the tenant's files", schemas.File, errors=_ERRORS, authenticated=True
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/files/{file_id}/content", "file_content", file_content(parts)),
+            Route(
+                "GET",
+                "/v1/files/{file_id}/content",
+                "file_content",
+                file_content(parts),
+                auth=TENANT_KEY,
+            ),
             Operation(
                 "The file's bytes (JSONL)",
                 "application/octet-stream",
@@ -90,7 +104,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("DELETE", "/v1/files/{file_id}", "file", delete_file(parts)),
+            Route("DELETE", "/v1/files/{file_id}", "file", delete_file(parts), auth=TENANT_KEY),
             Operation(
                 "Delete one of the tenant's files (not one a running batch reads)",
                 schemas.FileDeleted,
