@@ -149,12 +149,19 @@ class KeyChecks:
         """``evaluate`` the credential if the limiter lets it be checked; an ``Unauthorized``
         it raises is counted as a failure."""
         digest = key_digest(presented)
-        attempt = self.limiter.attempt(self.client_of(request), presented, digest)
-        await self.limiter.admit(attempt)
+        limiter, address = self.limiter, self.client_of(request)
+        if limiter.known(address, digest):  # served from here before: not held up
+            try:
+                return evaluate(presented, digest)
+            except Unauthorized:  # revoked or expired since
+                await limiter.failed(limiter.attempt(address, presented, digest))
+                raise
+        attempt = limiter.attempt(address, presented, digest)
+        await limiter.admit(attempt)
         try:
             found = evaluate(presented, digest)
         except Unauthorized:
-            await self.limiter.failed(attempt)
+            await limiter.failed(attempt)
             raise
-        self.limiter.succeeded(attempt)
+        limiter.succeeded(attempt)
         return found

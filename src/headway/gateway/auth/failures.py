@@ -4,9 +4,9 @@ A subject (a client address, a key prefix) holds at most ``failures`` tokens and
 ``failures / window_s`` a second. Each failed check takes one; with less than one left the
 subject is locked: refused before any key of it is checked, until a whole token is back
 (``locked_for``). A refusal takes nothing, so it never lengthens a lockout, and the wait
-it names is the real one. Invariant (the bucket's, ``quota/bucket.py``): over any
-interval of ``t`` seconds a subject fails at most ``failures + failures × t / window_s``
-times, however the failures and refusals interleave.
+it names is the real one. Invariant (the token bucket's, as in ``quota/bucket.py``): over
+any interval of ``t`` seconds a subject fails at most ``failures + failures × t /
+window_s`` times, however the failures and refusals interleave.
 
 Why a bucket and not a lockout that doubles: the state is two numbers per subject (in
 Redis too), a refusal says exactly when to come back, and someone who mistyped from behind
@@ -17,8 +17,6 @@ time. The guesser gains nothing from that: keys are 256 random bits.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from headway.gateway.quota.bucket import BucketState, take
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +36,15 @@ class FailureLimit:
         return self.window_s
 
 
+@dataclass(slots=True)
+class BucketState:
+    """What a subject has left, as of ``updated_s``. (Slotted, not frozen: one is made per
+    failed check.)"""
+
+    tokens: float
+    updated_s: float
+
+
 def allowance(state: BucketState | None, now_s: float, limit: FailureLimit) -> float:
     """The failures the subject may still make at once (a fraction while it refills)."""
     if state is None:
@@ -54,4 +61,5 @@ def locked_for(state: BucketState | None, now_s: float, limit: FailureLimit) -> 
 
 def fail(state: BucketState | None, now_s: float, limit: FailureLimit) -> BucketState:
     """The state after one failed check (a locked subject's is unchanged: not counted)."""
-    return take(state, now_s, limit.rate, float(limit.failures), 1.0).state
+    left = allowance(state, now_s, limit)
+    return BucketState(left - 1.0 if left >= 1.0 else left, now_s)

@@ -85,13 +85,15 @@ class NoAuthObserver:
         pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Attempt:
-    """A presented key: from where, its digest, and the subjects a failure counts against."""
+    """A presented key: from where, itself, and its digest."""
 
     address: str
+    presented: str
     digest: bytes
-    subjects: tuple[Subject, ...]
+    subjects: tuple[Subject, Subject] | None = None
+    """Whom a failure counts against, once asked (``FailedAuthLimiter.subjects``)."""
 
 
 def prefix_digest(presented: str, chars: int) -> str:
@@ -133,42 +135,57 @@ class FailedAuthLimiter:
         return self._store
 
     def attempt(self, address: str, presented: str, digest: bytes) -> Attempt:
-        prefix = prefix_digest(presented, self.settings.key_prefix_chars)
-        return Attempt(
-            address,
-            digest,
-            (
-                Subject("address", address, self._limits["address"]),
-                Subject("key_prefix", prefix, self._limits["key_prefix"]),
-            ),
-        )
+        return Attempt(address, presented, digest)
 
-    def known(self, attempt: Attempt) -> bool:
-        """This key was accepted from this address within ``known_for_s``."""
-        until = self._known.get((attempt.address, attempt.digest))
-        return until is not None and until > self._clock()
+    def subjects(self, attempt: Attempt) -> tuple[Subject, Subject]:
+        """Whom a failure of ``attempt`` counts against: its address, its key's prefix."""
+        if attempt.subjects is None:
+            prefix = prefix_digest(attempt.presented, self.settings.key_prefix_chars)
+            attempt.subjects = (
+                Subject("address", attempt.address, self._limits["address"]),
+                Subject("key_prefix", prefix, self._limits["key_prefix"]),
+            )
+        return attempt.subjects
+
+    def known(self, address: str, digest: bytes) -> bool:
+        """This key was accepted from this address within ``known_for_s``: it is checked
+        without asking the limiter (a pair served all along is renewed once half of that has
+        gone: a served request costs one dict lookup here)."""
+        pair = (address, digest)
+        until = self._known.get(pair)
+        if until is None:
+            return False
+        now = self._clock()
+        if until <= now:
+            return False
+        if until - now < self.settings.known_for_s / 2:
+            self._remember(pair, now)
+        return True
 
     async def admit(self, attempt: Attempt) -> None:
         """Return if ``attempt``'s key may be checked; ``AuthThrottled`` (429) if not."""
-        if self.known(attempt):
-            return
+        if self.known(attempt.address, attempt.digest):
+            return  # served from here before: no subject is looked at (nor made)
         now = self._clock()
-        for subject in attempt.subjects:
+        subjects = self.subjects(attempt)
+        for subject in subjects:
             until = self._locked_until.get(subject.key)
             if until is not None:
                 if until > now:
                     raise self._refusal(subject, until - now)
                 del self._locked_until[subject.key]
-        waits = await self._store.locked_for(attempt.subjects)
-        for subject, wait in zip(attempt.subjects, waits, strict=True):
+        waits = await self._store.locked_for(subjects)
+        for subject, wait in zip(subjects, waits, strict=True):
             if wait > 0:
                 self._remember_lockout(subject, wait)
                 raise self._refusal(subject, wait)
 
     def succeeded(self, attempt: Attempt) -> None:
         """The key was accepted: from this address it is exempt for ``known_for_s``."""
-        pair = (attempt.address, attempt.digest)
-        self._known[pair] = self._clock() + self.settings.known_for_s
+        self._remember((attempt.address, attempt.digest), self._clock())
+
+    def _remember(self, pair: tuple[str, bytes], now: float) -> None:
+        self._known[pair] = now + self.settings.known_for_s
         self._known.move_to_end(pair)
         if len(self._known) > self.settings.tracked:
             self._known.popitem(last=False)
@@ -177,8 +194,9 @@ class FailedAuthLimiter:
         """The key was refused (401): count it; log each lockout it starts."""
         self._known.pop((attempt.address, attempt.digest), None)
         self._observer.failed()
-        outcomes = await self._store.fail(attempt.subjects)
-        for subject, outcome in zip(attempt.subjects, outcomes, strict=True):
+        subjects = self.subjects(attempt)
+        outcomes = await self._store.fail(subjects)
+        for subject, outcome in zip(subjects, outcomes, strict=True):
             if outcome.locked_s > 0:
                 self._remember_lockout(subject, outcome.locked_s)
             if outcome.started:

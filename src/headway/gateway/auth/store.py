@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from headway.gateway.auth.failures import FailureLimit, fail, locked_for
-from headway.gateway.quota.bucket import BucketState
+from headway.gateway.auth.failures import BucketState, FailureLimit, allowance, fail, locked_for
 
 SubjectKind = Literal["address", "key_prefix"]
 SUBJECT_KINDS: tuple[SubjectKind, ...] = ("address", "key_prefix")
@@ -26,9 +25,10 @@ class FailureStoreUnavailable(Exception):
     """The shared store of failed key checks could not be reached or did not answer in time."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Subject:
-    """Whose failures are counted: a client address, or the digest of a key prefix."""
+    """Whose failures are counted: a client address, or the digest of a key prefix.
+    (Slotted, not frozen: one is made per failed check, and a frozen one costs 3× as much.)"""
 
     kind: SubjectKind
     name: str
@@ -36,10 +36,11 @@ class Subject:
 
     @property
     def key(self) -> str:
-        return f"{self.kind}:{self.name}"
+        """What it is stored under."""
+        return self.kind + ":" + self.name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Failed:
     """One subject after a failed check: refused for ``locked_s`` more seconds (0: not
     locked); ``started``: this failure is the one that locked it."""
@@ -76,12 +77,13 @@ class LocalFailureStore:
     async def fail(self, subjects: Sequence[Subject]) -> list[Failed]:
         now = self._clock()
         outcomes = []
+        buckets = self._buckets
         for subject in subjects:
-            before = self._buckets.pop(subject.key, None)
-            after = fail(before, now, subject.limit)
-            self._buckets[subject.key] = after  # now the most recently failed
-            locked_s = locked_for(after, now, subject.limit)
-            was_locked = locked_for(before, now, subject.limit) > 0
+            key, limit = subject.key, subject.limit
+            before = buckets.pop(key, None)
+            was_locked = before is not None and allowance(before, now, limit) < 1.0
+            after = buckets[key] = fail(before, now, limit)  # now the most recently failed
+            locked_s = locked_for(after, now, limit)
             outcomes.append(Failed(locked_s, locked_s > 0 and not was_locked))
         while len(self._buckets) > self._tracked:
             self._buckets.popitem(last=False)
