@@ -252,3 +252,27 @@ async def test_with_the_shared_store_away_failures_are_counted_locally_and_said_
         "failed-auth store is back; counting failed key checks in Redis again",
     )
     assert len(said) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    guesses=st.lists(
+        st.tuples(
+            st.sampled_from(["192.0.2.7", "10.9.0.1", "10.9.0.2"]),  # the victim's NAT too
+            st.sampled_from([VICTIM_KEY[:-1] + "x", "hw_guessguess1", "hw_guessguess2"]),
+            st.floats(0.0, 30.0),
+        ),
+        max_size=60,
+    )
+)
+async def test_a_client_served_before_is_never_refused_whatever_others_fail(guesses):
+    """The rule that a refusal costs only those who failed, as an invariant: however many
+    wrong keys come from its own address or share its key's prefix, a key served from an
+    address is served from it again."""
+    clock = FakeClock()
+    guard, _ = limiter(clock)
+    assert await check(guard, "192.0.2.7", VICTIM_KEY, valid=True) == 200
+    for address, key, pause in guesses:
+        clock.advance(pause)
+        assert await check(guard, address, key, valid=False) in (401, 429)
+        assert await check(guard, "192.0.2.7", VICTIM_KEY, valid=True) == 200

@@ -49,7 +49,6 @@ from typing import Protocol
 from headway.errors import AuthThrottled
 from headway.gateway.auth.failures import FailureLimit
 from headway.gateway.auth.store import (
-    SUBJECT_KINDS,
     FailureStore,
     LocalFailureStore,
     Subject,
@@ -246,6 +245,3 @@ class FailedAuthLimiter:
             whom,
             math.ceil(wait_s),
         )
-
-
-__all__ = ["SUBJECT_KINDS", "Attempt", "AuthObserver", "FailedAuthLimiter"]
