@@ -87,11 +87,17 @@ class Request:
         return parse_qs(raw.decode("latin-1"), keep_blank_values=True)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing (413) as soon as it is known to exceed ``limit``."""
-    declared = request.headers.get("content-length")
+def check_declared_length(headers: Mapping[str, str], limit: int) -> None:
+    """413 for a ``Content-Length`` past ``limit``, before a byte of the body is read (a
+    route that streams its body is held to it too)."""
+    declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing (413) as soon as it is known to exceed ``limit``."""
+    check_declared_length(request.headers, limit)
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -48,6 +48,7 @@ from headway.http.asgi import (
     ClientDisconnected,
     Request,
     Response,
+    check_declared_length,
     client_left,
     error_response,
     read_body,
@@ -144,6 +145,7 @@ class Edge:
                     if matched.accepts is not None:
                         matched.accepts(request.headers)
                     limit = matched.max_body_bytes or self._max_body_bytes
+                    check_declared_length(request.headers, limit)
                     request.body = await read_body(request, limit)
                     response = await unless_disconnected(matched.handler(request), request)
                 except ClientDisconnected:
