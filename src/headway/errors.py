@@ -15,6 +15,7 @@
     ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
     ├── QuotaExceeded           429  the tenant's token bucket is empty (carries retry_after_s)
     ├── LimitReached            429  a bound on work in progress (open batches, uploads at once)
+    ├── AuthThrottled           429  too many failed key checks from the address or key prefix
     ├── Overloaded              503  no capacity now (carries retry_after_s)
     ├── UpstreamFailed          502  every replica that was tried failed
     ├── NoReplicas              503  no ready replica in the pool
@@ -156,6 +157,15 @@ class LimitReached(HeadwayError):
 
     status = 429
     type = "limit_reached"
+
+
+class AuthThrottled(HeadwayError):
+    """Too many failed key checks from this address, or for keys beginning like this one;
+    refused before the key is checked, retry after ``retry_after_s``."""
+
+    status = 429
+    type = "too_many_failed_keys"
+    quiet = True
 
 
 class Overloaded(HeadwayError):

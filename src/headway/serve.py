@@ -130,14 +130,15 @@ def serve(
 
     Every connection is under ``edge``'s timeouts and caps (``http/guard.py``), counted on
     ``metrics_registry`` when given (the app's own, so they show on its /metrics); those of
-    ``ops`` under its own limits and caps, counted alike. Both listeners use ``ssl_context``."""
+    ``ops`` under its own limits and caps, counted alike. With ``ssl_context`` both listeners
+    speak HTTPS, the TLS handshake run by the guard (not the loop) under its timers."""
     # TCP_NODELAY is set where the socket is made. uvicorn is handed the socket itself, not
     # a descriptor it would duplicate: on shutdown it closes it, and nothing else holds it
     # open, so new connections are refused while in-flight requests finish.
     app.add_startup_hook(settle_heap)  # once started: see headway/heap.py
     sock = listening_socket(host, port) if fd is None else socket.socket(fileno=fd)
-    guard = measured_guard(edge or EdgeLimits(), metrics_registry)
-    config = client_config(app, guard, log_level, ssl_context)
+    guard = measured_guard(edge or EdgeLimits(), metrics_registry, ssl_context)
+    config = client_config(app, guard, log_level)
     server = DrainingServer(config, drain, drain_delay_s)
     if ops is None:
         server.run(sockets=[sock])
@@ -145,7 +146,7 @@ def serve(
     ops_sock = (
         listening_socket(ops.host, ops.port) if ops.fd is None else socket.socket(fileno=ops.fd)
     )
-    side = SideServer(ops_config(ops, guard, log_level, ssl_context))
+    side = SideServer(ops_config(ops, guard, log_level))
     ops_host, ops_port = ops_sock.getsockname()[:2]
     scheme = "https" if ssl_context is not None else "http"
     log.info("operations listener (/metrics) on %s://%s:%d", scheme, ops_host, ops_port)
@@ -153,16 +154,19 @@ def serve(
         runner.run(serve_beside(server, sock, side, ops_sock))
 
 
-def client_config(
-    app: App, guard: EdgeGuard, log_level: str, ssl_context: ssl.SSLContext | None
-) -> uvicorn.Config:
-    """The client listener's: ``app`` with its lifespan, every connection under ``guard``."""
-    config = uvicorn.Config(
+def client_config(app: App, guard: EdgeGuard, log_level: str) -> uvicorn.Config:
+    """The client listener's: ``app`` with its lifespan, every connection under ``guard``
+    (which wraps it in TLS itself, when it has a context: uvicorn serves plain TCP and takes
+    scope["scheme"] from each connection's transport, https once wrapped)."""
+    return uvicorn.Config(
         app,
         loop="uvloop",
         http=guarded_protocol(guard),
         ws="none",  # no websocket routes; an upgrade would leave the guard's accounting
         lifespan="on",
+        # X-Forwarded-For is believed only from edge.trusted_proxies (http/client_address.py),
+        # not from uvicorn's default of 127.0.0.1.
+        proxy_headers=False,
         access_log=False,
         log_config=None,
         log_level=log_level,
@@ -171,21 +175,21 @@ def client_config(
         limit_concurrency=None,
         backlog=BACKLOG,
     )
-    _use_tls(config, ssl_context)
-    return config
 
 
-def ops_config(
-    ops: OpsListener, client_guard: EdgeGuard, log_level: str, ssl_context: ssl.SSLContext | None
-) -> uvicorn.Config:
+def ops_config(ops: OpsListener, client_guard: EdgeGuard, log_level: str) -> uvicorn.Config:
     """The operations listener's: no lifespan (the client app's starts and stops what both
-    serve); a guard of its own, on ``ops.edge``, counting on the client guard's observer."""
-    config = uvicorn.Config(
+    serve); a guard of its own, on ``ops.edge``, counting on the client guard's observer and
+    shaking hands in its TLS context."""
+    return uvicorn.Config(
         ops.app,
         loop="uvloop",
-        http=guarded_protocol(EdgeGuard(ops.edge, observer=client_guard.observer)),
+        http=guarded_protocol(
+            EdgeGuard(ops.edge, observer=client_guard.observer, tls=client_guard.tls)
+        ),
         ws="none",
         lifespan="off",
+        proxy_headers=False,
         access_log=False,
         log_config=None,
         log_level=log_level,
@@ -193,8 +197,6 @@ def ops_config(
         limit_concurrency=None,
         backlog=BACKLOG,
     )
-    _use_tls(config, ssl_context)
-    return config
 
 
 async def serve_beside(
@@ -216,12 +218,3 @@ async def serve_beside(
     finally:
         side.should_exit = True
         await side_task
-
-
-def _use_tls(config: uvicorn.Config, ssl_context: ssl.SSLContext | None) -> None:
-    """HTTPS with a context of ours (``headway.tls``: it swaps certificates without a
-    restart), set where uvicorn would put the one it builds from files. uvicorn takes
-    scope["scheme"] from each connection (its transport's sslcontext)."""
-    if ssl_context is not None:
-        config.load()
-        config.ssl = ssl_context

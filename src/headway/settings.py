@@ -9,6 +9,7 @@ description is its documentation.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import re
 import tomllib
@@ -189,7 +190,8 @@ class EdgeLimits(_Section):
         10.0,
         gt=0,
         description="Longest a connection may take, from connecting or from a request's first "
-        "byte, to send the request line and headers; then it is closed (408 if it had begun).",
+        "byte, to send the request line and headers (with TLS, the handshake too); then it is "
+        "closed (408 if it had begun).",
     )
     idle_timeout_s: float = Field(
         75.0,
@@ -200,8 +202,8 @@ class EdgeLimits(_Section):
     max_header_bytes: int = Field(
         64 << 10,
         ge=1024,
-        description="Largest request line plus headers; a request past it is answered 431 "
-        "and its connection closed.",
+        description="Largest request line plus headers, every byte counted however the "
+        "reads split them; a request past it is answered 431 and its connection closed.",
     )
     max_connections: int = Field(
         10_000,
@@ -212,8 +214,93 @@ class EdgeLimits(_Section):
     max_connections_per_client: int = Field(
         256,
         gt=0,
-        description="Open connections per client IP address; beyond it a new one is answered "
-        "503 and closed. Behind a proxy every client has the proxy's address: raise it.",
+        description="Open connections per client address (an IPv6 client by its /64); beyond "
+        "it a new one is answered 503 and closed. A trusted proxy's connections count only "
+        "against max_connections.",
+    )
+    body_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="Longest a request body may take, from its headers, before it must "
+        "arrive at body_min_rate_bytes_s: the body's deadline is this plus one second for every "
+        "body_min_rate_bytes_s bytes received. Past it: 408 and the connection closed. Time "
+        "the server itself stops reading (an app not ready for more) is not counted.",
+    )
+    body_min_rate_bytes_s: float = Field(
+        500.0,
+        gt=0,
+        description="The slowest transfer rate of a request body that is waited for beyond "
+        "body_timeout_s (Apache mod_reqtimeout's minrate).",
+    )
+    trusted_proxies: tuple[str, ...] = Field(
+        (),
+        description="Proxies (CIDR list, e.g. 10.0.0.0/8) whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed: behind one, the client is the rightmost address in "
+        "X-Forwarded-For that is not a trusted proxy. Empty: the peer is the client whatever "
+        "the headers say.",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{cidr[:60]!r} is not an address or CIDR network") from exc
+        return cidrs
+
+
+class FailedAuthSettings(_Section):
+    """The one limiter of failed key checks, for every route that takes a key or token
+    (``gateway/auth/``): per client address and per key prefix, shared through Redis when
+    redis_url is set. A client refused by it gets 429 with Retry-After, before its key is
+    checked; a key already accepted from the same address is never refused by it."""
+
+    address_failures: int = Field(
+        20,
+        ge=1,
+        description="Failed key checks one client address (an IPv6 one by its /64) may make "
+        "at once; then one more every address_window_s / address_failures seconds. Past it "
+        "the address is refused (429) until one is allowed again.",
+    )
+    address_window_s: float = Field(
+        300.0, gt=0, description="The window address_failures refill over."
+    )
+    key_prefix_failures: int = Field(
+        10,
+        ge=1,
+        description="Failed key checks of keys that begin alike (the first key_prefix_chars "
+        "characters), from any addresses, allowed at once; then one more every "
+        "key_prefix_window_s / key_prefix_failures seconds: a guesser trying variants of one "
+        "key from many addresses.",
+    )
+    key_prefix_window_s: float = Field(
+        300.0, gt=0, description="The window key_prefix_failures refill over."
+    )
+    key_prefix_chars: int = Field(
+        12,
+        ge=4,
+        description="How many leading characters of a presented key make its prefix (12: "
+        "`hw_` and 9 random characters, 54 bits: knowing a victim's takes seeing its key).",
+    )
+    known_for_s: float = Field(
+        86_400.0,
+        gt=0,
+        description="How long a key accepted from an address stays exempt there: while that "
+        "address or that key's prefix is refused, the same key from the same address is "
+        "still checked and served.",
+    )
+    tracked: int = Field(
+        100_000,
+        ge=100,
+        description="Most addresses and prefixes with failures, and most (address, key) pairs "
+        "known, each gateway keeps in memory (the least recently seen go first).",
+    )
+    probe_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="With Redis away (limiting locally), how often one check tries Redis again.",
     )
 
 
@@ -319,6 +406,7 @@ class GatewaySettings(_Section):
         "port's: its clients are a few scrapers and operators, so a client-port flood never "
         "takes the slots a scrape needs, nor the reverse.",
     )
+    failed_auth: FailedAuthSettings = FailedAuthSettings()
 
 
 class BillingSettings(_Section):
@@ -611,30 +699,6 @@ class ConsoleSettings(_Section):
         0.0, ge=0, description="What one machine of the pools costs an hour (unit economics)."
     )
     currency: str = Field("USD", description="Currency of machine_cost_per_hour.")
-    signin_address_failures: int = Field(
-        5,
-        ge=1,
-        description="Failed sign-ins from one client address within signin_address_window_s "
-        "after which that address is refused (429, before its key is checked) until the "
-        "oldest of them leaves the window.",
-    )
-    signin_address_window_s: float = Field(
-        900.0, gt=0, description="The window failed sign-ins of one address are counted in."
-    )
-    signin_gateway_failures_per_minute: int = Field(
-        100,
-        ge=1,
-        description="Failed sign-ins from all addresses together within a minute after which "
-        "this gateway refuses every sign-in until the oldest is a minute old (open sessions "
-        "are unaffected).",
-    )
-    signin_tracked_addresses: int = Field(
-        10_000,
-        ge=1,
-        description="Most client addresses whose failed sign-ins are remembered; past it the "
-        "one whose last failure is oldest is forgotten. Keep it at least "
-        "signin_gateway_failures_per_minute × signin_address_window_s / 60.",
-    )
 
 
 class ObservabilitySettings(_Section):

@@ -2,11 +2,14 @@
 from one address is dropped (over the per-client cap at once, the rest at the header
 timeout) while ordinary requests from another address keep being answered; a silent
 connection is closed after the header timeout, an idle kept-alive one after the idle
-timeout; the counters and the open-connection gauge say so.
+timeout; the counters and the open-connection gauge say so. And the edge refuses before it
+reads: a stranger's upload is answered after its headers, a stalled body at the body
+timeout, headers past the cap in one read at once; guessed keys are throttled, and a
+tenant served from the guesser's address before is served through it.
 
 Loopback answers all of 127/8, so the attacker is 127.0.0.1, the ordinary client
 127.0.0.2 and whoever reads /metrics (on the operations port) 127.0.0.3: each has its
-own per-client count.
+own per-client count; the uploader and the guesser have addresses of their own too.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from headway.registry.sqlite import Registry
+from headway.bench.host import process_cpu_s
+from headway.registry.sqlite import DEMO_ADMIN_KEY, Registry
 from headway.testing.server import free_port
 from tests.e2e.conftest import wait_for
 
@@ -40,6 +44,8 @@ HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, PER_CLIENT = 1.5, 2.0, 200
 HALF_SENT = 1000
 MARGIN_S = 15.0  # what a loaded 2-core machine may add to a timer before the close is seen
 ATTACKER, ORDINARY, SCRAPER, PROBE = "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"
+UPLOADER, GUESSER = "127.0.0.5", "127.0.0.6"
+BODY_TIMEOUT_S, ADDRESS_FAILURES = 1.5, 20
 HALF = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
 
 
@@ -50,6 +56,7 @@ class Gateway:
     log: Path
     metrics_url: str
     """Its operations listener."""
+    pid: int
 
     def client(self, source: str) -> httpx.Client:
         transport = httpx.HTTPTransport(local_address=source)
@@ -92,6 +99,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "HEADWAY_GATEWAY__EDGE__HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
         "HEADWAY_GATEWAY__EDGE__IDLE_TIMEOUT_S": str(IDLE_TIMEOUT_S),
         "HEADWAY_GATEWAY__EDGE__MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
+        "HEADWAY_GATEWAY__EDGE__BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+        "HEADWAY_GATEWAY__FAILED_AUTH__ADDRESS_FAILURES": str(ADDRESS_FAILURES),
     }
     worker_port, port, ops_port = free_port(), free_port(), free_port()
     common = ("--data-dir", str(data_dir))
@@ -104,7 +113,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         with (data_dir / log).open("w") as stderr:
             processes.append(subprocess.Popen([*HEADWAY, *args, *common], env=env, stderr=stderr))
     served = Gateway(
-        f"http://127.0.0.1:{port}", port, data_dir / "gateway.log", f"http://127.0.0.1:{ops_port}"
+        f"http://127.0.0.1:{port}",
+        port,
+        data_dir / "gateway.log",
+        f"http://127.0.0.1:{ops_port}",
+        processes[1].pid,
     )
     try:
         with served.client(ORDINARY) as client:
@@ -299,3 +312,98 @@ def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(gateway:
     after = gateway.metrics()
     key = ("headway_connections_timed_out_total", "idle")
     assert after[key] - before[key] == 1
+
+
+def raw_answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes (a reset after its answer ends it too)."""
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    except ConnectionResetError:
+        pass
+    return answer
+
+
+def test_a_strangers_upload_is_answered_after_its_headers_and_no_more_is_read(gateway: Gateway):
+    declared = 150 << 20
+    cpu_before = process_cpu_s(gateway.pid)
+    started = time.monotonic()
+    sent, answered_after = 0, None
+    with socket.create_connection(("127.0.0.1", gateway.port), 30, (UPLOADER, 0)) as upload:
+        upload.sendall(
+            b"POST /v1/files HTTP/1.1\r\nHost: x\r\nauthorization: Bearer hw_not-a-key\r\n"
+            b"content-type: multipart/form-data; boundary=b\r\n"
+            b"content-length: %d\r\n\r\n" % declared
+        )
+        upload.setblocking(False)
+        answer, chunk = b"", b"x" * (1 << 20)
+        while time.monotonic() - started < MARGIN_S:  # the client sends as fast as it can
+            try:
+                data = upload.recv(65536)
+                if not data:
+                    break
+                answer += data
+                answered_after = sent if answered_after is None else answered_after
+            except BlockingIOError:
+                pass
+            except ConnectionResetError:
+                break
+            try:
+                sent += upload.send(chunk)
+            except BlockingIOError:
+                time.sleep(0.001)  # the client's own pace while its buffer is full
+            except (BrokenPipeError, ConnectionResetError):
+                break
+    took = time.monotonic() - started
+    cpu = process_cpu_s(gateway.pid) - cpu_before
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert b"connection: close" in answer.lower()
+    assert sent < declared // 10, f"{sent} of {declared} bytes went before the close"
+    assert cpu < 0.5, f"the refusal cost the gateway {cpu:.2f} s of CPU"
+    print(
+        f"\nstranger's upload of {declared >> 20} MiB: 401 after {answered_after} body bytes, "
+        f"{sent >> 10} KiB sent before the close, {took:.2f} s, gateway CPU {cpu:.3f} s"
+    )
+
+
+def test_a_stalled_body_gets_408_at_the_body_timeout(gateway: Gateway):
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", gateway.port), 30, (UPLOADER, 0)) as stalled:
+        stalled.settimeout(BODY_TIMEOUT_S + MARGIN_S)
+        stalled.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nauthorization: Bearer "
+            b"demo-key-search-app\r\ncontent-type: application/json\r\n"
+            b"content-length: 100\r\n\r\n" + b'{"input":'  # 9 of 100 bytes
+        )
+        answer = raw_answer(stalled)
+    assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer
+    assert BODY_TIMEOUT_S <= time.monotonic() - started < BODY_TIMEOUT_S + MARGIN_S
+
+
+def test_headers_past_the_cap_in_one_read_get_431(gateway: Gateway):
+    with socket.create_connection(("127.0.0.1", gateway.port), 30, (UPLOADER, 0)) as large:
+        large.settimeout(MARGIN_S)
+        large.sendall(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nx-pad: " + b"a" * (70 << 10) + b"\r\n\r\n"
+        )
+        assert raw_answer(large).startswith(b"HTTP/1.1 431")
+
+
+def test_guessed_keys_are_throttled_but_a_tenant_served_before_is_not(gateway: Gateway):
+    tenant, admin = AUTH, {"authorization": f"Bearer {DEMO_ADMIN_KEY}"}
+    with gateway.client(GUESSER) as guesser, gateway.client(ORDINARY) as ordinary:
+        assert guesser.get("/v1/models", headers=tenant).status_code == 200  # before
+        statuses = [
+            guesser.get("/admin/tenants", headers={"authorization": f"Bearer hw_guess{n:03}"})
+            for n in range(ADDRESS_FAILURES + 5)
+        ]
+        assert [s.status_code for s in statuses] == [401] * ADDRESS_FAILURES + [429] * 5
+        refused = statuses[-1]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["type"] == "too_many_failed_keys"
+        assert guesser.get("/v1/models", headers=tenant).status_code == 200  # served through
+        assert guesser.get("/admin/tenants", headers=admin).status_code == 429  # new there
+        assert ordinary.get("/admin/tenants", headers=admin).status_code == 200  # no global rule
+    log = gateway.log.read_text()
+    assert f"refusing {GUESSER}" in log and "hw_guess" not in log

@@ -12,9 +12,11 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -34,6 +36,8 @@ HEADWAY = (sys.executable, "-m", "headway")
 TENANT = {"authorization": "Bearer demo-key-search-app"}
 ADMIN = {"authorization": "Bearer demo-admin-key"}
 BODY = {"model": "synthetic", "input": [f"text {i}" for i in range(40)]}  # 3 chunks
+HEADER_TIMEOUT_S = 3.0
+MARGIN_S = 15.0  # what a loaded 2-core machine may add to a timer before the close is seen
 
 
 def headway(*args: str) -> str:
@@ -77,7 +81,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     settings = bench_settings(
         root,
         {"backend": "synthetic", "synthetic": {"call_ms": 0.0, "text_ms": 0.0}, "drain_delay_s": 0},
-        {"registry_poll_s": 0.1},
+        {
+            "registry_poll_s": 0.1,
+            "edge": {"max_connections_per_client": 10_000, "header_timeout_s": HEADER_TIMEOUT_S},
+        },
     )
     tls = TlsSettings(
         ca=certs / "ca.crt",
@@ -243,3 +250,16 @@ def test_the_batch_executor_sends_its_lines_to_the_https_gateway(stack):
         batch = wait_for(finished, 30, "the batch to finish", interval_s=0.2)
     assert batch["status"] == "completed", batch
     assert batch["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+
+
+def test_a_client_that_never_says_hello_is_dropped_at_the_header_timeout(stack):
+    """The handshake runs under the edge guard: a client that connects and never sends its
+    ClientHello is closed after header_timeout_s (asyncio alone would hold it 60 s)."""
+    address = urlsplit(stack.https_gateway)
+    started = time.monotonic()
+    with socket.create_connection((address.hostname, address.port), timeout=30) as silent:
+        silent.settimeout(HEADER_TIMEOUT_S + MARGIN_S)
+        assert silent.recv(1024) == b""  # closed without a word
+    assert HEADER_TIMEOUT_S - 0.1 <= time.monotonic() - started < HEADER_TIMEOUT_S + MARGIN_S
+    with stack.client(stack.https_gateway) as https:  # and a real client is still served
+        assert https.get("/healthz").status_code == 200

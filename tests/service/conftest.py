@@ -18,6 +18,7 @@ from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.gateway.app import build_gateway_app
+from headway.gateway.auth.store import FailureStore
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.static import StaticDiscovery
@@ -101,6 +102,7 @@ async def make_stack(
     tracing: ProcessTracing | None = None,
     clock: Callable[[], float] = time.monotonic,
     observability: ObservabilitySettings | None = None,
+    auth_store: FailureStore | None = None,
     **gateway: Any,
 ) -> Stack:
     """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
@@ -108,7 +110,8 @@ async def make_stack(
     ``batches``: serve the Batch API with these settings, stores in ``tmp_path`` (or
     ``batch_store``); ``tracing``: the gateway's and the workers' (default: off);
     ``clock``: the gateway's monotonic clock; ``observability``: its metrics, quality and
-    console settings (default: the defaults)."""
+    console settings (default: the defaults); ``auth_store``: where failed key checks are
+    counted (default: in the gateway)."""
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
@@ -138,6 +141,7 @@ async def make_stack(
         clock=clock,
         cache=cache,
         observability=observability,
+        failed_auth=auth_store,
     )
     batch_parts = None
     if batches is not None:

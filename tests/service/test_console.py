@@ -18,7 +18,7 @@ from headway.gateway.console.routes import parts_of
 from headway.registry.keys import key_digest
 from headway.registry.model import SYSTEM, Actor, ModelRecord, key_id_of
 from headway.registry.sqlite import DEMO_ADMIN_KEY
-from headway.settings import ConsoleSettings, ObservabilitySettings
+from headway.settings import FailedAuthSettings
 from tests.fakes import FakeClock
 from tests.service.conftest import SYNTHETIC, auth, make_stack
 
@@ -452,60 +452,56 @@ def signins(stack, outcome: str) -> float | None:
     )
 
 
-async def test_five_wrong_keys_lock_the_address_out_until_the_window_passes(tmp_path, caplog):
+FIVE_PER_15_MIN = FailedAuthSettings(address_failures=5, address_window_s=900)
+
+
+async def test_wrong_keys_lock_their_address_out_but_not_a_key_signed_in_from_it(tmp_path, caplog):
     clock = FakeClock()
-    stack = await make_stack(tmp_path, clock=clock)
+    stack = await make_stack(tmp_path, clock=clock, failed_auth=FIVE_PER_15_MIN)
     try:
+        await session(stack.client)  # the operator signed in from here before the guessing
         for _ in range(5):
-            clock.advance(10)
             assert (await login(stack.client, "hw_guess")).status_code == 401
-        locked = await login(stack.client)  # the right key, but too late
-        assert locked.status_code == 429
-        assert int(locked.headers["retry-after"]) == 900 - 40  # the first leaves the window
-        assert "Too many failed sign-ins from your address" in locked.text
-        assert SESSION_COOKIE + "=" not in set_cookie(locked)
-        assert set_cookie(locked).startswith(LOGIN_COOKIE + "=")  # the form, signed again
-        assert 'name="key"' in locked.text
-        assert_secured(locked)
-        # Another address still signs in.
-        async with client_at(stack, "10.0.0.2") as elsewhere:
-            assert (await login(elsewhere)).status_code == 303
-        assert [(r.levelname, r.getMessage()) for r in caplog.records if "sign-in" in r.msg] == [
-            (
-                "WARNING",
-                "console sign-in: 5 failures from 127.0.0.1 within 900 s; "
-                "refusing 127.0.0.1 for 860 s",
-            )
-        ]
-        assert "hw_guess" not in caplog.text
-        clock.advance(860)
+        new_here = await login(stack.client, "demo-key-search-app")  # a key new to the address
+        assert new_here.status_code == 429
+        assert int(new_here.headers["retry-after"]) == 180  # one failure back every 900/5 s
+        assert "Too many failed key checks from your address" in new_here.text
+        assert SESSION_COOKIE + "=" not in set_cookie(new_here)
+        assert set_cookie(new_here).startswith(LOGIN_COOKIE + "=")  # the form, signed again
+        assert 'name="key"' in new_here.text
+        assert_secured(new_here)
+        # The operator's own key, accepted from this address before: still signs in.
         assert (await login(stack.client)).status_code == 303
+        async with client_at(stack, "10.0.0.2") as elsewhere:  # another address: unaffected
+            assert (await login(elsewhere, "hw_guess")).status_code == 401
+        lockouts = [r.getMessage() for r in caplog.records if "failed key checks" in r.msg]
+        assert lockouts == ["failed key checks: 5 within 900 s; refusing 127.0.0.1 for 180 s"]
+        assert "hw_guess" not in caplog.text
+        clock.advance(180)
+        assert (await login(stack.client, "hw_guess")).status_code == 401  # one more, then
+        assert (await login(stack.client, "hw_guess")).status_code == 429  # locked again
         counts = {o: signins(stack, o) for o in ("ok", "bad_key", "not_admin", "throttled")}
-        assert counts == {"ok": 2, "bad_key": 5, "not_admin": 0, "throttled": 1}
+        assert counts == {"ok": 2, "bad_key": 7, "not_admin": 0, "throttled": 2}
     finally:
         await stack.close()
 
 
-async def test_too_many_failures_on_the_gateway_refuse_every_address_but_not_sessions(tmp_path):
+async def test_failures_from_many_addresses_lock_out_only_those_addresses(tmp_path):
     clock = FakeClock()
-    console = ConsoleSettings(signin_gateway_failures_per_minute=3)
-    stack = await make_stack(
-        tmp_path, clock=clock, observability=ObservabilitySettings(console=console)
-    )
+    stack = await make_stack(tmp_path, clock=clock, failed_auth=FIVE_PER_15_MIN)
     try:
         cookie, _ = await session(stack.client)  # signed in before the flood
-        for number in range(3):
+        for number in range(30):  # 150 failures a minute, from 30 addresses
             async with client_at(stack, f"10.0.1.{number}") as guesser:
-                assert (await login(guesser, "demo-key-search-app")).status_code == 403
-        async with client_at(stack, "10.0.2.1") as operator:
-            refused = await login(operator)
-        assert refused.status_code == 429 and int(refused.headers["retry-after"]) == 60
-        assert "Too many failed sign-ins to this gateway" in refused.text
-        assert SESSION_COOKIE + "=" not in set_cookie(refused)
-        assert (await call(stack.client, "GET", "/console/api/pools", cookie)).status_code == 200
-        assert signins(stack, "not_admin") == 3
-        clock.advance(60)
-        async with client_at(stack, "10.0.2.1") as operator:
+                for _ in range(5):
+                    assert (await login(guesser, f"hw_guess{number}")).status_code == 401
+                assert (await login(guesser, "hw_again")).status_code == 429
+        async with client_at(stack, "10.0.2.1") as operator:  # no gateway-wide lockout
             assert (await login(operator)).status_code == 303
+        async with client_at(stack, "10.0.2.2") as tenant:  # a tenant's key is no guess
+            assert (await login(tenant, "demo-key-search-app")).status_code == 403
+            assert (await login(tenant, "demo-key-search-app")).status_code == 403
+        assert (await call(stack.client, "GET", "/console/api/pools", cookie)).status_code == 200
+        assert signins(stack, "not_admin") == 2 and signins(stack, "throttled") == 30
     finally:
         await stack.close()

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
 import uvicorn
+import uvloop
 from uvicorn.server import ServerState
 
 from headway.http.asgi import DISCONNECT_EXTENSION, Disconnect
@@ -20,6 +24,8 @@ from headway.http.connection_metrics import TimeoutPhase
 from headway.http.guard import EdgeGuard, guarded_protocol
 from headway.serve import listening_socket
 from headway.settings import EdgeLimits
+from headway.tls.contexts import client_context, server_context
+from headway.tls.folder import init
 
 WAIT_S = 10.0  # deadline for a condition that should come far sooner
 SHORT = EdgeLimits(header_timeout_s=0.2, idle_timeout_s=0.3)
@@ -48,10 +54,25 @@ class HeldApp:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     disconnect: Disconnect | None = None
 
+    read_gate: asyncio.Event = field(default_factory=asyncio.Event)
+    """``/late-read`` reads its body only once this is set."""
+    waiting_to_read: asyncio.Event = field(default_factory=asyncio.Event)
+    body_sizes: list[int] = field(default_factory=list)
+    schemes: list[str] = field(default_factory=list)
+
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
         assert scope["type"] == "http"
-        while (await receive()).get("more_body"):
-            pass
+        self.schemes.append(scope["scheme"])
+        if scope["path"] == "/late-read":
+            self.waiting_to_read.set()
+            await self.read_gate.wait()
+        size = 0
+        while True:
+            message = await receive()
+            size += len(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        self.body_sizes.append(size)
         if scope["path"] == "/hold":
             self.disconnect = scope["extensions"][DISCONNECT_EXTENSION]
             self.entered.set()
@@ -90,9 +111,9 @@ class Served:
 
 
 @asynccontextmanager
-async def serving(limits: EdgeLimits) -> AsyncIterator[Served]:
+async def serving(limits: EdgeLimits, tls: ssl.SSLContext | None = None) -> AsyncIterator[Served]:
     observer, app = RecordingObserver(), HeldApp()
-    guard = EdgeGuard(limits, observer=observer)
+    guard = EdgeGuard(limits, observer=observer, tls=tls)
     config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False, ws="none")
     config.load()
     state = ServerState()
@@ -106,6 +127,7 @@ async def serving(limits: EdgeLimits) -> AsyncIterator[Served]:
         yield served
     finally:
         app.release.set()
+        app.read_gate.set()
         for writer in served.clients:
             writer.close()
             await writer.wait_closed()
@@ -275,3 +297,177 @@ async def test_a_request_answered_in_full_is_never_marked():
         await served.until(lambda: served.guard.caps.open == 0, "the connection closed")
         assert served.app.disconnect is not None and not served.app.disconnect.happened
         assert not served.app.cancelled.is_set()
+
+
+# Every byte of the request line and headers counts, however the reads split them.
+
+CAPPED = EdgeLimits(header_timeout_s=5.0, idle_timeout_s=5.0, max_header_bytes=4096)
+
+
+def request_with_headers_of(size: int) -> bytes:
+    """A GET whose request line and headers are exactly ``size`` bytes."""
+    head = b"GET /ok HTTP/1.1\r\nHost: x\r\nx-pad: "
+    return head + b"a" * (size - len(head) - 4) + b"\r\n\r\n"
+
+
+async def test_headers_over_the_cap_in_one_read_are_refused_431_before_they_are_parsed():
+    async with serving(CAPPED) as served:
+        reader, writer = await served.connect()
+        writer.write(request_with_headers_of(4097))  # one write, one read: all complete
+        status, error, headers = error_of(await until_closed(reader))
+        assert (status, error, headers["connection"]) == (431, "headers_too_large", "close")
+        assert served.observer.refusals == {"max_header_bytes": 1}
+        assert served.app.body_sizes == []  # the app never saw it
+
+        reader, writer = await served.connect()
+        writer.write(request_with_headers_of(4096))  # at the cap exactly: served
+        assert (await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)).startswith(b"HTTP/1.1 200")
+        assert served.observer.refusals == {"max_header_bytes": 1}
+
+
+async def test_headers_over_the_cap_split_across_many_reads_are_refused_431():
+    async with serving(CAPPED) as served:
+        reader, writer = await served.connect()
+        request = request_with_headers_of(4097)
+        for start in range(0, len(request), 100):  # 41 reads, each waited for by the server
+            writer.write(request[start : start + 100])
+            await writer.drain()
+            await asyncio.sleep(0.005)  # the client's pace: the reads arrive apart
+        status, error, _ = error_of(await until_closed(reader))
+        assert (status, error) == (431, "headers_too_large")
+        assert served.observer.refusals == {"max_header_bytes": 1}
+
+
+async def test_the_blank_line_ending_the_headers_may_straddle_two_reads():
+    async with serving(CAPPED) as served:
+        reader, writer = await served.connect()
+        body = b"b" * 10_000  # past the cap, in the same read as the end of the headers
+        head = b"POST /ok HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\n\r\n" % len(body)
+        writer.write(head[:-2])
+        await writer.drain()
+        await served.until(lambda: served.guard.caps.open == 1, "admitted")
+        await asyncio.sleep(0.01)  # the client's pace: two reads
+        writer.write(head[-2:] + body)
+        answer = await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)
+        assert answer.startswith(b"HTTP/1.1 200") and served.app.body_sizes == [10_000]
+        assert served.observer.refusals == {}
+
+
+async def test_a_pipelined_request_with_headers_over_the_cap_is_refused_too():
+    async with serving(CAPPED) as served:
+        reader, writer = await served.connect()
+        writer.write(GET + request_with_headers_of(8000))  # the second begins mid-read
+        status, error, _ = error_of(await until_closed(reader))
+        assert (status, error) == (431, "headers_too_large")  # bounded by the parser's count
+        assert served.observer.refusals == {"max_header_bytes": 1}
+
+
+# A body must keep arriving: the pace rule.
+
+PACED = EdgeLimits(body_timeout_s=0.3, body_min_rate_bytes_s=1000.0, idle_timeout_s=5.0)
+
+
+def post(path: bytes, length: int) -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\ncontent-length: %d\r\n\r\n" % (path, length)
+
+
+async def test_a_body_that_stalls_is_answered_408_and_closed_after_its_allowance():
+    async with serving(PACED) as served:
+        reader, writer = await served.connect()
+        started = asyncio.get_running_loop().time()
+        writer.write(post(b"/ok", 100) + b"x" * 9)  # 9 of 100 bytes, then nothing
+        status, error, headers = error_of(await until_closed(reader))
+        waited = asyncio.get_running_loop().time() - started
+        assert (status, error, headers["connection"]) == (408, "request_timeout", "close")
+        assert 0.3 <= waited < 0.3 + 9 / 1000 + 2.0
+        assert served.observer.timeouts == {"body": 1}
+        await served.until(lambda: served.guard.caps.open == 0, "its slot released")
+
+
+async def test_a_body_that_keeps_the_minimum_pace_is_read_to_the_end():
+    async with serving(PACED) as served:
+        reader, writer = await served.connect()
+        writer.write(post(b"/ok", 600))
+        for _ in range(6):  # 100 bytes every 50 ms: 2,000 bytes/s, past the 0.3 s allowance
+            writer.write(b"y" * 100)
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the client's pace
+        answer = await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)
+        assert answer.startswith(b"HTTP/1.1 200") and served.app.body_sizes == [600]
+        assert served.observer.timeouts == {}
+
+
+async def test_time_the_server_is_not_reading_is_not_held_against_the_client():
+    # A minimum rate so high that only the allowance counts: 0.3 s for the whole body.
+    async with serving(EdgeLimits(body_timeout_s=0.3, body_min_rate_bytes_s=1e12)) as served:
+        reader, writer = await served.connect()
+        body = b"z" * 1_000_000  # far more than uvicorn buffers before it stops reading
+        writer.write(post(b"/late-read", len(body)) + body[:10])
+        await asyncio.wait_for(served.app.waiting_to_read.wait(), WAIT_S)
+        writer.write(body[10:])  # a read apart: the body's clock ran, then reading stopped
+        await asyncio.sleep(0.6)  # what the test is about: twice the allowance passes
+        served.app.read_gate.set()
+        answer = await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)
+        assert answer.startswith(b"HTTP/1.1 200") and served.app.body_sizes == [len(body)]
+        assert served.observer.timeouts == {}
+
+
+# TLS: the handshake runs under the guard, from the connection's first moment.
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("certs")
+    init(folder, days=2, ca_days=3)
+    return folder
+
+
+async def test_a_client_that_never_says_hello_is_held_only_for_the_header_timeout(certificates):
+    tls = server_context(certificates / "public.crt", certificates / "public.key")
+    async with serving(SHORT, tls) as served:
+        reader, _ = await served.connect()  # plain TCP, and then nothing: no ClientHello
+        await served.until(lambda: served.guard.caps.open == 1, "counted while it handshakes")
+        assert await until_closed(reader) == b""
+        assert served.observer.timeouts == {"handshake": 1}
+        await served.until(lambda: served.guard.caps.open == 0, "its slot released")
+
+
+async def test_a_tls_client_is_served_over_https_and_a_plain_one_is_refused(certificates):
+    tls = server_context(certificates / "public.crt", certificates / "public.key")
+    async with serving(EdgeLimits(), tls) as served:
+        client = client_context(ca=certificates / "ca.crt")
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", served.port, ssl=client, server_hostname="localhost"
+        )
+        served.clients.append(writer)
+        writer.write(GET)
+        assert (await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)).startswith(b"HTTP/1.1 200")
+        assert served.app.schemes == ["https"]
+
+        plain, plain_writer = await served.connect()
+        plain_writer.write(GET)  # HTTP where TLS was expected
+        assert await until_closed(plain) == b""
+        assert served.observer.refusals == {"tls_handshake": 1}
+        await served.until(lambda: served.guard.caps.open == 1, "only the TLS client holds one")
+
+
+def test_the_handshake_is_guarded_on_uvloop_too(certificates):
+    """The servers run uvloop, whose SSL protocol is its own: the same stall and the same
+    served client on it."""
+    tls = server_context(certificates / "public.crt", certificates / "public.key")
+
+    async def check() -> None:
+        async with serving(SHORT, tls) as served:
+            stalled, _ = await served.connect()
+            client = client_context(ca=certificates / "ca.crt")
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", served.port, ssl=client, server_hostname="localhost"
+            )
+            served.clients.append(writer)
+            writer.write(GET)
+            assert (await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)).endswith(b"ok")
+            assert await until_closed(stalled) == b""
+            assert served.observer.timeouts["handshake"] == 1
+            await served.until(lambda: served.guard.caps.open == 1, "the stalled one released")
+
+    uvloop.run(check())

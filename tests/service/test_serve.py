@@ -85,8 +85,8 @@ async def both_listening(ops_sock_closed: bool = False) -> AsyncIterator[Both]:
         ops_sock.close()
     guard = measured_guard(TWO_PER_CLIENT, None)
     ops = OpsListener(App(edge_of("/metrics")), "127.0.0.1", 0, edge=TWO_PER_CLIENT)
-    main = DrainingServer(client_config(client_app, guard, "warning", None), None, 0.0)
-    side = SideServer(ops_config(ops, guard, "warning", None))
+    main = DrainingServer(client_config(client_app, guard, "warning"), None, 0.0)
+    side = SideServer(ops_config(ops, guard, "warning"))
     task = asyncio.create_task(serve_beside(main, sock, side, ops_sock))
     both = Both(port, ops_port, main, side, task, lifespan)
     try:

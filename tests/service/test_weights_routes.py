@@ -163,9 +163,9 @@ async def test_a_file_is_streamed_a_chunk_at_a_time(weights) -> None:
 async def test_the_routes_are_in_the_openapi_document(weights) -> None:
     spec = (await weights.client.get("/openapi.json")).json()
     listing = spec["paths"]["/v1/weights/{version}"]["get"]
-    assert set(listing["responses"]) == {"200", "401", "403", "404", "500"}
+    assert set(listing["responses"]) == {"200", "401", "403", "404", "429", "500"}
     file = spec["paths"]["/v1/weights/{version}/{file}"]["get"]
-    assert set(file["responses"]) == {"200", "401", "403", "404", "416", "500"}
+    assert set(file["responses"]) == {"200", "401", "403", "404", "416", "429", "500"}
     assert "application/octet-stream" in file["responses"]["200"]["content"]
 
 

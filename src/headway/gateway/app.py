@@ -8,7 +8,7 @@ counting) → the route's handler; for the model endpoints, ``path.serve``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -34,10 +34,11 @@ from headway.errors import (
 from headway.gateway import compat_schemas, routes, schemas, usage
 from headway.gateway.admin import aliases, audit, models, rollouts, splits, tenants
 from headway.gateway.admin.access import AdminParts
+from headway.gateway.auth.checks import KeyChecks
+from headway.gateway.auth.kinds import ADMIN_KEY, ANY_KEY, EXECUTOR_TOKEN, TENANT_KEY
 from headway.gateway.batches import batches as batches_api
 from headway.gateway.batches import files
 from headway.gateway.batches.lines import PATHS as LINE_PATHS
-from headway.gateway.batches.lines import executor_identify
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.batches.tenants import FINISH_EVERY_S, TenantData
 from headway.gateway.console import routes as console
@@ -52,10 +53,11 @@ from headway.gateway.endpoints.weights import routes as weights_routes
 from headway.gateway.openapi import JSON, DocumentedRoute, Operation, openapi_document
 from headway.gateway.path import PathParts, serve
 from headway.gateway.service import GatewayService
-from headway.gateway.stages.authenticate import Identify, by_key
+from headway.gateway.stages.parse import check_media_type
 from headway.http.asgi import App, Handler, Hook, Request, Response, json_response
+from headway.http.client_address import TrustedProxies
 from headway.http.edge import Edge
-from headway.http.router import Route, Router
+from headway.http.router import Check, Route, Router
 from headway.tracing.setup import ProcessTracing
 
 MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
@@ -98,8 +100,24 @@ def build_gateway_app(
         None if batches is None else batches.files,
         service.cache.forget_tenant,
     )
+    keys = KeyChecks(
+        service.snapshots,
+        service.auth_limiter,
+        trusted=TrustedProxies(service.settings.edge.trusted_proxies),
+        executor_token=batches.settings.executor_token if batches is not None else "",
+        weights_token=weights.token if weights is not None else "",
+    )
+    checks = keys.table()
     documented = gateway_routes(
-        service, rerank_models, batches, prices, weights, embed_models, tenant_data
+        service,
+        rerank_models,
+        batches,
+        prices,
+        weights,
+        embed_models,
+        tenant_data,
+        keys=keys,
+        checks=checks,
     )
     edge = Edge(
         Router(d.route for d in documented),
@@ -107,6 +125,7 @@ def build_gateway_app(
         observer=service.metrics,
         tracer=tracing.tracer,
         access_log=service.observability.logging.access,
+        checks=checks,
     )
     closing: list[Hook] = [service.stop]
     if batches is not None:
@@ -133,7 +152,12 @@ def gateway_routes(
     weights: WeightsParts | None = None,
     embed_models: Sequence[str] = (),
     tenant_data: TenantData | None = None,
+    *,
+    keys: KeyChecks,
+    checks: dict[str, Check],
 ) -> list[DocumentedRoute]:
+    """Every route, each declaring how its caller is identified (``Route.auth``: a name in
+    ``checks``, which the console's session check is added to)."""
     parts = service.parts()
     snapshots, pools = service.snapshots, service.pools
     ledger, wall_clock = service.usage_ledger, service.meter.wall_clock
@@ -143,7 +167,7 @@ def gateway_routes(
     embeddings, rerank = Embeddings(), Rerank(rerank_models)
     documented = [
         DocumentedRoute(
-            Route("POST", "/v1/embeddings", "embeddings", _model_route(embeddings, parts)),
+            _model_route("/v1/embeddings", "embeddings", embeddings, parts),
             _model_operation(
                 "Create embeddings (OpenAI-compatible)",
                 schemas.EmbeddingsRequest,
@@ -151,7 +175,7 @@ def gateway_routes(
             ),
         ),
         DocumentedRoute(
-            Route("POST", "/v1/rerank", "rerank", _model_route(rerank, parts)),
+            _model_route("/v1/rerank", "rerank", rerank, parts),
             _model_operation(
                 "Rerank documents (Cohere v1-compatible)",
                 schemas.RerankRequest,
@@ -161,7 +185,9 @@ def gateway_routes(
         # Other APIs' clients, unchanged: each route a translation onto the same path.
         *compat_routes(service, parts, embed_models or rerank_models[-1:], rerank_models),
         DocumentedRoute(
-            Route("GET", "/v1/models", "models", routes.list_models(snapshots, pools)),
+            Route(
+                "GET", "/v1/models", "models", routes.list_models(snapshots, pools), auth=ANY_KEY
+            ),
             Operation(
                 "Models being served, by every name they answer to",
                 schemas.ModelList,
@@ -170,7 +196,13 @@ def gateway_routes(
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/admin/replicas", "admin", routes.admin_replicas(snapshots, pools)),
+            Route(
+                "GET",
+                "/admin/replicas",
+                "admin",
+                routes.admin_replicas(snapshots, pools),
+                auth=ADMIN_KEY,
+            ),
             Operation(
                 "Each pool's replicas and routing counts (admin key)",
                 schemas.Replicas,
@@ -179,7 +211,13 @@ def gateway_routes(
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/usage", "usage", usage.tenant_usage(snapshots, ledger, wall_clock)),
+            Route(
+                "GET",
+                "/v1/usage",
+                "usage",
+                usage.tenant_usage(snapshots, ledger, wall_clock),
+                auth=TENANT_KEY,
+            ),
             Operation(
                 "The tenant's own billed usage, by hour, day or model",
                 schemas.Usage,
@@ -189,7 +227,7 @@ def gateway_routes(
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/admin/usage", "admin_usage", admin_usage),
+            Route("GET", "/admin/usage", "admin_usage", admin_usage, auth=ADMIN_KEY),
             Operation(
                 "Every tenant's billed usage, by hour, day or model (admin key)",
                 schemas.Usage,
@@ -210,7 +248,7 @@ def gateway_routes(
         *audit.routes(admin),
         # The operator console (hidden from the OpenAPI document).
         *(
-            console.routes(console.parts_of(service, prices))
+            console.routes(console.parts_of(service, prices), keys, checks)
             if service.observability.console.enabled
             else []
         ),
@@ -255,11 +293,29 @@ def _model_operation(
     )
 
 
-def _model_route(endpoint: Endpoint, parts: PathParts, identify: Identify = by_key) -> Handler:
-    async def handle(request: Request) -> Response:
-        return await serve(request, endpoint, parts, identify)
+def _model_route(
+    path: str,
+    name: str,
+    endpoint: Endpoint,
+    parts: PathParts,
+    auth: str = TENANT_KEY,
+    render_error: Callable[[HeadwayError], Response] | None = None,
+) -> Route:
+    """A route of the request path: a tenant's key (or ``auth``) and a JSON body, both
+    checked before the body is read."""
 
-    return handle
+    async def handle(request: Request) -> Response:
+        return await serve(request, endpoint, parts)
+
+    return Route(
+        "POST",
+        path,
+        name,
+        handle,
+        render_error=render_error,
+        auth=auth,
+        accepts=check_media_type,
+    )
 
 
 def compat_routes(
@@ -271,7 +327,7 @@ def compat_routes(
     """Cohere v2 (``endpoints/cohere_v2.py``) and TEI (``endpoints/tei.py``): their bodies,
     answers and (TEI) error format; auth, quota, admission, deadline, fan-out and usage as
     on every model route."""
-    tei_embed = _model_route(tei.TeiEmbed(embed_models), parts)
+    tei_embed = tei.TeiEmbed(embed_models)
     embed_doc = _model_operation(
         "Embed texts (TEI-compatible)",
         compat_schemas.TeiEmbedRequest,
@@ -283,7 +339,7 @@ def compat_routes(
     )
     return [
         DocumentedRoute(
-            Route("POST", "/v2/embed", "cohere_embed", _model_route(CohereEmbed(), parts)),
+            _model_route("/v2/embed", "cohere_embed", CohereEmbed(), parts),
             _model_operation(
                 "Embed texts (Cohere v2-compatible)",
                 compat_schemas.CohereEmbedRequest,
@@ -291,7 +347,7 @@ def compat_routes(
             ),
         ),
         DocumentedRoute(
-            Route("POST", "/v2/rerank", "cohere_rerank", _model_route(CohereRerank(), parts)),
+            _model_route("/v2/rerank", "cohere_rerank", CohereRerank(), parts),
             _model_operation(
                 "Rerank documents (Cohere v2-compatible)",
                 compat_schemas.CohereRerankRequest,
@@ -299,20 +355,20 @@ def compat_routes(
             ),
         ),
         DocumentedRoute(
-            Route("POST", "/embed", "tei_embed", tei_embed, render_error=tei.tei_error),
+            _model_route("/embed", "tei_embed", tei_embed, parts, render_error=tei.tei_error),
             embed_doc,
         ),
         DocumentedRoute(
             # TEI's compatibility route: huggingface_hub's feature_extraction posts here.
-            Route("POST", "/", "tei_root", tei_embed, render_error=tei.tei_error),
+            _model_route("/", "tei_root", tei_embed, parts, render_error=tei.tei_error),
             embed_doc,
         ),
         DocumentedRoute(
-            Route(
-                "POST",
+            _model_route(
                 "/rerank",
                 "tei_rerank",
-                _model_route(tei.TeiRerank(rerank_models), parts),
+                tei.TeiRerank(rerank_models),
+                parts,
                 render_error=tei.tei_error,
             ),
             _model_operation(
@@ -323,7 +379,14 @@ def compat_routes(
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/info", "tei_info", tei.info(info), render_error=tei.tei_error),
+            Route(
+                "GET",
+                "/info",
+                "tei_info",
+                tei.info(info),
+                render_error=tei.tei_error,
+                auth=ANY_KEY,
+            ),
             Operation(
                 "The model /embed serves and the limits a request meets (TEI-compatible)",
                 compat_schemas.TeiInfo,
@@ -340,14 +403,14 @@ def batch_routes(
 ) -> list[DocumentedRoute]:
     """The Batch API's, and the executor's: each model endpoint again, for a line run as
     batch work."""
-    identify = executor_identify(batches.settings.executor_token)
     lines = [
         DocumentedRoute(
-            Route(
-                "POST",
+            _model_route(
                 LINE_PATHS[endpoint.route],
                 f"batch_{endpoint.route}",
-                _model_route(endpoint, parts, identify),
+                endpoint,
+                parts,
+                auth=EXECUTOR_TOKEN,
             ),
             Operation(
                 f"One batch line of /v1/{endpoint.route}, run as batch-tier work (the batch "

@@ -17,6 +17,10 @@ from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS
 from headway.gateway.app import build_gateway_app
+from headway.gateway.auth.fallback import FallbackFailureStore
+from headway.gateway.auth.metrics import AuthMetrics
+from headway.gateway.auth.redis_store import RedisFailureStore
+from headway.gateway.auth.store import FailureStore, LocalFailureStore
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.dns_name import DnsDiscovery
@@ -78,6 +82,23 @@ def quota_store(
     return store, heartbeat
 
 
+def failed_auth_store(settings: Settings, metrics: AuthMetrics) -> FailureStore | None:
+    """Failed key checks in Redis, shared by every gateway, falling back to this one's own
+    while Redis is away (shared mode); None: in this process (embedded)."""
+    if settings.redis_url is None:
+        metrics.mode("embedded")
+        return None
+    limits = settings.gateway.failed_auth
+    store = FallbackFailureStore(
+        RedisFailureStore(settings.redis_url),
+        LocalFailureStore(limits.tracked),
+        probe_interval_s=limits.probe_interval_s,
+        on_mode_change=metrics.mode,
+    )
+    metrics.mode(store.mode)
+    return store
+
+
 def results_cache(settings: Settings, metrics: GatewayMetrics) -> ResultsCache | None:
     if not settings.gateway.cache.enabled:
         return None
@@ -97,6 +118,7 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     async def usage_ledger() -> Ledger:
         return await open_ledger(settings.postgres_url, settings.ledger_path)
 
+    auth_metrics = AuthMetrics(metrics.registry)
     service = GatewayService(
         settings.gateway,
         registry,
@@ -111,6 +133,8 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         cache=results_cache(settings, metrics),
         observability=settings.observability,
         quality_store=open_reference_store(settings),
+        failed_auth=failed_auth_store(settings, auth_metrics),
+        auth_metrics=auth_metrics,
     )
     files = DirectoryFileStore(settings.files_dir)
     files.sweep_partial(PARTIAL_FILE_AGE_S)  # uploads a killed gateway left half-written

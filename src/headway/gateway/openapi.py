@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from headway.errors import HeadwayError
+from headway.errors import AuthThrottled, HeadwayError
 from headway.gateway import schemas
 from headway.http.router import Route, parameters_of
 from headway.settings import LimitsSettings
@@ -118,7 +118,11 @@ def _operation(documented: DocumentedRoute, schema_of: Mapping[Any, Any]) -> dic
     for status, struct in op.other_answers.items():
         responses[str(status)] = {"description": struct.__doc__ or "", "content": json_body(struct)}
     by_status: dict[int, list[str]] = {500: [_INTERNAL_ERROR]}
-    for error in op.errors:
+    # A route that checks a key can refuse an address or prefix with too many failures.
+    errors: tuple[type[HeadwayError], ...] = (
+        (*op.errors, AuthThrottled) if op.authenticated else op.errors
+    )
+    for error in errors:
         first_line = (error.__doc__ or "").strip().splitlines()[0]
         by_status.setdefault(error.status, []).append(f"`{error.type}`: {first_line}")
     for status in sorted(by_status):

@@ -1,13 +1,19 @@
 """The request path of a model request (``/v1/embeddings``, ``/v1/rerank``, and the same work
 asked in Cohere v2's and TEI's words: ``endpoints/work.py``), in order.
 
-Outside it, the edge (``http/edge.py``) has already given the request its id,
-found its route and read its body; it turns whatever this raises into the answer
-and counts it. Then, top to bottom, one line each in ``serve``:
+Outside it, the edge (``http/edge.py``) has already given the request its id and
+found its route, and, from the headers alone, before reading the body:
 
-    media type   the body is declared as JSON                          stages/parse.py
-    identify     the bearer key → the tenant (or, on the batch          stages/authenticate.py
-                 executor's routes, the tenant it runs a line for)     gateway/batches/lines.py
+    identify     the bearer key → the tenant (or, on the batch          gateway/auth/checks.py
+                 executor's routes, the tenant it runs a line for),     (the route's auth)
+                 through the failed-key limiter: 401 / 403 / 429        gateway/auth/limiter.py
+    media type   the body is declared as JSON: 415                      stages/parse.py
+    length       a declared Content-Length past the limit: 413          http/asgi.py
+
+then read the body; it turns whatever this raises into the answer and counts it. Then,
+top to bottom, one line each in ``serve``:
+
+    caller       what identify found (``request.caller``)                stages/authenticate.py
     deadline     X-Timeout-Ms, within the tier's default and maximum   stages/deadline.py
     precheck     a full pool refuses here, before the body is parsed   stages/admit.py
                  (unless the cache may answer), and so do a tenant     stages/quota.py
@@ -32,10 +38,10 @@ and counts it. Then, top to bottom, one line each in ``serve``:
     usage event  durable (outbox fsynced) before the answer            stages/meter.py
     respond      the endpoint's JSON answer                            endpoints/*.py
 
-Authentication and the precheck come before the body is parsed so that a stranger
-or a full pool costs microseconds, not a JSON decode. Quota, then admission: a
-request the tenant may not send never takes a permit; one it may send but the
-pool cannot take is refused (and its texts refunded). The version is chosen once,
+Authentication comes before the body is read, and the precheck before it is parsed,
+so that a stranger costs its headers and a full pool microseconds, not a JSON decode.
+Quota, then admission: a request the tenant may not send never takes a permit; one it
+may send but the pool cannot take is refused (and its texts refunded). The version is chosen once,
 in resolve, and every chunk goes to it; the shadow copy leaves beside dispatch and
 is handed the primary's answer to compare with, never awaited. The cache answers
 after the quota (a cached text is charged and billed like a computed one) and
@@ -75,14 +81,13 @@ from headway.gateway.pools import Pools
 from headway.gateway.quota.store import QuotaStore
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.admit import AdmissionPermit, precheck
-from headway.gateway.stages.authenticate import Identify, by_key
+from headway.gateway.stages.authenticate import caller_of
 from headway.gateway.stages.cache import RequestCache
 from headway.gateway.stages.deadline import deadline_from_headers
 from headway.gateway.stages.dispatch import dispatch
 from headway.gateway.stages.hold import hold_for_replica
 from headway.gateway.stages.merge import Merged, merge
 from headway.gateway.stages.meter import MeterParts, UsageMeter, check_meter
-from headway.gateway.stages.parse import check_media_type
 from headway.gateway.stages.plan import plan
 from headway.gateway.stages.quality import watch_quality
 from headway.gateway.stages.quota import EmptyBuckets, QuotaCharge
@@ -115,19 +120,15 @@ class PathParts:
     """Tenants refused before their bodies are parsed: their buckets were found empty."""
 
 
-async def serve(
-    request: Request, endpoint: Endpoint, parts: PathParts, identify: Identify = by_key
-) -> Response:
+async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Response:
     """The request path (see the module docstring), counted once by its outcome."""
     settings = parts.settings
     started = parts.clock()
     tenant_name = tier = "none"  # what the metrics say of it, filled in as it is learnt
     version, outcome = "", "ok"
     try:
-        check_media_type(request.headers)
         snapshot = parts.snapshots.current
-        with span("authenticate"):
-            caller = identify(request, snapshot)
+        caller = caller_of(request)
         tenant = caller.tenant
         request.tenant = tenant_name = tenant.name
         tier = tenant.tier

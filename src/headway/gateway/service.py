@@ -33,6 +33,9 @@ from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
+from headway.gateway.auth.limiter import FailedAuthLimiter
+from headway.gateway.auth.metrics import AuthMetrics
+from headway.gateway.auth.store import FailureStore
 from headway.gateway.coldstart import ColdStarts, HoldPolicy
 from headway.gateway.coldstart_metrics import ColdStartMetrics
 from headway.gateway.console.history import INTERVAL_S as CONSOLE_HISTORY_S
@@ -90,6 +93,8 @@ class GatewayService:
         observability: ObservabilitySettings | None = None,
         quality_store: ReferenceStore | None = None,
         wake_hook: WakeHook | None = None,
+        failed_auth: FailureStore | None = None,
+        auth_metrics: AuthMetrics | None = None,
     ) -> None:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
         ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
@@ -98,7 +103,9 @@ class GatewayService:
         ``cache``: the results cache (None: off); ``observability``: tracing, logs,
         metrics, quality and console settings (None: the defaults); ``quality_store``: where
         each version's reference sample is kept (None: in memory, for tests); ``wake_hook``:
-        told of cold pools wanted (None: an HTTP hook at ``settings.wake_url``, if set)."""
+        told of cold pools wanted (None: an HTTP hook at ``settings.wake_url``, if set);
+        ``failed_auth``: where failed key checks are counted (None: in this process), and
+        ``auth_metrics`` their counters (None: new ones on ``metrics``' registry)."""
         self.settings = settings
         self.observability = observability or ObservabilitySettings()
         self.metrics = metrics or GatewayMetrics()
@@ -120,6 +127,10 @@ class GatewayService:
         )
         self.shadows = Shadows(self.recorder, self.quality, settings.chunk_texts, clock)
         self.cache = RequestCache(cache)
+        self.auth_metrics = auth_metrics or AuthMetrics(self.metrics.registry)
+        self.auth_limiter = FailedAuthLimiter(
+            settings.failed_auth, failed_auth, clock=clock, observer=self.auth_metrics
+        )
         self.empty_buckets = EmptyBuckets()
         self._open_ledger = open_ledger
         self._ledger: Ledger | None = None
@@ -239,6 +250,7 @@ class GatewayService:
         await asyncio.to_thread(self.registry.close)
         await self.transport.close()
         await self.quota.close()
+        await self.auth_limiter.store.close()
         await self.metering.close()
         if self._ledger is not None:
             await self._ledger.close()

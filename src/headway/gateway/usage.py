@@ -24,7 +24,7 @@ from headway.errors import UsageUnavailable, ValidationFailed
 from headway.gateway import schemas
 from headway.gateway.query import one_each
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages.authenticate import authenticate, require_admin, require_tenant
+from headway.gateway.stages.authenticate import caller_of
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.utc import rfc3339
 
@@ -135,7 +135,7 @@ def tenant_usage(
     snapshots: Snapshots, ledger: LedgerOf, wall_clock: Callable[[], float]
 ) -> Handler:
     async def handle(request: Request) -> Response:
-        tenant = require_tenant(authenticate(request.headers, snapshots.current))
+        tenant = caller_of(request).tenant
         query = usage_query(request.query(), tenant.id, wall_clock(), admin=False)
         return await _answer(query, ledger)
 
@@ -144,8 +144,6 @@ def tenant_usage(
 
 def admin_usage(snapshots: Snapshots, ledger: LedgerOf, wall_clock: Callable[[], float]) -> Handler:
     async def handle(request: Request) -> Response:
-        require_admin(authenticate(request.headers, snapshots.current))
-
         def tenant_named(name: str) -> int | None:
             tenant = snapshots.current.tenants.get(name)
             return None if tenant is None else tenant.id

@@ -60,6 +60,11 @@ class Request:
     """Sent with the answer whatever it is (the rate-limit headers, say)."""
     path_params: Mapping[str, str] = field(default_factory=lambda: NO_PARAMS)
     """The values of the route template's ``{name}`` segments, set by the router."""
+    caller: object = None
+    """Who is calling, as the route's ``Check`` found it before the body was read (a
+    tenant's ``Caller``, an admin's ``Principal``, a console ``Session``); None: no check."""
+    body_complete: bool = False
+    """The whole body has been received (``read_body``, or a route that streams it)."""
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Receive) -> Request:
@@ -82,11 +87,17 @@ class Request:
         return parse_qs(raw.decode("latin-1"), keep_blank_values=True)
 
 
+def check_declared_length(headers: Mapping[str, str], limit: int) -> None:
+    """413 for a ``Content-Length`` past ``limit``, before a byte of the body is read (a
+    route that streams its body is held to it too)."""
+    declared = headers.get("content-length")
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refusing (413) as soon as it is known to exceed ``limit``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+    check_declared_length(request.headers, limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -99,6 +110,7 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise PayloadTooLarge(f"request body exceeds {limit} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
+            request.body_complete = True
             return b"".join(chunks)
 
 
@@ -115,6 +127,16 @@ async def body_chunks(request: Request) -> AsyncIterator[bytes]:
             yield chunk
         if not message.get("more_body", False):
             return
+
+
+def unread_body(request: Request) -> bool:
+    """The request declares a body that has not been received whole: answering it now
+    must close the connection, or the server would go on reading (and dropping) the rest."""
+    if request.body_complete:
+        return False
+    headers = request.headers
+    length = headers.get("content-length")
+    return "transfer-encoding" in headers or (length is not None and length.strip("0 ") != "")
 
 
 @dataclass(slots=True)
@@ -256,6 +278,13 @@ class Disconnect:
 
     def __init__(self) -> None:
         self.happened = False
+
+
+def client_left(request: Request) -> bool:
+    """The server marked this request's client as gone (and cancels its task)."""
+    extensions = request.scope.get("extensions")
+    marked = extensions.get(DISCONNECT_EXTENSION) if extensions else None
+    return isinstance(marked, Disconnect) and marked.happened
 
 
 async def unless_disconnected(

@@ -3,8 +3,9 @@
 ``admit`` either counts a new connection against both caps or names the cap it would
 break; ``release`` gives the slot back when the connection closes. Invariants: ``open``
 is the sum of every client's count and never exceeds ``max_connections``; no client's
-count exceeds ``max_per_client``; a client appears in the table only while it has a
-connection open, so the table is bounded by the open connections, not by every
+count exceeds ``max_per_client`` but an exempt one's (a trusted proxy speaks for many
+clients and enforces its own per-client limits); a client appears in the table only while
+it has a connection open, so the table is bounded by the open connections, not by every
 address ever seen.
 """
 
@@ -12,12 +13,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-Refusal = Literal["max_connections", "max_connections_per_client", "max_header_bytes"]
-"""Why the edge refused a connection: a cap here, or (``http/guard.py``) headers too large."""
+Refusal = Literal[
+    "max_connections", "max_connections_per_client", "max_header_bytes", "tls_handshake"
+]
+"""Why the edge refused a connection: a cap here, or (``http/guard.py``) headers too large,
+or a TLS handshake that failed (not TLS, a protocol or certificate the server refuses, or
+a client that left in the middle)."""
 REFUSALS: tuple[Refusal, ...] = (
     "max_connections",
     "max_connections_per_client",
     "max_header_bytes",
+    "tls_handshake",
 )
 
 
@@ -43,15 +49,16 @@ class ConnectionCaps:
         """Addresses with at least one connection open."""
         return len(self._by_client)
 
-    def admit(self, client: str) -> Refusal | None:
+    def admit(self, client: str, *, exempt: bool = False) -> Refusal | None:
         """Count a new connection from ``client``; or, over a cap, the cap (nothing counted).
+        ``exempt``: only the process cap applies (a trusted proxy).
 
         The process cap is checked first: when the process is full, that is the reason,
         whoever asks."""
         if self._open >= self.max_connections:
             return "max_connections"
         held = self._by_client.get(client, 0)
-        if held >= self.max_per_client:
+        if held >= self.max_per_client and not exempt:
             return "max_connections_per_client"
         self._by_client[client] = held + 1
         self._open += 1

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from headway.http.connection_caps import REFUSALS, Refusal
 
-TimeoutPhase = Literal["headers", "idle"]
-TIMEOUT_PHASES: tuple[TimeoutPhase, ...] = ("headers", "idle")
+TimeoutPhase = Literal["handshake", "headers", "body", "idle"]
+TIMEOUT_PHASES: tuple[TimeoutPhase, ...] = ("handshake", "headers", "body", "idle")
 
 
 class ConnectionObserver(Protocol):
@@ -42,15 +42,18 @@ class ConnectionMetrics:
             "headway_connections_refused_total",
             "Connections closed at once, by the limit they would have broken "
             "(max_connections: the process; max_connections_per_client: the client address; "
-            "max_header_bytes: a request line and headers larger than allowed, answered 431).",
+            "max_header_bytes: a request line and headers larger than allowed, answered 431; "
+            "tls_handshake: a TLS handshake that failed).",
             ["reason"],
             registry=registry,
         )
         timed_out = Counter(
             "headway_connections_timed_out_total",
-            "Connections closed by the server for taking too long, by phase (headers: the "
-            "request line and headers not in within header_timeout_s; idle: kept alive "
-            "longer than idle_timeout_s without a request).",
+            "Connections closed by the server for taking too long, by phase (handshake: TLS "
+            "not done within header_timeout_s; headers: the request line and headers not in "
+            "within header_timeout_s; body: a request body slower than body_min_rate_bytes_s "
+            "after body_timeout_s, answered 408; idle: kept alive longer than idle_timeout_s "
+            "without a request).",
             ["phase"],
             registry=registry,
         )

@@ -6,18 +6,24 @@ outside all else. In order, for each request:
 1. give it a request id (ours, never the client's);
 2. find its route and its path parameters — an unknown path (404) or method (405) is an
    answer like any other;
-3. read the body, refusing past ``max_body_bytes`` (413), unless the route streams it
+3. from the headers alone, before a byte of the body is read: who is calling (the route's
+   ``auth``, a ``Check`` — 401, 403, 429 for too many failed keys — whose answer becomes
+   ``request.caller``: the handler checks nothing again), the body's media type (the
+   route's ``accepts``: 415) and a declared length past the route's limit (413); so a
+   stranger's upload costs its headers;
+4. read the body, refusing past ``max_body_bytes`` (413), unless the route streams it
    (``Route.streams_body``: its handler reads it as it arrives);
-4. run the route's handler, cancelled if the client disconnects first;
-5. turn what came out into the response: a ``HeadwayError`` through the one table in
+5. run the route's handler, cancelled if the client disconnects first;
+6. turn what came out into the response: a ``HeadwayError`` through the one table in
    ``errors.py`` (JSON ``{"error": {"type", "message"}}``, ``Retry-After`` where it has
    one), anything else into a bare 500 ``internal_error`` and one log line with the
    request id and traceback, never the exception's text to the client (it may quote
    the input); a route that speaks another API's error format (``Route.render_error``:
    TEI's) writes both its own way, with the same status;
-6. add the request id, the trace (``traceresponse``) and the headers the handler set for
-   every answer;
-7. report it to the ``AnswerObserver``: route name, status, seconds, error type; and, where
+7. add the request id, the trace (``traceresponse``) and the headers the handler set for
+   every answer; an answer given before the body was read whole closes the connection
+   (``Connection: close``), so the rest of it is never read;
+8. report it to the ``AnswerObserver``: route name, status, seconds, error type; and, where
    access logging is on, one log line of it.
 
 All of it runs inside the request's SERVER span (``tracing.spans``): named ``{method}
@@ -32,8 +38,10 @@ reported, with status 499 (nginx's "client closed request").
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Protocol
 
 from headway.errors import HeadwayError
@@ -41,13 +49,23 @@ from headway.http.asgi import (
     ClientDisconnected,
     Request,
     Response,
+    check_declared_length,
+    client_left,
     error_response,
     read_body,
     unless_disconnected,
+    unread_body,
 )
-from headway.http.router import UNMATCHED, Route, Router
+from headway.http.router import UNMATCHED, Check, Route, Router
 from headway.logs import ACCESS_LOGGER, serving
-from headway.tracing.spans import Remote, Span, Tracer, http_server_attributes, traceparent_of
+from headway.tracing.spans import (
+    Remote,
+    Span,
+    Tracer,
+    http_server_attributes,
+    span,
+    traceparent_of,
+)
 
 log = logging.getLogger(__name__)
 access = logging.getLogger(ACCESS_LOGGER)
@@ -86,8 +104,15 @@ class Edge:
         observer: AnswerObserver | None = None,
         tracer: Tracer | None = None,
         access_log: bool = False,
+        checks: Mapping[str, Check] | None = None,
     ) -> None:
+        """``checks``: each ``Route.auth`` name's ``Check``; a route naming one not given
+        is refused here, at start-up."""
         self.router = router
+        self._checks = dict(checks or {})
+        unbound = sorted({r.auth for r in router.routes() if r.auth} - set(self._checks))
+        if unbound:
+            raise ValueError(f"routes name checks the edge was not given: {', '.join(unbound)}")
         self._max_body_bytes = max_body_bytes
         self._observer = observer or NoObserver()
         self._tracer = tracer or Tracer()
@@ -115,17 +140,32 @@ class Edge:
                         assert isinstance(trace, Span)
                         trace.name = f"{method} {matched.path}"
                         trace.attributes["http.route"] = matched.path
+                    if matched.auth is not None:
+                        with span("authenticate"):
+                            request.caller = await self._checks[matched.auth](request)
+                    if matched.accepts is not None:
+                        matched.accepts(request.headers)
+                    limit = matched.max_body_bytes or self._max_body_bytes
+                    check_declared_length(request.headers, limit)
                     if matched.streams_body:
                         response = await unless_disconnected(
                             matched.handler(request), request, watched=False
                         )
                     else:
-                        limit = matched.max_body_bytes or self._max_body_bytes
                         request.body = await read_body(request, limit)
                         response = await unless_disconnected(matched.handler(request), request)
                 except ClientDisconnected:
                     self._answered(request, trace, route, CLIENT_CLOSED, started, DISCONNECTED)
                     raise
+                except asyncio.CancelledError:
+                    if not client_left(request):
+                        raise
+                    # cancelled by the server while the key or the body was awaited
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
+                    self._answered(request, trace, route, CLIENT_CLOSED, started, DISCONNECTED)
+                    raise ClientDisconnected from None
                 except HeadwayError as exc:
                     if route == UNMATCHED:
                         route = self.router.name_of(path)
@@ -146,6 +186,8 @@ class Edge:
                     )
                     response = _rendered(matched, HeadwayError("internal error"))
                 response.headers.update(request.response_headers)
+                if unread_body(request):
+                    response.headers["connection"] = "close"
                 response.headers["x-request-id"] = request.id
                 response.headers["traceresponse"] = traceparent_of(trace)  # Trace Context 2
                 self._answered(request, trace, route, response.status, started, error)

@@ -1,30 +1,44 @@
-"""The edge defends itself: uvicorn's httptools protocol with a header-read timeout, an idle
-timeout, and caps on open connections per process and per client address.
+"""The edge defends itself: uvicorn's httptools protocol with a TLS handshake, header and body
+timeouts, an idle timeout, a header size bound, and caps on open connections per process
+and per client address.
 
 uvicorn times a connection out only between requests (keep-alive): one that connects and
-sends nothing, or sends half a request line or half its headers, is held for ever, so a
-few thousand of them from one client use up the process's descriptors. Here each
-connection is always in one phase, and each phase but one runs a timer:
+sends nothing, or sends half a request line or half its headers, or half its body, is held
+for ever, so a few thousand of them from one client use up the process's descriptors. Here
+each connection is always in one phase, and each phase but one runs a timer:
 
-    connected ─▶ headers ──(headers complete)──▶ busy ──(response sent)──▶ idle ─┐
-                    ▲       header_timeout_s        no timer: the request's         │
-                    │                               own deadline governs            │
-                    └────────────────(first byte)──── idle_timeout_s ◀──────────────┘
+    connected ─▶ [handshake] ─▶ headers ──▶ body ──(body in)──▶ busy ──(response sent)──▶ idle ─┐
+                 └─ header_timeout_s, from connecting ─┘  pace     no timer: the request's      │
+                    ▲                                      rule    own deadline governs          │
+                    └──────────────────────(first byte)──── idle_timeout_s ◀─────────────────────┘
 
+- **handshake** (with TLS): the connection is admitted and timed from its first moment,
+  before the handshake (``tls_handshake.py``), so a client that never sends its ClientHello
+  is counted by the caps and dropped with the header timer, not held for asyncio's 60 s.
 - **headers**: from connecting, or from the first byte after an idle spell, until the
   request's headers are all in. The clock is not restarted by each byte, so a client
   dripping one byte a second is dropped as surely as a silent one. On expiry see
   ``on_header_timeout``.
+- **body**: from the headers until the body is in, the pace rule of ``request_limits.py``
+  (``body_timeout_s`` plus a second per ``body_min_rate_bytes_s`` bytes); a late body is
+  answered 408 (unless the app has begun its answer) and the connection closed. While the
+  server itself has stopped reading (the app has not taken what came), or still owes the
+  client its ``100 Continue``, the body's clock starts again: only the client's slowness
+  counts.
 - **idle**: uvicorn's own keep-alive timer, set to ``idle_timeout_s``; on expiry the
   connection is closed without a word (a client reusing it will open another).
-- A request line and headers past ``max_header_bytes`` (httptools sets no bound) are
-  answered 431 and the connection closed.
+- A request line and headers past ``max_header_bytes`` (httptools sets no bound), every
+  byte counted whatever the reads' boundaries, are answered 431 and the connection closed
+  before anything of them is parsed; a pipelined request's headers, begun in the read that
+  ended the one before, are bounded by what the parser hands over (names, values, URL).
 - A client that disconnects while its request is being served has that request's task
   cancelled here, its ``Disconnect`` (the scope's ``DISCONNECT_EXTENSION``) marked first,
   so the app needs no watcher task per request to learn of it (``http/asgi.py``).
 - A connection over a cap (``ConnectionCaps``) is answered 503 with ``Connection: close``
-  and a JSON error and closed at once, before anything it sends is read: it costs an
-  accept, a protocol object and a write; no timer is armed and nothing is parsed.
+  and a JSON error (over TLS: closed, a TLS client cannot read a plain answer) and closed at
+  once, before anything it sends is read: it costs an accept, a protocol object and a
+  write; no timer is armed and nothing is parsed. Clients are counted by
+  ``client_address`` (an IPv6 client by its /64); a trusted proxy only against the process.
 
 One ``EdgeGuard`` per process holds the caps and the observer every connection shares
 (all on the event loop's thread, so no locks); ``guarded_protocol`` binds it into the
@@ -35,25 +49,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from asyncio import TimerHandle
 from typing import Any, ClassVar, Literal, cast
 
 from prometheus_client import CollectorRegistry
 from uvicorn._types import ASGI3Application, ASGIReceiveCallable, Scope
 from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.utils import get_remote_addr
 from uvicorn.server import ServerState
 
 from headway.http.asgi import DISCONNECT_EXTENSION, Disconnect
+from headway.http.client_address import TrustedProxies, client_address
 from headway.http.connection_caps import ConnectionCaps, Refusal
 from headway.http.connection_metrics import (
     ConnectionMetrics,
     ConnectionObserver,
     NoConnectionObserver,
 )
+from headway.http.request_limits import TAIL_BYTES, body_deadline, header_section_size
+from headway.http.tls_handshake import wrap_server_side
 from headway.settings import EdgeLimits
 
 HeaderExpiry = Literal["close", "answer_408", "close_after_response"]
+HEADER_OVERHEAD = 4
+"""Bytes of a header line besides its name and value: the colon, a space and the CRLF."""
 
 
 def on_header_timeout(*, request_begun: bool, response_in_flight: bool) -> HeaderExpiry:
@@ -92,32 +114,65 @@ REFUSED: dict[Refusal, bytes] = {
         "this address holds as many connections as one client may; reuse one or close some",
     ),
 }
-HEADERS_TOO_LARGE = _raw_response(
-    b"431 Request Header Fields Too Large",
-    "headers_too_large",
-    "the request line and headers are larger than this server accepts",
-)
+
+
+class _HeadersTooLarge(Exception):
+    """Raised from a parser callback: what the parser handed over is already too large."""
 
 
 class EdgeGuard:
-    """What every connection of one server process shares: its limits, caps and observer."""
+    """What every connection of one server process shares: its limits, caps and observer,
+    and the TLS context of its handshakes (None: plain HTTP)."""
 
     def __init__(
         self,
         limits: EdgeLimits,
         caps: ConnectionCaps | None = None,
         observer: ConnectionObserver | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.limits = limits
         self.caps = caps or ConnectionCaps(
             limits.max_connections, limits.max_connections_per_client
         )
         self.observer: ConnectionObserver = observer or NoConnectionObserver()
+        self.tls = tls
+        self.trusted = TrustedProxies(limits.trusted_proxies)
         self.request_timeout = _raw_response(
             b"408 Request Timeout",
             "request_timeout",
             f"the request line and headers did not arrive within {limits.header_timeout_s:g}s",
         )
+        self.body_timeout = _raw_response(
+            b"408 Request Timeout",
+            "request_timeout",
+            f"the request body arrived slower than {limits.body_min_rate_bytes_s:g} bytes/s "
+            f"after its first {limits.body_timeout_s:g}s",
+        )
+        self.headers_too_large = _raw_response(
+            b"431 Request Header Fields Too Large",
+            "headers_too_large",
+            f"the request line and headers are larger than {limits.max_header_bytes} bytes",
+        )
+
+
+class _PacedFlow(FlowControl):
+    """uvicorn's flow control, telling the protocol when the server stops and starts
+    reading (the body's clock runs only while it reads)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpToolsProtocol) -> None:
+        super().__init__(transport)
+        self._protocol = protocol
+
+    def pause_reading(self) -> None:
+        if not self.read_paused:
+            super().pause_reading()
+            self._protocol.reading_paused()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            super().resume_reading()
+            self._protocol.reading_resumed()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -137,27 +192,68 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.timeout_keep_alive = self.edge_guard.limits.idle_timeout_s  # type: ignore[assignment]
         self._header_timer: TimerHandle | None = None
         self._request_begun = False
-        self._header_bytes = 0  # received while the current request's headers are not all in
+        self._header_bytes = 0  # of the current request's line and headers, in earlier reads
+        self._header_tail = b""  # the last bytes of those reads
+        self._parsed_header_bytes = 0  # what the parser handed over of them
+        self._headers_done_in_read = False
+        self._headers_too_large = False
+        self._in_body = False  # headers in, body not yet
+        self._body_timer: TimerHandle | None = None
+        self._body_started = 0.0
+        self._body_received = 0
+        self._handshake: tuple[asyncio.Transport, asyncio.Future[None]] | None = None
+        self._handshake_timed_out = False
         self._admitted_client: str | None = None  # its slot in the caps, until closed
         self._serving: tuple[RequestResponseCycle, asyncio.Task[None], Disconnect] | None = None
 
-    # Connection lifetime: a slot in the caps, or a refusal.
+    # Connection lifetime: a slot in the caps, or a refusal; then TLS, if any.
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        client = self.client[0] if self.client else ""
+        if self._handshake is not None:  # again, with the TLS transport: the handshake is done
+            self._handshake = None
+            self._begin(transport)
+            return
         guard = self.edge_guard
-        refusal = guard.caps.admit(client)
+        peer = get_remote_addr(transport)
+        host = peer[0] if peer else None
+        client = client_address(host)
+        refusal = guard.caps.admit(client, exempt=host in guard.trusted)
         if refusal is not None:
+            super().connection_made(transport)  # uvicorn's state, for connection_lost
             guard.observer.refused(refusal)
-            transport.write(REFUSED[refusal])
+            if guard.tls is None:
+                transport.write(REFUSED[refusal])
             transport.close()
             return
         self._admitted_client = client
         self._arm_header_timer()
+        if guard.tls is None:
+            self._begin(transport)
+            return
+        timeout_s = guard.limits.header_timeout_s
+        waiter = wrap_server_side(self.loop, transport, self, guard.tls, timeout_s + 1.0)
+        self._handshake = (transport, waiter)
+        waiter.add_done_callback(self._handshake_done)
+
+    def _begin(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)
+        self.flow = _PacedFlow(transport, self)
+
+    def _handshake_done(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.cancelled():
+            waiter.exception()  # retrieved: a failed handshake is counted, not logged
+        if self._handshake is None:
+            return  # connection_made had the TLS transport: done
+        # Failed, or the connection closed first (the waiter may then say nothing at all).
+        self._handshake = None
+        self._cancel_header_timer()
+        if not self._handshake_timed_out:
+            self.edge_guard.observer.refused("tls_handshake")
+        self._release()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        self._cancel_body_timer()
         if self.cycle is not None and not self.cycle.response_complete:
             _disconnect_of(self.cycle).happened = True
         serving, self._serving = self._serving, None
@@ -166,46 +262,89 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if not cycle.response_complete and not task.done():
                 disconnect.happened = True
                 task.cancel()
+        self._release()
+        super().connection_lost(exc)
+
+    def _release(self) -> None:
         if self._admitted_client is not None:
             self.edge_guard.caps.release(self._admitted_client)
             self._admitted_client = None
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._admitted_client is None:
             return  # refused: closing, nothing it sends is read
-        super().data_received(data)
-        if self._header_timer is not None and not self.transport.is_closing():
-            # headers still incomplete after parsing this: every byte of it was headers
-            self._header_bytes += len(data)
-            if self._header_bytes > self.edge_guard.limits.max_header_bytes:
-                self._cancel_header_timer()
-                self.edge_guard.observer.refused("max_header_bytes")
-                self.transport.write(HEADERS_TOO_LARGE)
-                self.transport.close()
+        max_bytes = self.edge_guard.limits.max_header_bytes
+        reading_headers = not self._in_body
+        if reading_headers and self._header_bytes + len(data) > max_bytes:
+            size = header_section_size(self._header_bytes, self._header_tail, data)
+            if size is None or size > max_bytes:
+                self._refuse_headers()
                 return
+        self._headers_done_in_read = False
+        super().data_received(data)
+        if self.transport.is_closing():
+            return
+        if reading_headers and not self._headers_done_in_read and not self._in_body:
+            # every byte of this read was the current request's line and headers (or blank
+            # lines before one)
+            self._header_bytes += len(data)
+            self._header_tail = (self._header_tail + data)[-TAIL_BYTES:]
+        if self._in_body and self._body_timer is None and not self.flow.read_paused:
+            self._arm_body_timer()
         # Bytes that began no request (blank lines after an idle spell) stopped uvicorn's
         # idle timer: the header timer runs instead, so they cannot keep a connection.
         if (
             self._header_timer is None
+            and not self._in_body
             and self.timeout_keep_alive_task is None
             and not self._response_in_flight()
-            and not self.transport.is_closing()
         ):
             self._arm_header_timer()
 
-    # The header timer.
+    # The header timer and the header bytes.
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._request_begun = True
+        self._parsed_header_bytes = 0
         if self._header_timer is None:
             self._arm_header_timer()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_parsed(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_parsed(len(name) + len(value) + HEADER_OVERHEAD)
+        super().on_header(name, value)
+
+    def _count_parsed(self, size: int) -> None:
+        self._parsed_header_bytes += size
+        if self._parsed_header_bytes > self.edge_guard.limits.max_header_bytes:
+            self._headers_too_large = True
+            raise _HeadersTooLarge  # the parser stops; uvicorn answers its 400: ours instead
+
+    def send_400_response(self, msg: str) -> None:
+        if self._headers_too_large:
+            self._refuse_headers()
+            return
+        super().send_400_response(msg)
+
+    def _refuse_headers(self) -> None:
+        self._cancel_header_timer()
+        self.edge_guard.observer.refused("max_header_bytes")
+        self.transport.write(self.edge_guard.headers_too_large)
+        self.transport.close()
 
     def on_headers_complete(self) -> None:
         self._cancel_header_timer()
         self._request_begun = False
         self._header_bytes = 0
+        self._header_tail = b""
+        self._headers_done_in_read = True
+        self._in_body = True
+        self._body_started = self.loop.time()
+        self._body_received = 0
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[DISCONNECT_EXTENSION] = Disconnect()
         super().on_headers_complete()
@@ -240,6 +379,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _header_timeout(self) -> None:
         self._header_timer = None
+        if self._handshake is not None:
+            raw, _ = self._handshake
+            self._handshake_timed_out = True
+            self.edge_guard.observer.timed_out("handshake")
+            raw.abort()  # the handshake's waiter fails: the slot is released there
+            return
         if self.transport.is_closing():
             return
         self.edge_guard.observer.timed_out("headers")
@@ -251,6 +396,72 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if expiry == "answer_408":
             self.transport.write(self.edge_guard.request_timeout)
+        self.transport.close()
+
+    # The body's pace.
+
+    def on_body(self, body: bytes) -> None:
+        self._body_received += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._cancel_body_timer()
+        super().on_message_complete()
+
+    def reading_paused(self) -> None:
+        """The server stopped reading: the client cannot be late meanwhile."""
+        self._cancel_body_timer()
+
+    def reading_resumed(self) -> None:
+        """Reading again: a body still coming starts its clock afresh."""
+        if self._in_body and not self.transport.is_closing():
+            self._restart_body_clock()
+
+    def _restart_body_clock(self) -> None:
+        self._cancel_body_timer()
+        self._body_started = self.loop.time()
+        self._body_received = 0
+        self._arm_body_timer()
+
+    def _arm_body_timer(self) -> None:
+        limits = self.edge_guard.limits
+        deadline = body_deadline(
+            self._body_started,
+            self._body_received,
+            limits.body_timeout_s,
+            limits.body_min_rate_bytes_s,
+        )
+        self._body_timer = self.loop.call_at(deadline, self._body_timeout)
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle.waiting_for_100_continue:  # the server has not asked for the body yet
+            self._restart_body_clock()
+            return
+        limits = self.edge_guard.limits
+        deadline = body_deadline(
+            self._body_started,
+            self._body_received,
+            limits.body_timeout_s,
+            limits.body_min_rate_bytes_s,
+        )
+        if self.loop.time() < deadline:  # bytes came since the timer was set: later
+            self._arm_body_timer()
+            return
+        self.edge_guard.observer.timed_out("body")
+        if not cycle.response_started:
+            self.transport.write(self.edge_guard.body_timeout)
+        cycle.disconnected = True  # nothing more is written for it
+        cycle.message_event.set()
         self.transport.close()
 
     # The idle timer is uvicorn's keep-alive, at idle_timeout_s; only counted here.
@@ -265,13 +476,18 @@ def _disconnect_of(cycle: RequestResponseCycle) -> Disconnect:
     return cast(Disconnect, cycle.scope["extensions"][DISCONNECT_EXTENSION])
 
 
-def measured_guard(limits: EdgeLimits, metrics_registry: CollectorRegistry | None) -> EdgeGuard:
+def measured_guard(
+    limits: EdgeLimits,
+    metrics_registry: CollectorRegistry | None,
+    tls: ssl.SSLContext | None = None,
+) -> EdgeGuard:
     """A process's guard, its counters and open-connection gauge in ``metrics_registry``
-    (the app's own, so they show on its /metrics); none counted without one."""
+    (the app's own, so they show on its /metrics); none counted without one. ``tls``: the
+    context of its handshakes (None: plain HTTP)."""
     caps = ConnectionCaps(limits.max_connections, limits.max_connections_per_client)
     if metrics_registry is None:
-        return EdgeGuard(limits, caps)
-    return EdgeGuard(limits, caps, ConnectionMetrics(metrics_registry, lambda: caps.open))
+        return EdgeGuard(limits, caps, tls=tls)
+    return EdgeGuard(limits, caps, ConnectionMetrics(metrics_registry, lambda: caps.open), tls)
 
 
 def guarded_protocol(guard: EdgeGuard) -> type[GuardedHttpToolsProtocol]:

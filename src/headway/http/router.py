@@ -14,14 +14,20 @@ raised here, inside the edge, so they are answered and counted like any other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from headway.errors import HeadwayError, MethodNotAllowed, NotFound
-from headway.http.asgi import NO_PARAMS, Handler, Response
+from headway.http.asgi import NO_PARAMS, Handler, Request, Response
 
 UNMATCHED = "unmatched"
 """The route label of a request whose path matches no route (bounded, unlike the path)."""
+
+Check = Callable[[Request], Awaitable[object]]
+"""How a route's caller is identified from the headers alone: what it answers becomes
+``request.caller``; a refusal is raised (401, 403, 429)."""
+HeaderCheck = Callable[[Mapping[str, str]], None]
+"""A check of the request's headers alone (the media type: 415)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +43,15 @@ class Route:
     """The handler reads the body itself as it arrives (``asgi.body_chunks``: an upload
     streamed to disk, its limits enforced as it reads); the edge reads none of it."""
     render_error: Callable[[HeadwayError], Response] | None = None
-    """How this route's errors are written (another API's error format: TEI's); None: the
-    one table's JSON (``asgi.error_response``). The status is always the table's."""
+    """How this route's errors are written (another API's error format: TEI's, the
+    console's sign-in page for its 401); None: the one table's JSON
+    (``asgi.error_response``)."""
+    auth: str | None = None
+    """How its caller is identified: the name of a ``Check`` the edge was given (a tenant's
+    key, an admin key, a token, a console session), run before anything of the body is
+    read; None: anyone may call it."""
+    accepts: HeaderCheck | None = None
+    """Its body's media type, checked before the body is read (None: not checked there)."""
 
 
 def parameters_of(path: str) -> list[str]:

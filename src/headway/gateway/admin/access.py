@@ -1,8 +1,10 @@
 """What every admin route shares: the admin key, the store off the event loop, refreshes.
 
-A tenant's key is refused (403) and no key is refused (401) before anything else is
-looked at, the body included. Registry calls are synchronous (SQLite, Postgres) and
-run in a thread; a refusal comes back as the client error ``refusals`` maps it to.
+Every admin route declares ``admin_key`` (``gateway/auth/``): the edge refuses a tenant's
+key (403), no key or a wrong one (401, counted by the failed-key limiter) and a locked-out
+address (429) before anything else is looked at, the body included. Registry calls are
+synchronous (SQLite, Postgres) and run in a thread; a refusal comes back as the client
+error ``refusals`` maps it to.
 After a write this gateway reloads its snapshot at once, so a revoked key is refused
 on the next request here; other gateways see the change counter move and reload.
 """
@@ -26,7 +28,7 @@ from headway.errors import (
 )
 from headway.gateway.admin.refusals import refusal
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages.authenticate import authenticate, require_admin
+from headway.gateway.stages.authenticate import key_principal
 from headway.http.asgi import Request
 from headway.registry.errors import RegistryError
 from headway.registry.model import Actor, TenantDeletion
@@ -61,15 +63,13 @@ class AdminParts:
     (``gateway/batches/tenants.py``)."""
 
 
-def admin_actor(request: Request, snapshots: Snapshots) -> Actor:
+def admin_actor(request: Request) -> Actor:
     """Who is writing, for the audit log: the admin key's id and this request's id."""
-    principal = authenticate(request.headers, snapshots.current)
-    require_admin(principal)
-    return Actor(principal.key_id, request.id)
+    return Actor(key_principal(request).key_id, request.id)
 
 
 async def read(parts: AdminParts, request: Request, call: Callable[[RegistryStore], T]) -> T:
-    admin_actor(request, parts.snapshots)
+    """``call`` the store in a thread (the edge has checked the admin key)."""
     return await in_thread(parts.store, call)
 
 

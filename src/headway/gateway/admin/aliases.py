@@ -14,6 +14,7 @@ import msgspec
 from headway.errors import Conflict, NotFound
 from headway.gateway.admin.access import ADMIN_ONLY, WITH_BODY, AdminParts, admin_actor, read, write
 from headway.gateway.admin.body import decode_body
+from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
@@ -62,7 +63,7 @@ def list_aliases(parts: AdminParts) -> Handler:
 
 def set_alias(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         alias = request.path_params["alias"]
         body = decode_body(request, _target)
         await write(parts, lambda store: store.set_alias(alias, body.version, actor=actor))
@@ -74,7 +75,9 @@ def set_alias(parts: AdminParts) -> Handler:
 def routes(parts: AdminParts) -> list[DocumentedRoute]:
     return [
         DocumentedRoute(
-            Route("GET", "/admin/aliases", "admin_aliases_list", list_aliases(parts)),
+            Route(
+                "GET", "/admin/aliases", "admin_aliases_list", list_aliases(parts), auth=ADMIN_KEY
+            ),
             Operation(
                 "Every alias and the version it names (admin key)",
                 AliasList,
@@ -83,7 +86,9 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("PUT", "/admin/aliases/{alias}", "admin_alias_set", set_alias(parts)),
+            Route(
+                "PUT", "/admin/aliases/{alias}", "admin_alias_set", set_alias(parts), auth=ADMIN_KEY
+            ),
             Operation(
                 "Point an alias at a version (by hash); removes its split (admin key)",
                 AliasEntry,

@@ -15,6 +15,7 @@ import msgspec
 
 from headway.errors import ValidationFailed
 from headway.gateway.admin.access import ADMIN_ONLY, MAX_ID, AdminParts, query_values, read
+from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.usage import parse_time
 from headway.http.asgi import Handler, Request, Response, json_response
@@ -92,7 +93,7 @@ def list_audit(parts: AdminParts) -> Handler:
 def routes(parts: AdminParts) -> list[DocumentedRoute]:
     return [
         DocumentedRoute(
-            Route("GET", "/admin/audit", "admin_audit", list_audit(parts)),
+            Route("GET", "/admin/audit", "admin_audit", list_audit(parts), auth=ADMIN_KEY),
             Operation(
                 "Every registry write, newest first: who, what, before and after (admin key)",
                 AuditList,

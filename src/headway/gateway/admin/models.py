@@ -12,6 +12,7 @@ import msgspec
 
 from headway.errors import NotFound
 from headway.gateway.admin.access import ADMIN_ONLY, AdminParts, read
+from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.pool import Replica
 from headway.gateway.pools import Pools
@@ -104,7 +105,13 @@ def get_model(parts: AdminParts, pools: Pools) -> Handler:
 def routes(parts: AdminParts, pools: Pools) -> list[DocumentedRoute]:
     return [
         DocumentedRoute(
-            Route("GET", "/admin/models", "admin_models_list", list_models(parts, pools)),
+            Route(
+                "GET",
+                "/admin/models",
+                "admin_models_list",
+                list_models(parts, pools),
+                auth=ADMIN_KEY,
+            ),
             Operation(
                 "Every model version, its aliases and the replicas serving it (admin key)",
                 ModelVersionList,
@@ -113,7 +120,13 @@ def routes(parts: AdminParts, pools: Pools) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/admin/models/{version}", "admin_model_get", get_model(parts, pools)),
+            Route(
+                "GET",
+                "/admin/models/{version}",
+                "admin_model_get",
+                get_model(parts, pools),
+                auth=ADMIN_KEY,
+            ),
             Operation(
                 "One model version by its hash (admin key)",
                 ModelVersion,

@@ -29,6 +29,7 @@ from headway.gateway.admin.access import (
     write,
 )
 from headway.gateway.admin.body import decode_body
+from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
@@ -197,7 +198,7 @@ def start_rollout(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
         from headway.rollouts import operations
 
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         body = decode_body(request, _start)
         plan = plan_of(body)
 
@@ -221,7 +222,7 @@ def move_rollout(parts: AdminParts, verb: str) -> Handler:
             "approve": operations.approve,
         }
         move = moves[verb]
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         rollout_id = path_id(request)
 
         def apply(store: RegistryStore) -> RolloutAnswer:
@@ -237,7 +238,13 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
     found = (*ADMIN_ONLY, NotFound)
     documented = [
         DocumentedRoute(
-            Route("GET", "/admin/rollouts", "admin_rollouts_list", list_rollouts(parts)),
+            Route(
+                "GET",
+                "/admin/rollouts",
+                "admin_rollouts_list",
+                list_rollouts(parts),
+                auth=ADMIN_KEY,
+            ),
             Operation(
                 "Rollouts, newest first; ?alias= one alias's, ?active=true only those under "
                 "way (admin key)",
@@ -248,7 +255,13 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("POST", "/admin/rollouts", "admin_rollout_start", start_rollout(parts)),
+            Route(
+                "POST",
+                "/admin/rollouts",
+                "admin_rollout_start",
+                start_rollout(parts),
+                auth=ADMIN_KEY,
+            ),
             Operation(
                 "Start moving an alias to a candidate version by steps (admin key)",
                 RolloutAnswer,
@@ -259,7 +272,13 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/admin/rollouts/{id}", "admin_rollout_get", get_rollout(parts)),
+            Route(
+                "GET",
+                "/admin/rollouts/{id}",
+                "admin_rollout_get",
+                get_rollout(parts),
+                auth=ADMIN_KEY,
+            ),
             Operation(
                 "One rollout, with what its current step has seen (admin key)",
                 RolloutAnswer,
@@ -277,6 +296,7 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
                     f"/admin/rollouts/{{id}}/{verb}",
                     f"admin_rollout_{verb}",
                     move_rollout(parts, verb),
+                    auth=ADMIN_KEY,
                 ),
                 Operation(
                     f"{verb.capitalize()} a rollout (admin key)",

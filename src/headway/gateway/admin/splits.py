@@ -16,6 +16,7 @@ import msgspec
 from headway.errors import Conflict, NotFound, ValidationFailed
 from headway.gateway.admin.access import ADMIN_ONLY, WITH_BODY, AdminParts, admin_actor, read, write
 from headway.gateway.admin.body import decode_body
+from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
@@ -114,7 +115,7 @@ def get_split(parts: AdminParts) -> Handler:
 
 def set_split(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         alias = request.path_params["alias"]
         split = split_of(alias, decode_body(request, _split))
 
@@ -132,7 +133,7 @@ def set_split(parts: AdminParts) -> Handler:
 
 def delete_split(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         alias = request.path_params["alias"]
 
         def remove(store: RegistryStore) -> Split:
@@ -150,19 +151,19 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
     found = (*ADMIN_ONLY, NotFound)
     return [
         DocumentedRoute(
-            Route("GET", "/admin/splits", "admin_splits_list", list_splits(parts)),
+            Route("GET", "/admin/splits", "admin_splits_list", list_splits(parts), auth=ADMIN_KEY),
             Operation(
                 "Every alias's split (admin key)", SplitList, errors=ADMIN_ONLY, authenticated=True
             ),
         ),
         DocumentedRoute(
-            Route("GET", one, "admin_split_get", get_split(parts)),
+            Route("GET", one, "admin_split_get", get_split(parts), auth=ADMIN_KEY),
             Operation(
                 "One alias's split (admin key)", SplitAnswer, errors=found, authenticated=True
             ),
         ),
         DocumentedRoute(
-            Route("PUT", one, "admin_split_set", set_split(parts)),
+            Route("PUT", one, "admin_split_set", set_split(parts), auth=ADMIN_KEY),
             Operation(
                 "Replace an alias's split (admin key)",
                 SplitAnswer,
@@ -172,7 +173,7 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("DELETE", one, "admin_split_delete", delete_split(parts)),
+            Route("DELETE", one, "admin_split_delete", delete_split(parts), auth=ADMIN_KEY),
             Operation(
                 "Remove an alias's split: it serves its primary version alone (admin key)",
                 SplitAnswer,

@@ -25,6 +25,7 @@ from headway.gateway.admin.access import (
     write,
 )
 from headway.gateway.admin.body import decode_body
+from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
@@ -177,7 +178,7 @@ def list_tenants(parts: AdminParts) -> Handler:
 
 def create_tenant(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         body = decode_body(request, _create)
         tenant, key = await write(
             parts,
@@ -211,7 +212,7 @@ def get_tenant(parts: AdminParts) -> Handler:
 
 def update_tenant(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         return await apply_update(parts, request, actor)
 
     return handle
@@ -239,7 +240,7 @@ async def apply_update(parts: AdminParts, request: Request, actor: Actor) -> Res
 
 def delete_tenant(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         name = request.path_params["name"]
         tenant = await write(parts, lambda store: store.delete_tenant(name, actor=actor))
         deletion = TenantDeletion(tenant.id, tenant.name, 0.0, None, None)
@@ -260,7 +261,7 @@ def list_keys(parts: AdminParts) -> Handler:
 
 def rotate_key(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         name = request.path_params["name"]
         body = decode_body(request, _rotation)
         record, key = await write(
@@ -274,7 +275,7 @@ def rotate_key(parts: AdminParts) -> Handler:
 
 def revoke_key(parts: AdminParts) -> Handler:
     async def handle(request: Request) -> Response:
-        actor = admin_actor(request, parts.snapshots)
+        actor = admin_actor(request)
         name, key_id = request.path_params["name"], request.path_params["key_id"]
 
         def revoke(store: RegistryStore) -> ApiKey:
@@ -293,7 +294,9 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
     found = (*ADMIN_ONLY, NotFound)
     return [
         DocumentedRoute(
-            Route("GET", "/admin/tenants", "admin_tenants_list", list_tenants(parts)),
+            Route(
+                "GET", "/admin/tenants", "admin_tenants_list", list_tenants(parts), auth=ADMIN_KEY
+            ),
             Operation(
                 "Every tenant, its tier and quota (admin key)",
                 TenantList,
@@ -302,7 +305,13 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("POST", "/admin/tenants", "admin_tenant_create", create_tenant(parts)),
+            Route(
+                "POST",
+                "/admin/tenants",
+                "admin_tenant_create",
+                create_tenant(parts),
+                auth=ADMIN_KEY,
+            ),
             Operation(
                 "Create a tenant; its first API key is in the answer, once (admin key)",
                 TenantCreated,
@@ -313,11 +322,11 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", one, "admin_tenant_get", get_tenant(parts)),
+            Route("GET", one, "admin_tenant_get", get_tenant(parts), auth=ADMIN_KEY),
             Operation("One tenant (admin key)", TenantAnswer, errors=found, authenticated=True),
         ),
         DocumentedRoute(
-            Route("PATCH", one, "admin_tenant_update", update_tenant(parts)),
+            Route("PATCH", one, "admin_tenant_update", update_tenant(parts), auth=ADMIN_KEY),
             Operation(
                 "Change a tenant's tier, quota or Batch API bounds (admin key)",
                 TenantAnswer,
@@ -327,7 +336,7 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("DELETE", one, "admin_tenant_delete", delete_tenant(parts)),
+            Route("DELETE", one, "admin_tenant_delete", delete_tenant(parts), auth=ADMIN_KEY),
             Operation(
                 "Delete a tenant: its keys are refused at once, its usage ledger is "
                 "kept (admin key)",
@@ -337,7 +346,7 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", keys, "admin_keys_list", list_keys(parts)),
+            Route("GET", keys, "admin_keys_list", list_keys(parts), auth=ADMIN_KEY),
             Operation(
                 "A tenant's keys: ids and dates, never the keys (admin key)",
                 KeyList,
@@ -346,7 +355,7 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("POST", keys, "admin_key_rotate", rotate_key(parts)),
+            Route("POST", keys, "admin_key_rotate", rotate_key(parts), auth=ADMIN_KEY),
             Operation(
                 "A new key for the tenant; its other keys expire after overlap_s (admin key)",
                 KeyCreated,
@@ -357,7 +366,9 @@ def routes(parts: AdminParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("DELETE", keys + "/{key_id}", "admin_key_revoke", revoke_key(parts)),
+            Route(
+                "DELETE", keys + "/{key_id}", "admin_key_revoke", revoke_key(parts), auth=ADMIN_KEY
+            ),
             Operation(
                 "Revoke one of the tenant's keys now (admin key)",
                 KeyAnswer,

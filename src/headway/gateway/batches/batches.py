@@ -25,12 +25,13 @@ from headway.errors import (
     Unauthorized,
     ValidationFailed,
 )
+from headway.gateway.auth.kinds import TENANT_KEY
 from headway.gateway.batches import schemas
 from headway.gateway.batches.bounds import bounds_of, refusal
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit
-from headway.gateway.stages.authenticate import by_key
+from headway.gateway.stages.authenticate import caller_of
 from headway.gateway.stages.parse import decode
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
@@ -44,7 +45,7 @@ _ERRORS = (Unauthorized, Forbidden, NotFound)
 def routes(parts: BatchParts) -> list[DocumentedRoute]:
     return [
         DocumentedRoute(
-            Route("POST", "/v1/batches", "batches", create(parts)),
+            Route("POST", "/v1/batches", "batches", create(parts), auth=TENANT_KEY),
             Operation(
                 "Create a batch of one input file's lines against one endpoint",
                 schemas.BatchObject,
@@ -54,7 +55,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/batches", "batches", list_batches(parts)),
+            Route("GET", "/v1/batches", "batches", list_batches(parts), auth=TENANT_KEY),
             Operation(
                 "The tenant's batches, newest first (limit, after)",
                 schemas.BatchList,
@@ -71,7 +72,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/batches/{batch_id}", "batch", get_batch(parts)),
+            Route("GET", "/v1/batches/{batch_id}", "batch", get_batch(parts), auth=TENANT_KEY),
             Operation(
                 "One of the tenant's batches",
                 schemas.BatchObject,
@@ -80,7 +81,13 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("POST", "/v1/batches/{batch_id}/cancel", "batch_cancel", cancel(parts)),
+            Route(
+                "POST",
+                "/v1/batches/{batch_id}/cancel",
+                "batch_cancel",
+                cancel(parts),
+                auth=TENANT_KEY,
+            ),
             Operation(
                 "Cancel a batch: its lines stop; those answered stay in its output",
                 schemas.BatchObject,
@@ -93,7 +100,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
 
 def create(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
-        caller = by_key(request, parts.snapshots.current)
+        caller = caller_of(request)
         tenant = request.tenant = caller.tenant.name
         body = decode(schemas.batch_create_decoder, request.body)
         record = await off_loop(parts.store.file, tenant, body.input_file_id)
@@ -133,7 +140,7 @@ def get_batch(parts: BatchParts) -> Handler:
 
 def list_batches(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
-        tenant = by_key(request, parts.snapshots.current).tenant.name
+        tenant = caller_of(request).tenant.name
         query = one_each(request.query(), {"limit", "after"})
         limit = query_limit(query.get("limit"), default=20, most=MAX_LISTED)
         found = await off_loop(
@@ -167,7 +174,7 @@ def cancel(parts: BatchParts) -> Handler:
 
 
 async def _own_batch(parts: BatchParts, request: Request) -> Batch:
-    tenant = by_key(request, parts.snapshots.current).tenant.name
+    tenant = caller_of(request).tenant.name
     batch_id = request.path_params["batch_id"]
     batch = await off_loop(parts.store.batch, tenant, batch_id)
     if batch is None:

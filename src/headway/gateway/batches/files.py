@@ -51,6 +51,7 @@ from headway.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from headway.gateway.auth.kinds import TENANT_KEY
 from headway.gateway.batches import schemas
 from headway.gateway.batches.bounds import bounds_of, full_before_upload, refusal
 from headway.gateway.batches.parts import BatchParts
@@ -58,7 +59,7 @@ from headway.gateway.batches.uploads import RETRY_AFTER_S as UPLOAD_RETRY_AFTER_
 from headway.gateway.batches.uploads import SlotsFull, UploadSlots
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit, whole_number
-from headway.gateway.stages.authenticate import by_key
+from headway.gateway.stages.authenticate import caller_of
 from headway.http.asgi import (
     FileResponse,
     Handler,
@@ -100,6 +101,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
                 upload(parts, slots),
                 max_body_bytes=upload_limit,
                 streams_body=True,
+                auth=TENANT_KEY,
             ),
             Operation(
                 "Upload a JSONL batch input (multipart/form-data: purpose=batch, file)",
@@ -118,7 +120,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/files", "files", list_files(parts)),
+            Route("GET", "/v1/files", "files", list_files(parts), auth=TENANT_KEY),
             Operation(
                 "The tenant's files, newest first (purpose, limit, after, order)",
                 schemas.FileList,
@@ -128,13 +130,19 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/files/{file_id}", "file", get_file(parts)),
+            Route("GET", "/v1/files/{file_id}", "file", get_file(parts), auth=TENANT_KEY),
             Operation(
                 "One of the tenant's files", schemas.File, errors=_ERRORS, authenticated=True
             ),
         ),
         DocumentedRoute(
-            Route("GET", "/v1/files/{file_id}/content", "file_content", file_content(parts)),
+            Route(
+                "GET",
+                "/v1/files/{file_id}/content",
+                "file_content",
+                file_content(parts),
+                auth=TENANT_KEY,
+            ),
             Operation(
                 "The file's bytes (JSONL)",
                 "application/octet-stream",
@@ -143,7 +151,7 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("DELETE", "/v1/files/{file_id}", "file", delete_file(parts)),
+            Route("DELETE", "/v1/files/{file_id}", "file", delete_file(parts), auth=TENANT_KEY),
             Operation(
                 "Delete one of the tenant's files (not one a running batch reads)",
                 schemas.FileDeleted,
@@ -160,12 +168,9 @@ def upload(parts: BatchParts, slots: UploadSlots) -> Handler:
     parsers = _line_parsers(parts.limits)
 
     async def handle(request: Request) -> Response:
-        caller = by_key(request, parts.snapshots.current)  # from the headers alone
+        caller = caller_of(request)  # the edge checked the key from the headers alone
         tenant = request.tenant = caller.tenant.name
         reader = FormReader(request.headers.get("content-type", ""))
-        declared = _declared_length(request.headers.get("content-length"))
-        if declared is not None and declared > body_limit:
-            raise PayloadTooLarge(f"request body exceeds {body_limit} bytes")
         full = slots.take(tenant)
         if full is not None:
             raise _slots_refusal(full)
@@ -366,13 +371,6 @@ def _slots_refusal(full: SlotsFull) -> LimitReached:
     )
 
 
-def _declared_length(value: str | None) -> int | None:
-    """The Content-Length, when it is a plain number (the server refuses any other)."""
-    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 19:
-        return None
-    return int(value)
-
-
 def _line_parsers(limits: LimitsSettings) -> BodyParsers:
     """Each batch endpoint's strict body parser, as the executor runs it (``inputs``)."""
     parsers: dict[str, Callable[[bytes], int]] = {
@@ -387,7 +385,7 @@ def _line_parsers(limits: LimitsSettings) -> BodyParsers:
 
 def list_files(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
-        tenant = by_key(request, parts.snapshots.current).tenant.name
+        tenant = caller_of(request).tenant.name
         query = one_each(request.query(), {"purpose", "limit", "after", "order"})
         limit = query_limit(query.get("limit"), default=MAX_FILES_LISTED, most=MAX_FILES_LISTED)
         order = query.get("order", "desc")
@@ -451,7 +449,7 @@ async def remove_file(parts: BatchParts, record: FileObject) -> None:
 
 
 async def _own_file(parts: BatchParts, request: Request) -> FileObject:
-    tenant = by_key(request, parts.snapshots.current).tenant.name
+    tenant = caller_of(request).tenant.name
     file_id = request.path_params["file_id"]
     record = await off_loop(parts.store.file, tenant, file_id)
     if record is None:

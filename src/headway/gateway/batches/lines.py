@@ -16,12 +16,11 @@ own bucket: the executor waits out a 429 rather than failing the line.
 
 from __future__ import annotations
 
-import hmac
 import re
 from dataclasses import replace
 
-from headway.errors import Forbidden, NotFound, Unauthorized, ValidationFailed
-from headway.gateway.stages.authenticate import Caller, Identify
+from headway.errors import NotFound, ValidationFailed
+from headway.gateway.stages.authenticate import Caller
 from headway.http.asgi import Request
 from headway.registry.model import Snapshot
 
@@ -33,25 +32,16 @@ PATHS = {"embeddings": "/internal/batches/v1/embeddings", "rerank": "/internal/b
 _HEX = re.compile(r"[0-9a-f]{16,64}")
 
 
-def executor_identify(token: str) -> Identify:
-    """The caller of a line: the tenant the executor names, if it presents ``token``."""
-    expected = token.encode()
-
-    def identify(request: Request, snapshot: Snapshot) -> Caller:
-        if not expected:
-            raise Forbidden("batch line routes are off: this gateway has no executor token")
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.encode(), expected):
-            raise Unauthorized("these routes take the batch executor's token")
-        name = request.headers.get(TENANT, "")
-        tenant = snapshot.tenants.get(name)
-        if tenant is None:
-            raise NotFound(f"tenant {name[:64]!r} does not exist (deleted?)")
-        request.id = _hex(request.headers.get(REQUEST_ID, ""), REQUEST_ID)
-        key_id = _hex(request.headers.get(KEY_ID, ""), KEY_ID)
-        return Caller(replace(tenant, tier="batch"), key_id, retried=True)
-
-    return identify
+def line_caller(request: Request, snapshot: Snapshot) -> Caller:
+    """The caller of a line, once the executor's token has been checked
+    (``gateway/auth/checks.py``): the tenant the executor names, at tier batch."""
+    name = request.headers.get(TENANT, "")
+    tenant = snapshot.tenants.get(name)
+    if tenant is None:
+        raise NotFound(f"tenant {name[:64]!r} does not exist (deleted?)")
+    request.id = _hex(request.headers.get(REQUEST_ID, ""), REQUEST_ID)
+    key_id = _hex(request.headers.get(KEY_ID, ""), KEY_ID)
+    return Caller(replace(tenant, tier="batch"), key_id, retried=True)
 
 
 def _hex(value: str, header: str) -> str:

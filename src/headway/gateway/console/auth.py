@@ -8,21 +8,24 @@ site's page sends it), ``Path=/console``, ``Max-Age`` the session's life, and
 from TLS, or from ``X-Forwarded-Proto`` of a proxy it trusts, 127.0.0.1 by default).
 A tenant key (403) or a wrong one (401) gets the form again and no cookie.
 
-Failed sign-ins are counted per client address (``scope["client"]``: the peer, or the
-address a proxy uvicorn trusts forwarded) and for the whole gateway (``attempts.py``).
-Past either limit a sign-in is refused before its key is checked: 429 with
-``Retry-After`` and the form again (a fresh login token, no session). Every answer of
-``POST /console/login`` is counted by outcome; each lockout is logged once, by the
-failure that starts it (the address, never the key).
+A sign-in's key goes through the gateway's one failed-key limiter (``gateway/auth/``), as
+every key does: per client address (behind a trusted proxy, the address it forwarded) and
+per key prefix, never for the whole gateway, so a flood of wrong keys from anywhere else
+never locks an operator out. Refused, a sign-in gets 429 with ``Retry-After`` and the form
+again (a fresh login token, no session), before its key is checked. Every answer of
+``POST /console/login`` is counted by outcome; each lockout is logged once, by the limiter
+(the address, never the key).
 
-Every other console route goes through one of three guards, which first set the
-security headers (they reach error answers too, through ``response_headers``):
+Every other console route declares ``console_session``: the edge runs ``session`` before
+the body is read, which sets the security headers (they reach error answers too, through
+``response_headers``) and refuses a request without a valid session (401 JSON; a page's
+401 is written as a 303 to the sign-in form, ``sign_in_first``). The handler is wrapped
+by one of three guards, which take the session the edge found:
 
-- ``page``: no valid session → 303 to the sign-in form;
-- ``api``: no valid session → 401 JSON;
-- ``write``: as ``api``, then the request must not come from another site
-  (``same_origin``: ``Sec-Fetch-Site``, ``Origin``) and its CSRF token (``X-CSRF-Token``,
-  or a ``csrf`` form field) must be the session's → 403.
+- ``page``, ``api``: hand it to the handler;
+- ``write``: first, the request must not come from another site (``same_origin``:
+  ``Sec-Fetch-Site``, ``Origin``) and its CSRF token (``X-CSRF-Token``, or a ``csrf`` form
+  field) must be the session's → 403.
 
 A session is valid while its signature checks, it has not expired, and its key id is
 a live admin key of the current registry snapshot: revoking the key ends every
@@ -38,18 +41,14 @@ import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from headway.errors import Forbidden, HeadwayError, Unauthorized
-from headway.gateway.console.attempts import (
-    SignInAttempts,
-    SignInOutcome,
-    Throttled,
-    counted_as,
-)
+from headway.errors import AuthThrottled, Forbidden, HeadwayError, Unauthorized
+from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.console.pages import login_html
 from headway.gateway.console.session import Session, SessionSigner
+from headway.gateway.console.signin import SignInOutcome
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages.authenticate import authenticate
-from headway.http.asgi import Handler, Request, Response
+from headway.http.asgi import Handler, Request, Response, error_response
+from headway.http.client_address import request_scheme
 from headway.registry.model import Snapshot
 
 log = logging.getLogger(__name__)
@@ -74,8 +73,6 @@ SECURITY_HEADERS = {
 }
 
 ConsoleHandler = Callable[[Request, Session], Awaitable[Response]]
-UNKNOWN_ADDRESS = "unknown"
-"""Where a request without a ``client`` in its scope (a Unix socket) is counted."""
 
 
 class ConsoleAuth:
@@ -83,21 +80,28 @@ class ConsoleAuth:
         self,
         signer: SessionSigner,
         snapshots: Snapshots,
+        keys: KeyChecks,
         clock: Callable[[], float] = time.time,
-        attempts: SignInAttempts | None = None,
         count: Callable[[SignInOutcome], None] = lambda outcome: None,
     ) -> None:
-        """``clock``: wall-clock seconds (key expiry); ``attempts``: failed sign-ins
-        (default: the default limits on a monotonic clock); ``count``: told how each
-        sign-in ended."""
+        """``keys``: the gateway's key checks (a sign-in's key goes through their limiter);
+        ``clock``: wall-clock seconds (key expiry); ``count``: told how each sign-in ended."""
         self.signer = signer
         self._snapshots = snapshots
+        self._keys = keys
         self._clock = clock
-        self._attempts = attempts if attempts is not None else SignInAttempts()
         self._count = count
         self._admins: tuple[Snapshot, frozenset[str]] | None = None
 
-    # the guards -------------------------------------------------------------------
+    # the check the edge runs, and the guards ---------------------------------------
+
+    async def session(self, request: Request) -> Session:
+        """``console_session``: the request's session, before its body is read."""
+        request.response_headers.update(SECURITY_HEADERS)
+        session = self.session_of(request)
+        if session is None:
+            raise Unauthorized(f"no console session: sign in at {LOGIN}")
+        return session
 
     def public(self, handler: Handler) -> Handler:
         async def handle(request: Request) -> Response:
@@ -108,25 +112,15 @@ class ConsoleAuth:
 
     def page(self, handler: ConsoleHandler) -> Handler:
         async def handle(request: Request) -> Response:
-            request.response_headers.update(SECURITY_HEADERS)
-            session = self.session_of(request)
-            if session is None:
-                return redirect(LOGIN)
-            return await handler(request, session)
+            return await handler(request, session_found(request))
 
         return handle
 
-    def api(self, handler: ConsoleHandler) -> Handler:
-        async def handle(request: Request) -> Response:
-            request.response_headers.update(SECURITY_HEADERS)
-            return await handler(request, self._required(request))
-
-        return handle
+    api = page
 
     def write(self, handler: ConsoleHandler) -> Handler:
         async def handle(request: Request) -> Response:
-            request.response_headers.update(SECURITY_HEADERS)
-            session = self._required(request)
+            session = session_found(request)
             if not same_origin(request):
                 raise Forbidden("the request's Origin is not this console's")
             if not self.signer.csrf_ok(session, csrf_of(request)):
@@ -140,12 +134,6 @@ class ConsoleAuth:
         session = None if value is None else self.signer.verify(value)
         if session is None or session.key_id not in self._live_admins():
             return None
-        return session
-
-    def _required(self, request: Request) -> Session:
-        session = self.session_of(request)
-        if session is None:
-            raise Unauthorized(f"no console session: sign in at {LOGIN}")
         return session
 
     def _live_admins(self) -> frozenset[str]:
@@ -171,30 +159,30 @@ class ConsoleAuth:
 
     async def login(self, request: Request) -> Response:
         request.response_headers.update(SECURITY_HEADERS)
-        address = client_address(request)
-        refused = self._attempts.refused(address)
-        if refused is not None:
-            self._count("throttled")
-            return self._throttled(request, refused)
         form = form_of(request)
         if not same_origin(request) or not self.signer.login_ok(
             cookies(request).get(LOGIN_COOKIE), _one(form, "csrf")
         ):
             self._count("bad_form")
             return self._form(request, 403, "The sign-in form expired or came from elsewhere.")
-        key = _one(form, "key") or ""
+        key = _one(form, "key")
+        if not key:  # no key guesses nothing: not a failure
+            self._count("bad_key")
+            return self._form(request, 401, "That key is not valid.")
         try:
-            principal = authenticate({"authorization": f"Bearer {key}"}, self._snapshots.current)
+            principal = await self._keys.principal(request, key)
+        except AuthThrottled as refused:
+            self._count("throttled")
+            return self._throttled(request, refused)
         except HeadwayError:
-            self._failed(address, "bad_key")
+            self._count("bad_key")
             return self._form(request, 401, "That key is not valid.")
         if principal.role != "admin":
-            self._failed(address, "not_admin")
+            self._count("not_admin")
             return self._form(request, 403, "A tenant's key cannot sign in: use an admin key.")
-        self._attempts.succeeded(address)
         self._count("ok")
         value = self.signer.issue(principal.key_id)
-        cookie = _cookie(request, SESSION_COOKIE, value, "/console", self.signer.ttl_s)
+        cookie = self._cookie(request, SESSION_COOKIE, value, "/console", self.signer.ttl_s)
         return redirect(HOME, cookie)
 
     async def logout(self, request: Request) -> Response:
@@ -204,42 +192,42 @@ class ConsoleAuth:
             same_origin(request) and self.signer.csrf_ok(session, csrf_of(request))
         ):
             raise Forbidden("missing or wrong CSRF token: reload the page")
-        return redirect(LOGIN, _cookie(request, SESSION_COOKIE, "", "/console", 0))
+        return redirect(LOGIN, self._cookie(request, SESSION_COOKIE, "", "/console", 0))
 
     def _form(self, request: Request, status: int, error: str = "") -> Response:
         """The form with a fresh login token, its cookie beside it."""
         value, token = self.signer.issue_login()
-        cookie = _cookie(request, LOGIN_COOKIE, value, LOGIN, 600)
+        cookie = self._cookie(request, LOGIN_COOKIE, value, LOGIN, 600)
         return Response(login_html(token, error), status, HTML, {"set-cookie": cookie})
 
-    def _failed(self, address: str, outcome: SignInOutcome) -> None:
-        """Count a failed sign-in; log each lockout it starts (once: while it lasts,
-        nothing from whom it refuses is counted)."""
-        self._count(outcome)
-        for lockout in self._attempts.failed(address):
-            if lockout.scope == "address":
-                where, whom = f"from {address}", address
-            else:
-                where, whom = "on this gateway", "every address"
-            log.warning(
-                "console sign-in: %d failures %s within %.0f s; refusing %s for %d s",
-                lockout.failures,
-                where,
-                lockout.window_s,
-                whom,
-                lockout.retry_after,
-            )
-
-    def _throttled(self, request: Request, refused: Throttled) -> Response:
+    def _throttled(self, request: Request, refused: AuthThrottled) -> Response:
         """429: the form again, saying when to come back."""
-        wait = _wait(refused.retry_after)
-        if refused.scope == "address":
-            error = f"Too many failed sign-ins from your address: try again in {wait}."
-        else:
-            error = f"Too many failed sign-ins to this gateway: try again in {wait}."
+        retry_after = max(1, round((refused.retry_after_s or 1) + 0.499))
+        error = f"Too many failed key checks from your address: try again in {_wait(retry_after)}."
         answer = self._form(request, 429, error)
-        answer.headers["retry-after"] = str(refused.retry_after)
+        answer.headers["retry-after"] = str(retry_after)
         return answer
+
+    def _cookie(self, request: Request, name: str, value: str, path: str, max_age: int) -> str:
+        """``Secure`` when the client came over https (to us, or to a trusted proxy)."""
+        scheme = request_scheme(request.scope, request.headers, self._keys.trusted)
+        secure = "; Secure" if scheme == "https" else ""
+        return f"{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+
+
+def session_found(request: Request) -> Session:
+    """The session the edge found (``console_session``)."""
+    session = request.caller
+    if not isinstance(session, Session):
+        raise TypeError(f"route {request.route!r} declares no console session")
+    return session
+
+
+def sign_in_first(exc: HeadwayError) -> Response:
+    """A page's errors: without a session, the sign-in form (303); others as JSON."""
+    if isinstance(exc, Unauthorized):
+        return redirect(LOGIN)
+    return error_response(exc)
 
 
 def redirect(location: str, cookie: str | None = None) -> Response:
@@ -265,13 +253,6 @@ def form_of(request: Request) -> dict[str, list[str]]:
     if media != FORM:
         return {}
     return parse_qs(request.body.decode("utf-8", "replace"), max_num_fields=20)
-
-
-def client_address(request: Request) -> str:
-    """The client's address as the server saw it (uvicorn: after its trusted-proxy
-    handling of ``X-Forwarded-For``), as failed sign-ins count it (an IPv6 /64)."""
-    client = request.scope.get("client")
-    return counted_as(str(client[0])) if client else UNKNOWN_ADDRESS
 
 
 def csrf_of(request: Request) -> str | None:
@@ -312,8 +293,3 @@ def _wait(seconds: int) -> str:
 def _one(form: dict[str, list[str]], name: str) -> str | None:
     values = form.get(name)
     return values[0] if values and len(values) == 1 else None
-
-
-def _cookie(request: Request, name: str, value: str, path: str, max_age: int) -> str:
-    secure = "; Secure" if request.scope.get("scheme") == "https" else ""
-    return f"{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"

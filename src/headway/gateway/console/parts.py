@@ -10,8 +10,8 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from headway.billing.prices import PriceBook
-from headway.gateway.console.attempts import SignInOutcome
 from headway.gateway.console.history import PoolHistory
+from headway.gateway.console.signin import SignInOutcome
 from headway.gateway.pools import Pools
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.usage import LedgerOf

@@ -19,16 +19,24 @@ from typing import Any
 
 from headway.billing.prices import PriceBook, default_prices
 from headway.errors import NotFound
+from headway.gateway.auth.checks import KeyChecks
+from headway.gateway.auth.kinds import CONSOLE_SESSION
 from headway.gateway.console import api, costs, writes
-from headway.gateway.console.attempts import SignInAttempts
-from headway.gateway.console.auth import HOME, HTML, ConsoleAuth, ConsoleHandler, redirect
+from headway.gateway.console.auth import (
+    HOME,
+    HTML,
+    ConsoleAuth,
+    ConsoleHandler,
+    redirect,
+    sign_in_first,
+)
 from headway.gateway.console.pages import PAGES, page_html
 from headway.gateway.console.parts import ConsoleParts, QualitySource
 from headway.gateway.console.session import Session, SessionSigner, new_secret
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.service import GatewayService
 from headway.http.asgi import Request, Response, json_response
-from headway.http.router import Route
+from headway.http.router import Check, Route
 
 __all__ = ["ConsoleParts", "parts_of", "routes"]
 
@@ -61,18 +69,14 @@ def parts_of(service: GatewayService, prices: PriceBook | None = None) -> Consol
     )
 
 
-def routes(parts: ConsoleParts) -> list[DocumentedRoute]:
+def routes(parts: ConsoleParts, keys: KeyChecks, checks: dict[str, Check]) -> list[DocumentedRoute]:
+    """The console's routes; its session check is added to ``checks`` (``console_session``),
+    a sign-in's key goes through ``keys``."""
     settings = parts.settings
     secret = settings.session_secret.encode() or new_secret()
     signer = SessionSigner(secret, settings.session_ttl_s, parts.wall_clock)
-    attempts = SignInAttempts(
-        address_failures=settings.signin_address_failures,
-        address_window_s=settings.signin_address_window_s,
-        gateway_failures=settings.signin_gateway_failures_per_minute,
-        max_addresses=settings.signin_tracked_addresses,
-        clock=parts.clock,
-    )
-    auth = ConsoleAuth(signer, parts.snapshots, parts.wall_clock, attempts, parts.count_signin)
+    auth = ConsoleAuth(signer, parts.snapshots, keys, parts.wall_clock, parts.count_signin)
+    checks[CONSOLE_SESSION] = auth.session
     views: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
         "pools": _now(lambda: api.pools_view(parts.pools)),
         "admission": _now(lambda: api.admission_view(parts)),
@@ -81,19 +85,26 @@ def routes(parts: ConsoleParts) -> list[DocumentedRoute]:
         "audit": lambda: api.audit_view(parts),
         "economics": lambda: costs.economics_view(parts),
     }
+    page: dict[str, Any] = {"auth": CONSOLE_SESSION, "render_error": sign_in_first}
     served = [
-        Route("GET", "/console", "console", auth.page(_home)),
+        Route("GET", "/console", "console", auth.page(_home), **page),
         Route("GET", "/console/login", "console_login_form", auth.login_form),
         Route("POST", "/console/login", "console_login", auth.login, FORM_BYTES),
         Route("POST", "/console/logout", "console_logout", auth.logout, FORM_BYTES),
         Route("GET", "/console/static/{name}", "console_static", auth.public(_static())),
         *(
-            Route("GET", f"/console/{page}", f"console_{page}", auth.page(_shell(page)))
-            for page in PAGES
+            Route("GET", f"/console/{name}", f"console_{name}", auth.page(_shell(name)), **page)
+            for name in PAGES
         ),
         *(
-            Route("GET", f"/console/api/{page}", f"console_api_{page}", auth.api(_json(view)))
-            for page, view in views.items()
+            Route(
+                "GET",
+                f"/console/api/{name}",
+                f"console_api_{name}",
+                auth.api(_json(view)),
+                auth=CONSOLE_SESSION,
+            )
+            for name, view in views.items()
         ),
         Route(
             "POST",
@@ -101,6 +112,7 @@ def routes(parts: ConsoleParts) -> list[DocumentedRoute]:
             "console_tenant_update",
             auth.write(writes.update_tenant(parts)),
             FORM_BYTES,
+            auth=CONSOLE_SESSION,
         ),
         *(
             Route(
@@ -109,6 +121,7 @@ def routes(parts: ConsoleParts) -> list[DocumentedRoute]:
                 f"console_rollout_{verb}",
                 auth.write(writes.move_rollout(parts, verb)),
                 FORM_BYTES,
+                auth=CONSOLE_SESSION,
             )
             for verb in writes.MOVES
         ),

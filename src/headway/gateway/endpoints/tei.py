@@ -46,7 +46,6 @@ from headway.gateway.endpoints.fit import Rows
 from headway.gateway.endpoints.work import Asked, EmbedWork, RankWork, Scores
 from headway.gateway.pools import Pools
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages.authenticate import authenticate
 from headway.gateway.stages.parse import check_texts, decode, texts_of, whole_number
 from headway.http.asgi import Handler, Request, Response, error_response, json_response
 from headway.registry.model import ModelRecord
@@ -197,8 +196,7 @@ def info(parts: InfoParts) -> Handler:
     default, the default model's)."""
 
     async def handle(request: Request) -> Response:
-        snapshot = parts.snapshots.current
-        authenticate(request.headers, snapshot)
+        snapshot = parts.snapshots.current  # the key was checked by the edge (auth any_key)
         found = [
             (name, record)
             for name in parts.default_models

@@ -9,8 +9,9 @@
   version names the content, so it never changes.
 
 Who may read: an admin key, or ``weights.token`` (the worker credential, compared in
-constant time); a tenant's key is refused (403) and no key or an unknown one (401),
-before the path is looked at. The listing is what ``store_listing`` reads (the
+constant time): the routes declare ``weights_token`` (``gateway/auth/checks.py``), checked
+by the edge through the failed-key limiter; a tenant's key is refused (403) and no key or
+an unknown one (401), before the path is looked at. The listing is what ``store_listing`` reads (the
 hashes recorded when the artifact was stored), kept per version once read: an
 artifact never changes, and a file changed behind the store's back is caught by the
 fetcher, which checks every file against it.
@@ -19,7 +20,6 @@ fetcher, which checks every file against it.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import re
 from dataclasses import dataclass, field
 
@@ -30,9 +30,9 @@ from headway.errors import (
     RangeNotSatisfiable,
     Unauthorized,
 )
+from headway.gateway.auth.kinds import WEIGHTS_TOKEN
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages.authenticate import authenticate, require_admin
 from headway.http.asgi import FileResponse, Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.models.errors import ModelIntegrityError, ModelNotFoundError
@@ -56,15 +56,6 @@ class WeightsParts:
     token: str = ""
     """``weights.token``; empty: admin keys only."""
     listings: dict[str, ArtifactListing] = field(default_factory=dict)
-
-
-def authorize(request: Request, parts: WeightsParts) -> None:
-    """The worker credential, or else an admin key (401 / 403 as any admin route)."""
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    worker = parts.token and scheme.lower() == "bearer"
-    if worker and hmac.compare_digest(presented.strip().encode(), parts.token.encode()):
-        return
-    require_admin(authenticate(request.headers, parts.snapshots.current))
 
 
 async def listing_of(parts: WeightsParts, version: str) -> ArtifactListing:
@@ -119,7 +110,6 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 def get_listing(parts: WeightsParts) -> Handler:
     async def handle(request: Request) -> Response:
-        authorize(request, parts)
         return json_response(await listing_of(parts, request.path_params["version"]))
 
     return handle
@@ -127,7 +117,6 @@ def get_listing(parts: WeightsParts) -> Handler:
 
 def get_file(parts: WeightsParts) -> Handler:
     async def handle(request: Request) -> Response:
-        authorize(request, parts)
         version, name = request.path_params["version"], request.path_params["file"]
         entry = (await listing_of(parts, version)).file(name)
         if entry is None:
@@ -156,7 +145,7 @@ def routes(parts: WeightsParts) -> list[DocumentedRoute]:
     refusals = (Unauthorized, Forbidden, NotFound)
     return [
         DocumentedRoute(
-            Route("GET", LISTING_PATH, "weights_listing", get_listing(parts)),
+            Route("GET", LISTING_PATH, "weights_listing", get_listing(parts), auth=WEIGHTS_TOKEN),
             Operation(
                 "A model version's files: names, sizes, SHA-256s, signature (admin key or "
                 "the worker credential)",
@@ -167,7 +156,7 @@ def routes(parts: WeightsParts) -> list[DocumentedRoute]:
             ),
         ),
         DocumentedRoute(
-            Route("GET", FILE_PATH, "weights_file", get_file(parts)),
+            Route("GET", FILE_PATH, "weights_file", get_file(parts), auth=WEIGHTS_TOKEN),
             Operation(
                 "One file of a model version, streamed; one byte Range gives 206 (admin key "
                 "or the worker credential)",

@@ -1,4 +1,4 @@
-"""Bearer-key authentication against the registry snapshot.
+"""Bearer-key authentication against the registry snapshot: whose key a digest is.
 
 Keys are never stored, only their SHA-256 digests. The presented key is
 hashed and looked up by digest, then the stored digest is checked against the
@@ -6,12 +6,15 @@ computed one with ``hmac.compare_digest``. Timing of the lookup can reveal at
 most something about the digest of the attacker's own guess, which says
 nothing usable about any stored key. A key being rotated out carries its expiry and
 is refused from then on, whenever the snapshot was loaded.
+
+The edge runs it before the body is read, through the failed-key limiter
+(``gateway/auth/checks.py``); the request path finds the ``Caller`` it made there.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from headway.errors import Forbidden, Unauthorized
@@ -32,27 +35,22 @@ class Caller:
     its id billed already (``stages/meter.py``)."""
 
 
-Identify = Callable[[Request, Snapshot], Caller]
-"""How a route finds its caller: a tenant's bearer key (``by_key``), or the batch
-executor acting for a tenant (``gateway/batches/lines.py``)."""
-
-
-def by_key(request: Request, snapshot: Snapshot) -> Caller:
-    principal = authenticate(request.headers, snapshot)
-    return Caller(require_tenant(principal), principal.key_id)
-
-
 def authenticate(headers: Mapping[str, str], snapshot: Snapshot) -> Principal:
+    """The principal of the request's bearer key (no limiter: for tools and tests)."""
     header = headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
         raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
-    digest = key_digest(key)
+    return principal_of(key_digest(key), snapshot, time.time())
+
+
+def principal_of(digest: bytes, snapshot: Snapshot, now: float) -> Principal:
+    """Whose key has this digest, at wall-clock ``now``; ``Unauthorized`` for none."""
     principal = snapshot.principals.get(digest)
     if principal is None or not digests_match(principal.key_digest, digest):
         raise Unauthorized("invalid API key")
-    if principal.expires_at is not None and principal.expires_at <= time.time():
+    if principal.expires_at is not None and principal.expires_at <= now:
         raise Unauthorized("this API key has expired (it was rotated); use the new key")
     return principal
 
@@ -66,3 +64,19 @@ def require_tenant(principal: Principal) -> Tenant:
 def require_admin(principal: Principal) -> None:
     if principal.role != "admin":
         raise Forbidden("an admin key is required")
+
+
+def caller_of(request: Request) -> Caller:
+    """The caller the edge found for a route declared ``tenant_key`` or ``executor_token``."""
+    caller = request.caller
+    if not isinstance(caller, Caller):
+        raise TypeError(f"route {request.route!r} declares no tenant check")
+    return caller
+
+
+def key_principal(request: Request) -> Principal:
+    """The principal the edge found for a route declared ``admin_key`` or ``any_key``."""
+    principal = request.caller
+    if not isinstance(principal, Principal):
+        raise TypeError(f"route {request.route!r} declares no key check")
+    return principal
