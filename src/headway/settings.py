@@ -232,6 +232,20 @@ class EdgeLimits(_Section):
         description="The slowest transfer rate of a request body that is waited for beyond "
         "body_timeout_s (Apache mod_reqtimeout's minrate).",
     )
+    linger_s: float = Field(
+        2.0,
+        ge=0,
+        description="After an answer sent before the request's body was all received (a "
+        "401, 413 or 429 from the headers), how long the rest of the body is still read and "
+        "dropped, so a client that sends its whole body before reading (most do) reads the "
+        "answer instead of a reset (nginx's lingering close). 0: close at once.",
+    )
+    linger_bytes: int = Field(
+        4 << 20,
+        ge=0,
+        description="The most bytes read and dropped in that time; a client with more of its "
+        "body left gets a reset. Nothing is kept: a refused body costs reading it, not memory.",
+    )
     trusted_proxies: tuple[str, ...] = Field(
         (),
         description="Proxies (CIDR list, e.g. 10.0.0.0/8) whose X-Forwarded-For and "

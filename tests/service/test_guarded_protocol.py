@@ -4,6 +4,7 @@ small ASGI app, raw clients bound to chosen 127/8 addresses."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 from collections import Counter
@@ -63,6 +64,11 @@ class HeldApp:
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
         assert scope["type"] == "http"
         self.schemes.append(scope["scheme"])
+        if scope["path"] == "/early":  # refused from its headers, as the edge does
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-length", b"2"), (b"connection", b"close")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b"no"})
+            return
         if scope["path"] == "/late-read":
             self.waiting_to_read.set()
             await self.read_gate.wait()
@@ -471,3 +477,41 @@ def test_the_handshake_is_guarded_on_uvloop_too(certificates):
             await served.until(lambda: served.guard.caps.open == 1, "the stalled one released")
 
     uvloop.run(check())
+
+
+async def send_then_read(served: Served, body_bytes: int) -> bytes:
+    """A client as most are: the whole body sent before it reads the answer; what it read
+    (nothing if the connection was reset under it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(post(b"/early", body_bytes))
+    chunk = b"x" * (64 << 10)
+    try:
+        for _ in range(body_bytes // len(chunk)):
+            writer.write(chunk)
+            await writer.drain()
+        return await until_closed(reader)
+    except ConnectionError:
+        return b""
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def test_an_answer_before_the_body_lingers_so_the_client_reads_it_not_a_reset():
+    async with serving(EdgeLimits(linger_s=5.0, linger_bytes=16 << 20)) as served:
+        answer = await send_then_read(served, 8 << 20)
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:40]
+    assert served.app.body_sizes == []  # the app never read it: only the guard dropped it
+
+
+async def test_a_refused_body_is_read_only_up_to_the_linger_bound_then_cut():
+    async with serving(EdgeLimits(linger_s=5.0, linger_bytes=64 << 10)) as served:
+        answer = await send_then_read(served, 32 << 20)
+    assert not answer.startswith(b"HTTP/1.1 401")  # reset: 32 MiB were not read for it
+
+
+async def test_without_lingering_the_same_client_gets_a_reset():
+    async with serving(EdgeLimits(linger_s=0.0)) as served:
+        answer = await send_then_read(served, 8 << 20)
+    assert not answer.startswith(b"HTTP/1.1 401")

@@ -31,6 +31,11 @@ each connection is always in one phase, and each phase but one runs a timer:
   byte counted whatever the reads' boundaries, are answered 431 and the connection closed
   before anything of them is parsed; a pipelined request's headers, begun in the read that
   ended the one before, are bounded by what the parser hands over (names, values, URL).
+- An answer sent before the request's body was all received (refused from its headers)
+  closes the connection, but lingers first (``_LingeringTransport``): the write side is
+  shut, and what the client still sends is read and dropped, unparsed, for at most
+  ``linger_s`` and ``linger_bytes``, so a client that reads only once it has sent its whole
+  body reads the answer rather than a reset; then the connection closes.
 - A client that disconnects while its request is being served has that request's task
   cancelled here, its ``Disconnect`` (the scope's ``DISCONNECT_EXTENSION``) marked first,
   so the app needs no watcher task per request to learn of it (``http/asgi.py``).
@@ -175,6 +180,27 @@ class _PacedFlow(FlowControl):
             self._protocol.reading_resumed()
 
 
+class _LingeringTransport:
+    """The connection's transport as uvicorn sees it: ``close`` lingers while the request's
+    body is still coming (the answer came first; see the module docstring), and the
+    connection then reads as closing; everything else is the transport's own."""
+
+    __slots__ = ("_protocol", "_raw")
+
+    def __init__(self, raw: asyncio.Transport, protocol: GuardedHttpToolsProtocol) -> None:
+        self._raw, self._protocol = raw, protocol
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def close(self) -> None:
+        if not self._protocol.linger(self._raw):
+            self._raw.close()
+
+    def is_closing(self) -> bool:
+        return self._protocol.lingering or self._raw.is_closing()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's protocol under an ``EdgeGuard``; use ``guarded_protocol`` to bind one."""
 
@@ -204,6 +230,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._handshake: tuple[asyncio.Transport, asyncio.Future[None]] | None = None
         self._handshake_timed_out = False
         self._admitted_client: str | None = None  # its slot in the caps, until closed
+        self.lingering = False
+        self._linger_left = 0
+        self._linger_timer: TimerHandle | None = None
         self._serving: tuple[RequestResponseCycle, asyncio.Task[None], Disconnect] | None = None
 
     # Connection lifetime: a slot in the caps, or a refusal; then TLS, if any.
@@ -238,6 +267,27 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _begin(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self.flow = _PacedFlow(transport, self)
+        self.transport = cast(asyncio.Transport, _LingeringTransport(transport, self))
+
+    def linger(self, raw: asyncio.Transport) -> bool:
+        """Asked to close: when the body is still coming, shut the write side and read the
+        rest (dropped) for a while instead; whether it lingers. Asked again (a shutdown, a
+        timer): it closes."""
+        if self.lingering:
+            return False
+        limits = self.edge_guard.limits
+        if not self._in_body or limits.linger_s <= 0 or raw.is_closing():
+            return False
+        self.lingering = True
+        self._in_body = False
+        self._cancel_body_timer()
+        self._cancel_header_timer()
+        self._linger_left = limits.linger_bytes
+        self._linger_timer = self.loop.call_later(limits.linger_s, raw.close)
+        if raw.can_write_eof():
+            raw.write_eof()  # the answer, then FIN: the client knows no more is coming
+        self.flow.resume_reading()
+        return True
 
     def _handshake_done(self, waiter: asyncio.Future[None]) -> None:
         if not waiter.cancelled():
@@ -254,6 +304,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
         self._cancel_body_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         if self.cycle is not None and not self.cycle.response_complete:
             _disconnect_of(self.cycle).happened = True
         serving, self._serving = self._serving, None
@@ -273,6 +326,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._admitted_client is None:
             return  # refused: closing, nothing it sends is read
+        if self.lingering:  # the rest of a refused body: dropped unread, up to a bound
+            self._linger_left -= len(data)
+            if self._linger_left < 0:
+                self.transport.abort()
+            return
         max_bytes = self.edge_guard.limits.max_header_bytes
         reading_headers = not self._in_body
         if reading_headers and self._header_bytes + len(data) > max_bytes:
@@ -462,6 +520,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write(self.edge_guard.body_timeout)
         cycle.disconnected = True  # nothing more is written for it
         cycle.message_event.set()
+        self._in_body = False  # a client too slow to send its body is not waited for again
         self.transport.close()
 
     # The idle timer is uvicorn's keep-alive, at idle_timeout_s; only counted here.
