@@ -222,6 +222,7 @@ async def test_the_line_routes_take_only_the_executors_token(stack):
     body = b'{"model": "synthetic", "input": ["x"]}'
     headers = {
         "content-type": "application/json",
+        "x-headway-tenant-id": str(stack.registry.tenant("search-app").id),
         "x-headway-tenant": "search-app",
         "x-headway-key-id": "00" * 8,
         "x-headway-request-id": "ab" * 16,
@@ -241,7 +242,7 @@ async def test_the_line_routes_take_only_the_executors_token(stack):
     gone = await stack.client.post(
         "/internal/batches/v1/embeddings",
         content=body,
-        headers=headers | auth(BATCHES.executor_token) | {"x-headway-tenant": "nobody"},
+        headers=headers | auth(BATCHES.executor_token) | {"x-headway-tenant-id": "999"},
     )
     assert gone.status_code == 404
 
@@ -252,7 +253,7 @@ async def test_a_line_that_failed_on_our_side_is_still_billed_once_when_it_serve
     try:
         headers = {
             "content-type": "application/json",
-            "x-headway-tenant": "nightly-index",
+            "x-headway-tenant-id": str(stack.registry.tenant("nightly-index").id),
             "x-headway-key-id": "00" * 8,
             "x-headway-request-id": "cd" * 16,
         } | auth(BATCHES.executor_token)

@@ -180,7 +180,8 @@ async def test_a_batch_past_its_window_expires_with_its_partial_output(stack, tm
         settings=ExecutorSettings(lines_in_flight=1, lease_s=5),
         clock=lambda: later[0],
     ) as runner:
-        runner.executor._quota_gates["search-app"] = float("inf")  # hold its lines
+        search_app = stack.registry.tenant("search-app").id
+        runner.executor._quota_gates[search_app] = float("inf")  # hold its lines
         await runner.mover.validate(stack.batches.store.batch_by_id(late_id))
         later[0] += 86400 + 1
         batch = await runner.until_final(late_id, stack.batches)
@@ -205,15 +206,16 @@ async def test_a_file_with_no_line_that_can_run_fails_the_batch(stack, tmp_path)
 
 async def test_deleting_a_tenant_deletes_its_files_and_batches(stack, tmp_path):
     key = auth("demo-key-nightly-index")
+    nightly = stack.registry.tenant("nightly-index").id
     batch_id = await _submit(stack, jsonl(embed_line("a", "x")), key)
-    file_ids = [f.id for f in stack.batches.store.files("nightly-index")]
-    digests = {f.sha256 for f in stack.batches.store.files("nightly-index")}
+    file_ids = [f.id for f in stack.batches.store.files(nightly)]
+    digests = {f.sha256 for f in stack.batches.store.files(nightly)}
     mine = await _submit(stack, jsonl(embed_line("a", "x")))  # the same bytes, another tenant
     response = await stack.client.delete(
         "/admin/tenants/nightly-index", headers=auth("demo-admin-key")
     )
     assert response.status_code == 200, response.text
     assert stack.batches.store.batch_by_id(batch_id) is None
-    assert stack.batches.store.files("nightly-index") == [] and file_ids
+    assert stack.batches.store.files(nightly) == [] and file_ids
     assert all(stack.batches.files.exists(d) for d in digests)  # search-app's upload names them
     assert stack.batches.store.batch_by_id(mine) is not None

@@ -147,7 +147,8 @@ async def test_a_deletion_that_fails_part_way_is_finished_later_and_the_name_wai
         (await upload(client, shared, acme)).json()
         theirs = (await upload(client, shared, SEARCH_APP)).json()  # the same content
         batch = (await create(client, own_file["id"], acme)).json()
-        own_digest = store.file("acme", own_file["id"]).sha256  # type: ignore[union-attr]
+        acme_id = stack.registry.tenant("acme").id
+        own_digest = store.file(acme_id, own_file["id"]).sha256  # type: ignore[union-attr]
         assert files.exists(own_digest)
 
         owner, method, error = STEPS[step](stack)

@@ -47,6 +47,10 @@ class RegistryStore(Protocol):
         """``UnknownTenant`` if there is none of that name."""
         ...
 
+    def tenant_by_id(self, tenant_id: int) -> Tenant:
+        """``UnknownTenant`` if no tenant has that id now (never had it, or was deleted)."""
+        ...
+
     def tenant_deletions(self, *, pending: bool = True) -> list[TenantDeletion]:
         """Deleted tenants, oldest deletion first; ``pending``: only those whose data
         outside the registry is not yet deleted."""
