@@ -1,6 +1,7 @@
 """A tenant is its id, through the gateway app: a tenant created with a deleted tenant's
-name starts with no usage, files or batches, and a deletion that fails part-way is
-finished later, before the name can be had again."""
+name, at once, starts with no usage, files, batches, queued lines, cache entries or quota
+spent, and a deletion that fails part-way is finished later, the new tenant untouched;
+rows from before ids go to their tenant, never to a later tenant of the name."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ STEPS: dict[str, Callable[[Stack], tuple[object, str, Exception]]] = {
 
 
 @pytest.mark.parametrize("step", STEPS)
-async def test_a_deletion_that_fails_part_way_is_finished_later_and_the_name_waits_for_it(
+async def test_a_deletion_that_fails_part_way_is_finished_later_and_the_name_is_free_meanwhile(
     tmp_path, monkeypatch, step
 ):
     stack = await make_stack(tmp_path, batches=BATCHES)
@@ -142,13 +143,13 @@ async def test_a_deletion_that_fails_part_way_is_finished_later_and_the_name_wai
     store, files = stack.batches.store, stack.batches.files
     try:
         acme = await new_tenant(client, "acme")
+        old_id = stack.registry.tenant("acme").id
         own, shared = jsonl(embed_line("a", "acme's own")), jsonl(embed_line("s", "everyone's"))
         own_file = (await upload(client, own, acme)).json()
         (await upload(client, shared, acme)).json()
         theirs = (await upload(client, shared, SEARCH_APP)).json()  # the same content
         batch = (await create(client, own_file["id"], acme)).json()
-        acme_id = stack.registry.tenant("acme").id
-        own_digest = store.file(acme_id, own_file["id"]).sha256  # type: ignore[union-attr]
+        own_digest = store.file(old_id, own_file["id"]).sha256  # type: ignore[union-attr]
         assert files.exists(own_digest)
 
         owner, method, error = STEPS[step](stack)
@@ -156,9 +157,17 @@ async def test_a_deletion_that_fails_part_way_is_finished_later_and_the_name_wai
         deleted = await client.delete("/admin/tenants/acme", headers=ADMIN)
         assert deleted.status_code == 200 and deleted.json()["data_deleted"] is False
         assert await embed(client, acme, "x") == 401  # the registry's part is done
-        refused = await client.post("/admin/tenants", headers=ADMIN, json={"name": "acme"})
-        assert refused.status_code == 409 and "still being deleted" in refused.text
+        acme_again = await new_tenant(client, "acme")  # at once: what is left is old_id's
         monkeypatch.undo()
+        for path in ("/v1/files", "/v1/batches"):
+            listed = await client.get(path, headers=acme_again)
+            assert listed.status_code == 200 and listed.json()["data"] == [], path
+        for path in (f"/v1/files/{own_file['id']}", f"/v1/batches/{batch['id']}"):
+            assert (await client.get(path, headers=acme_again)).status_code == 404, path
+        if step in ("listing its files", "deleting its records"):
+            assert store.batch_by_id(batch["id"]) is not None  # still there, the old id's
+        new_own = jsonl(embed_line("n", "the new acme's own"))
+        kept = (await upload(client, new_own, acme_again)).json()
 
         # Another process (a gateway's tenant_deletions loop, or the CLI) finishes it.
         later = TenantData(stack.registry, store, files, stack.gateway.cache.forget_tenant)
@@ -168,13 +177,8 @@ async def test_a_deletion_that_fails_part_way_is_finished_later_and_the_name_wai
         assert store.batch_by_id(batch["id"]) is None
         content = await client.get(f"/v1/files/{theirs['id']}/content", headers=SEARCH_APP)
         assert content.content == shared  # another tenant's file of the same content stays
-
-        acme_again = await new_tenant(client, "acme")
-        for path in ("/v1/files", "/v1/batches"):
-            listed = await client.get(path, headers=acme_again)
-            assert listed.status_code == 200 and listed.json()["data"] == [], path
-        for path in (f"/v1/files/{own_file['id']}", f"/v1/batches/{batch['id']}"):
-            assert (await client.get(path, headers=acme_again)).status_code == 404, path
+        mine = await client.get(f"/v1/files/{kept['id']}/content", headers=acme_again)
+        assert mine.content == new_own  # the new acme's, untouched by the old one's deletion
     finally:
         await stack.close()
 

@@ -333,7 +333,7 @@ def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = N
         typer.echo(
             f"tenant {tenant.name} deleted and its keys revoked; deleting its files and batches"
             " failed (logged above): run `headway tenants finish-deletions` (or let a gateway"
-            " finish it); its name stays taken until then",
+            " finish it)",
             err=True,
         )
         raise typer.Exit(1)

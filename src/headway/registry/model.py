@@ -76,7 +76,7 @@ class TenantDeletion:
     """The stored contents its files named, listed before its file records went, to
     delete where no other file names them; None: not listed yet."""
     finished_at: float | None
-    """None: still to finish (its name cannot be given to a new tenant until then)."""
+    """None: still to finish (a new tenant may have the name meanwhile: it has another id)."""
 
 
 @dataclass(frozen=True, slots=True)
