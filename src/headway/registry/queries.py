@@ -82,8 +82,7 @@ def deletions(tx: Tx, *, pending: bool = True) -> list[TenantDeletion]:
     """Oldest first; ``pending``: only those not finished."""
     condition = " WHERE finished_at IS NULL" if pending else ""
     rows = tx.all(
-        f"SELECT {DELETION_COLUMNS} FROM tenant_deletions{condition}"
-        " ORDER BY deleted_at, tenant_id"
+        f"SELECT {DELETION_COLUMNS} FROM tenant_deletions{condition} ORDER BY deleted_at, tenant_id"
     )
     return [deletion_of(row, tx.parsed) for row in rows]
 

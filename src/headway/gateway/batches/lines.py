@@ -32,8 +32,6 @@ from headway.gateway.stages.authenticate import Caller, Identify
 from headway.http.asgi import Request
 from headway.registry.model import Snapshot
 
-TENANT = "x-headway-tenant"
-"""The tenant's name: for logs (and executors' past gateways), never read here."""
 TENANT_ID = "x-headway-tenant-id"
 KEY_ID = "x-headway-key-id"
 REQUEST_ID = "x-headway-request-id"
