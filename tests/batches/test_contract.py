@@ -36,11 +36,18 @@ T = TypeVar("T")
 DIGEST_X = "a" * 64
 DIGEST_Y = "b" * 64
 DIGEST_Z = "c" * 64
+ACME, GLOBEX, OTHER = 1, 2, 3
+"""Tenants' ids (the registry's ``Tenant.id``), what the store keys everything by."""
+NAMES = {ACME: "acme", GLOBEX: "globex", OTHER: "other"}
+
+
+def name_of(tenant_id: int) -> str:
+    return NAMES.get(tenant_id, f"tenant-{tenant_id}")
 
 
 def a_file(
     file_id: str,
-    tenant: str = "acme",
+    tenant: int = ACME,
     created_at: int = 100,
     *,
     purpose: str = "batch",
@@ -50,6 +57,7 @@ def a_file(
     return FileObject(
         file_id,
         tenant,
+        name_of(tenant),
         "batch_output" if purpose == "batch_output" else "batch",
         f"{file_id}.jsonl",
         1234,
@@ -62,13 +70,14 @@ def a_file(
 
 def a_batch(
     batch_id: str,
-    tenant: str = "acme",
+    tenant: int = ACME,
     created_at: int = 100,
     status: BatchStatus = "validating",
 ) -> Batch:
     return Batch(
         batch_id,
         tenant,
+        name_of(tenant),
         "0123456789abcdef",
         "/v1/embeddings",
         "file-input",
@@ -111,7 +120,7 @@ def at_once(calls: list[Callable[[], T]]) -> list[T]:
 
 def test_the_store_is_a_batch_store(store: SqlBatchStore, backend: Backend) -> None:
     checked: BatchStore = store  # mypy checks the protocol; this checks it runs
-    assert checked.files("acme") == []
+    assert checked.files(ACME) == []
     assert store.database == backend.kind
 
 
@@ -121,27 +130,27 @@ def test_the_store_is_a_batch_store(store: SqlBatchStore, backend: Backend) -> N
 def test_a_file_is_read_back_by_its_tenant_only(store: SqlBatchStore) -> None:
     record = a_file("file-1", expires_at=500)
     store.add_file(record)
-    assert store.file("acme", "file-1") == record
-    assert store.file("globex", "file-1") is None
-    assert store.file("acme", "file-2") is None
-    assert store.files("globex") == []
+    assert store.file(ACME, "file-1") == record
+    assert store.file(GLOBEX, "file-1") is None
+    assert store.file(ACME, "file-2") is None
+    assert store.files(GLOBEX) == []
 
 
 def test_adding_a_file_id_again_keeps_the_first_record(store: SqlBatchStore) -> None:
     record = a_file("file-1")
     store.add_file(record)
     store.add_file(replace(record, filename="second.jsonl", bytes=1))
-    assert store.file("acme", "file-1") == record
+    assert store.file(ACME, "file-1") == record
 
 
 def test_a_tenant_deletes_its_own_files_only(store: SqlBatchStore) -> None:
     record = a_file("file-1")
     store.add_file(record)
-    assert store.delete_file("globex", "file-1") is None
-    assert store.file("acme", "file-1") == record
-    assert store.delete_file("acme", "file-1") == record
-    assert store.file("acme", "file-1") is None
-    assert store.delete_file("acme", "file-1") is None
+    assert store.delete_file(GLOBEX, "file-1") is None
+    assert store.file(ACME, "file-1") == record
+    assert store.delete_file(ACME, "file-1") == record
+    assert store.file(ACME, "file-1") is None
+    assert store.delete_file(ACME, "file-1") is None
 
 
 def test_files_list_by_creation_then_id_and_page_by_cursor(store: SqlBatchStore) -> None:
@@ -153,18 +162,18 @@ def test_files_list_by_creation_then_id_and_page_by_cursor(store: SqlBatchStore)
     ]
     for record in reversed(records):
         store.add_file(record)
-    store.add_file(a_file("file-z", "globex", created_at=250))
+    store.add_file(a_file("file-z", GLOBEX, created_at=250))
     newest_first = list(reversed(records))
-    assert store.files("acme") == newest_first
-    assert store.files("acme", order="asc") == records
-    assert store.files("acme", limit=2) == newest_first[:2]
-    assert store.files("acme", limit=2, after="file-b") == newest_first[2:]
-    assert store.files("acme", after="file-a", order="asc") == records[2:]
-    assert store.files("acme", after="file-d") == newest_first[1:]
-    assert store.files("acme", after="file-c") == []
+    assert store.files(ACME) == newest_first
+    assert store.files(ACME, order="asc") == records
+    assert store.files(ACME, limit=2) == newest_first[:2]
+    assert store.files(ACME, limit=2, after="file-b") == newest_first[2:]
+    assert store.files(ACME, after="file-a", order="asc") == records[2:]
+    assert store.files(ACME, after="file-d") == newest_first[1:]
+    assert store.files(ACME, after="file-c") == []
     pages: list[FileObject] = []
     cursor: str | None = None
-    while page := store.files("acme", limit=1, after=cursor, order="asc"):
+    while page := store.files(ACME, limit=1, after=cursor, order="asc"):
         pages += page
         cursor = page[-1].id
     assert pages == records
@@ -172,9 +181,9 @@ def test_files_list_by_creation_then_id_and_page_by_cursor(store: SqlBatchStore)
 
 def test_a_cursor_that_is_not_the_tenants_file_lists_nothing(store: SqlBatchStore) -> None:
     store.add_file(a_file("file-a", created_at=200))
-    store.add_file(a_file("file-z", "globex", created_at=300))
-    assert store.files("acme", after="file-z") == []
-    assert store.files("acme", after="file-nope") == []
+    store.add_file(a_file("file-z", GLOBEX, created_at=300))
+    assert store.files(ACME, after="file-z") == []
+    assert store.files(ACME, after="file-nope") == []
 
 
 def test_files_filter_by_purpose(store: SqlBatchStore) -> None:
@@ -182,14 +191,14 @@ def test_files_filter_by_purpose(store: SqlBatchStore) -> None:
     written = a_file("file-out", created_at=200, purpose="batch_output")
     store.add_file(uploaded)
     store.add_file(written)
-    assert store.files("acme", purpose="batch") == [uploaded]
-    assert store.files("acme", purpose="batch_output") == [written]
-    assert store.files("acme", purpose="batch_output", after="file-out") == []
+    assert store.files(ACME, purpose="batch") == [uploaded]
+    assert store.files(ACME, purpose="batch_output") == [written]
+    assert store.files(ACME, purpose="batch_output", after="file-out") == []
 
 
 def test_expired_files_are_those_due_by_now_longest_expired_first(store: SqlBatchStore) -> None:
     kept = a_file("file-kept", expires_at=None)
-    due = [a_file("file-2", expires_at=200), a_file("file-1", "globex", expires_at=100)]
+    due = [a_file("file-2", expires_at=200), a_file("file-1", GLOBEX, expires_at=100)]
     later = a_file("file-3", expires_at=300)
     for record in (kept, *due, later):
         store.add_file(record)
@@ -204,9 +213,9 @@ def test_expired_files_are_those_due_by_now_longest_expired_first(store: SqlBatc
 
 def test_a_digest_is_in_use_while_any_record_names_it(store: SqlBatchStore) -> None:
     store.add_file(a_file("file-1", sha256=DIGEST_X))
-    store.add_file(a_file("file-2", "globex", sha256=DIGEST_X))
+    store.add_file(a_file("file-2", GLOBEX, sha256=DIGEST_X))
     assert not store.digest_in_use(DIGEST_Y)
-    store.delete_file("acme", "file-1")
+    store.delete_file(ACME, "file-1")
     assert store.digest_in_use(DIGEST_X)
     store.delete_file_by_id("file-2")
     assert not store.digest_in_use(DIGEST_X)
@@ -227,18 +236,18 @@ def test_a_batch_is_read_back_whole_by_its_tenant_or_the_executor(store: SqlBatc
         cancelling_at=102,
     )
     store.add_batch(batch)
-    assert store.batch("acme", "batch_1") == batch
+    assert store.batch(ACME, "batch_1") == batch
     assert store.batch_by_id("batch_1") == batch
-    assert store.batch("globex", "batch_1") is None
+    assert store.batch(GLOBEX, "batch_1") is None
     assert store.batch_by_id("batch_2") is None
-    assert store.batches("globex") == []
+    assert store.batches(GLOBEX) == []
 
 
 def test_adding_a_batch_id_twice_is_refused(store: SqlBatchStore) -> None:
     store.add_batch(a_batch("batch_1"))
     with pytest.raises(BatchStoreError, match="batch_1 exists already"):
-        store.add_batch(a_batch("batch_1", "globex"))
-    assert store.batch("acme", "batch_1") == a_batch("batch_1")
+        store.add_batch(a_batch("batch_1", GLOBEX))
+    assert store.batch(ACME, "batch_1") == a_batch("batch_1")
 
 
 def test_batches_list_newest_first_and_page_by_cursor(store: SqlBatchStore) -> None:
@@ -250,18 +259,18 @@ def test_batches_list_newest_first_and_page_by_cursor(store: SqlBatchStore) -> N
     ]
     for batch in oldest_first:
         store.add_batch(batch)
-    store.add_batch(a_batch("batch_z", "globex", created_at=250))
+    store.add_batch(a_batch("batch_z", GLOBEX, created_at=250))
     newest_first = list(reversed(oldest_first))
-    assert store.batches("acme") == newest_first
-    assert store.batches("acme", limit=2) == newest_first[:2]
-    assert store.batches("acme", limit=2, after="batch_b") == newest_first[2:]
-    assert store.batches("acme", after="batch_c") == []
-    assert store.batches("acme", after="batch_z") == []  # another tenant's cursor
+    assert store.batches(ACME) == newest_first
+    assert store.batches(ACME, limit=2) == newest_first[:2]
+    assert store.batches(ACME, limit=2, after="batch_b") == newest_first[2:]
+    assert store.batches(ACME, after="batch_c") == []
+    assert store.batches(ACME, after="batch_z") == []  # another tenant's cursor
 
 
 def test_batches_in_statuses_oldest_first_across_tenants(store: SqlBatchStore) -> None:
     running = [
-        a_batch("batch_2", "globex", created_at=100, status="in_progress"),
+        a_batch("batch_2", GLOBEX, created_at=100, status="in_progress"),
         a_batch("batch_1", created_at=200, status="in_progress"),
     ]
     cancelling = a_batch("batch_3", created_at=150, status="cancelling")
@@ -436,27 +445,27 @@ def test_results_of_a_batch_larger_than_a_page_are_all_read(store: SqlBatchStore
 def test_deleting_a_tenant_removes_its_rows_and_returns_digests_nobody_names(
     store: SqlBatchStore, backend: Backend
 ) -> None:
-    store.add_file(a_file("file-ax", "acme", sha256=DIGEST_X))  # both upload the same bytes
-    store.add_file(a_file("file-ax2", "acme", sha256=DIGEST_X))
-    store.add_file(a_file("file-ay", "acme", sha256=DIGEST_Y))
-    store.add_file(a_file("file-gx", "globex", sha256=DIGEST_X))
-    store.add_file(a_file("file-gz", "globex", sha256=DIGEST_Z))
-    for tenant in ("acme", "globex"):
-        store.add_batch(a_batch(f"batch_{tenant}", tenant))
-        store.record_many(f"batch_{tenant}", [ok(1), failed(2)])
-    globex_batch = store.batch("globex", "batch_globex")
+    store.add_file(a_file("file-ax", ACME, sha256=DIGEST_X))  # both upload the same bytes
+    store.add_file(a_file("file-ax2", ACME, sha256=DIGEST_X))
+    store.add_file(a_file("file-ay", ACME, sha256=DIGEST_Y))
+    store.add_file(a_file("file-gx", GLOBEX, sha256=DIGEST_X))
+    store.add_file(a_file("file-gz", GLOBEX, sha256=DIGEST_Z))
+    for tenant in (ACME, GLOBEX):
+        store.add_batch(a_batch(f"batch_{name_of(tenant)}", tenant))
+        store.record_many(f"batch_{name_of(tenant)}", [ok(1), failed(2)])
+    globex_batch = store.batch(GLOBEX, "batch_globex")
 
-    assert store.delete_tenant("acme") == [DIGEST_Y]
+    assert store.delete_tenant(ACME) == [DIGEST_Y]
 
-    assert store.files("acme") == [] and store.batches("acme") == []
+    assert store.files(ACME) == [] and store.batches(ACME) == []
     assert store.batch_by_id("batch_acme") is None
     assert list(store.results("batch_acme")) == []
     assert backend.sql("SELECT DISTINCT batch_id FROM batch_results") == [("batch_globex",)]
-    assert [f.id for f in store.files("globex", order="asc")] == ["file-gx", "file-gz"]
-    assert store.batch("globex", "batch_globex") == globex_batch
+    assert [f.id for f in store.files(GLOBEX, order="asc")] == ["file-gx", "file-gz"]
+    assert store.batch(GLOBEX, "batch_globex") == globex_batch
     assert len(list(store.results("batch_globex"))) == 2
-    assert store.delete_tenant("acme") == []
-    assert store.delete_tenant("globex") == [DIGEST_X, DIGEST_Z]
+    assert store.delete_tenant(ACME) == []
+    assert store.delete_tenant(GLOBEX) == [DIGEST_X, DIGEST_Z]
 
 
 # opening, and a database that cannot be had -----------------------------------------
@@ -471,12 +480,12 @@ def test_a_sqlite_file_locked_past_the_timeout_is_unavailable(tmp_path: Path) ->
         holder.execute("BEGIN IMMEDIATE")
         with pytest.raises(BatchStoreUnavailable, match="cannot be used now"):
             store.add_file(a_file("file-2"))
-        assert store.file("acme", "file-1") is not None  # WAL: reads go on meanwhile
+        assert store.file(ACME, "file-1") is not None  # WAL: reads go on meanwhile
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     store.add_file(a_file("file-2"))
-    assert len(store.files("acme")) == 2
+    assert len(store.files(ACME)) == 2
 
 
 def test_a_postgres_that_is_down_is_unavailable() -> None:
@@ -494,7 +503,7 @@ def test_settings_choose_sqlite_or_postgres(tmp_path: Path, libpq_url: str) -> N
     try:
         assert isinstance(shared, SqlBatchStore) and shared.database == "postgres"
         shared.add_file(a_file("file-1"))
-        assert embedded.file("acme", "file-1") is None
+        assert embedded.file(ACME, "file-1") is None
     finally:
         shared.close()
 
@@ -505,15 +514,15 @@ BOUNDS = TenantBounds(max_files=3, max_stored_bytes=3 * 1234, max_open_batches=2
 
 
 def test_usage_counts_a_tenants_files_bytes_and_unfinished_batches(store: SqlBatchStore) -> None:
-    assert store.usage("acme") == TenantUse(0, 0, 0)
+    assert store.usage(ACME) == TenantUse(0, 0, 0)
     store.add_file(a_file("file-1"))
     store.add_file(a_file("file-2", purpose="batch_output"))
-    store.add_file(a_file("file-3", tenant="other"))
+    store.add_file(a_file("file-3", tenant=OTHER))
     for batch_id, status in (("b1", "validating"), ("b2", "cancelling"), ("b3", "completed")):
         store.add_batch(a_batch(batch_id, status=status))
-    store.add_batch(a_batch("b4", tenant="other"))
-    assert store.usage("acme") == TenantUse(2, 2 * 1234, 2)
-    assert store.usage("other") == TenantUse(1, 1234, 1)
+    store.add_batch(a_batch("b4", tenant=OTHER))
+    assert store.usage(ACME) == TenantUse(2, 2 * 1234, 2)
+    assert store.usage(OTHER) == TenantUse(1, 1234, 1)
 
 
 def test_a_file_past_a_tenants_bound_is_not_added_and_another_tenant_is_unaffected(
@@ -522,8 +531,8 @@ def test_a_file_past_a_tenants_bound_is_not_added_and_another_tenant_is_unaffect
     for n in range(3):
         assert store.add_file(a_file(f"file-{n}"), BOUNDS) is None
     assert store.add_file(a_file("file-3"), BOUNDS) == OverLimit("max_files", 3, 3)
-    assert store.add_file(a_file("file-x", tenant="other"), BOUNDS) is None
-    assert [f.id for f in store.files("acme", order="asc")] == ["file-0", "file-1", "file-2"]
+    assert store.add_file(a_file("file-x", tenant=OTHER), BOUNDS) is None
+    assert [f.id for f in store.files(ACME, order="asc")] == ["file-0", "file-1", "file-2"]
     roomy = TenantBounds(max_files=10, max_stored_bytes=4 * 1234 - 1, max_open_batches=1)
     assert store.add_file(a_file("file-4"), roomy) == OverLimit(
         "max_stored_bytes", 4 * 1234 - 1, 3 * 1234
@@ -535,8 +544,8 @@ def test_a_batch_past_a_tenants_open_batches_is_not_added(store: SqlBatchStore) 
     assert store.add_batch(a_batch("b1"), 2) is None
     assert store.add_batch(a_batch("b2", status="in_progress"), 2) is None
     assert store.add_batch(a_batch("b3"), 2) == OverLimit("max_open_batches", 2, 2)
-    assert store.batch("acme", "b3") is None
-    assert store.add_batch(a_batch("b4", tenant="other"), 2) is None
+    assert store.batch(ACME, "b3") is None
+    assert store.add_batch(a_batch("b4", tenant=OTHER), 2) is None
     store.move("b1", ("validating",), "failed", 5)
     assert store.add_batch(a_batch("b3"), 2) is None
 
@@ -546,7 +555,7 @@ def test_of_racers_for_a_tenants_last_slot_exactly_one_wins(backend: Backend) ->
     left; the count and the insert hold the tenant's lock, so exactly one gets it."""
     stores = [backend.open_another() for _ in range(8)]
     for round_ in range(3):
-        tenant = f"tenant-{round_}"
+        tenant = 10 + round_
         for n in range(2):
             stores[0].add_file(a_file(f"{tenant}-held-{n}", tenant=tenant))
         files = at_once(
@@ -568,3 +577,44 @@ def test_of_racers_for_a_tenants_last_slot_exactly_one_wins(backend: Backend) ->
         assert stores[0].usage(tenant).open_batches == 2
     for s in stores:
         s.close()
+
+
+# a tenant is its id ------------------------------------------------------------------
+
+
+def test_a_tenant_of_a_deleted_tenants_name_finds_nothing_of_it(store: SqlBatchStore) -> None:
+    """Another id under the same name: none of the first tenant's rows, bounds or deletion."""
+    first, second = ACME, 7
+    store.add_file(a_file("file-1", first))
+    store.add_batch(a_batch("batch_1", first))
+    renamed = replace(a_file("file-2", second), tenant="acme")
+    store.add_file(renamed)
+    assert store.files(second) == [renamed]
+    assert store.file(second, "file-1") is None
+    assert store.batch(second, "batch_1") is None and store.batches(second) == []
+    assert store.delete_file(second, "file-1") is None
+    assert store.usage(second) == TenantUse(1, 1234, 0)
+    assert store.add_batch(a_batch("batch_2", second), 1) is None  # the first's is not counted
+    assert store.delete_tenant(first) == []  # its content is still named by file-2
+    assert store.files(second) == [renamed] and [b.id for b in store.batches(second)] == ["batch_2"]
+
+
+def test_legacy_rows_are_nobodys_until_adopted_by_name(
+    store: SqlBatchStore, backend: Backend
+) -> None:
+    store.add_file(a_file("file-1", ACME))
+    store.add_batch(a_batch("batch_1", ACME))
+    store.add_file(a_file("file-g", GLOBEX))
+    for table in ("batch_files", "batches"):  # as a process of the previous version writes
+        backend.sql(f"UPDATE {table} SET tenant_id = 0 WHERE tenant = 'acme'")
+    assert store.files(ACME) == [] and store.batch(ACME, "batch_1") is None
+    assert store.legacy_tenants() == ["acme"]
+    assert store.adopt("globex", 9) == 0  # globex has no legacy rows
+    assert store.adopt("acme", 42) == 2
+    assert store.legacy_tenants() == []
+    assert store.file(42, "file-1") == replace(a_file("file-1"), tenant_id=42)
+    assert store.batch(42, "batch_1") == replace(a_batch("batch_1"), tenant_id=42)
+    assert store.adopt("acme", 43) == 0  # adopted once: an adopted row is its tenant's
+    assert store.file(GLOBEX, "file-g") == a_file("file-g", GLOBEX)
+    with pytest.raises(BatchStoreError, match="legacy id 0"):
+        store.adopt("acme", 0)

@@ -8,15 +8,23 @@ import asyncio
 import time
 from collections import Counter
 
-from headway.batches.queue import Delivery, Room, WorkItem, WorkQueue
+import pytest
+
+from headway.batches.queue import Delivery, Room, WorkItem, WorkQueue, WorkQueueError
 from tests.batches_queue.conftest import OpenQueue
 
 SHORT_LEASE_S = 1.0
 LONG_LEASE_S = 30.0
+IDS = {"acme": 1, "t1": 2, "t2": 3, "t3": 4, "big": 5, "small": 6, "a": 7, "b": 8}
+"""Each test tenant's id: what an item names its tenant by."""
 
 
-def items(batch_id: str, count: int, tenant: str = "acme") -> list[WorkItem]:
-    return [WorkItem(batch_id, line, tenant) for line in range(1, count + 1)]
+def items(
+    batch_id: str, count: int, tenant: str = "acme", tenant_id: int | None = None
+) -> list[WorkItem]:
+    """``tenant_id`` None: the tenant's usual id."""
+    owner = IDS[tenant] if tenant_id is None else tenant_id
+    return [WorkItem(batch_id, line, owner, tenant) for line in range(1, count + 1)]
 
 
 async def pull_at_least(queue: WorkQueue, count: int, timeout_s: float = 10.0) -> list[Delivery]:
@@ -215,12 +223,31 @@ async def test_pulls_of_one_take_the_tenants_in_turn(open_queue: OpenQueue) -> N
 async def test_a_pull_takes_no_more_of_a_tenant_than_its_room(open_queue: OpenQueue) -> None:
     queue = open_queue(LONG_LEASE_S)
     await queue.put(items("batch_a", 10, tenant="a") + items("batch_b", 10, tenant="b"))
-    got = await queue.pull(10, 5.0, Room(per_tenant=3, tenants={"b": 1}))
+    a, b = IDS["a"], IDS["b"]
+    got = await queue.pull(10, 5.0, Room(per_tenant=3, tenants={b: 1}))
     assert Counter(d.item.tenant for d in got) == {"a": 3, "b": 1}
-    assert await queue.pull(10, 0.5, Room(3, {"a": 0, "b": 0})) == []  # none of either now
-    rest = await pull_at_least_with(queue, 9, Room(None, {"a": 0}))
+    assert await queue.pull(10, 0.5, Room(3, {a: 0, b: 0})) == []  # none of either now
+    rest = await pull_at_least_with(queue, 9, Room(None, {a: 0}))
     assert Counter(d.item.tenant for d in rest) == {"b": 9}  # a tenant told to wait: skipped
     assert await queue.depth() == 20
+
+
+async def test_a_tenant_is_its_id_not_its_name(open_queue: OpenQueue) -> None:
+    """A deleted acme's lines still queued and the lines of the acme created after it: two
+    tenants, each with its own turns and room, told apart by id."""
+    queue = open_queue(LONG_LEASE_S)
+    await queue.put(items("batch_old", 20, tenant_id=1) + items("batch_new", 1, tenant_id=9))
+    got = await queue.pull(2, 5.0)
+    assert sorted((d.item.tenant_id, d.item.tenant) for d in got) == [(1, "acme"), (9, "acme")]
+    waited = await pull_at_least_with(queue, 5, Room(per_tenant=5, tenants={9: 0}))
+    assert {d.item.tenant_id for d in waited} == {1}  # the new acme's room is its own
+
+
+async def test_an_item_without_a_tenant_id_is_refused(open_queue: OpenQueue) -> None:
+    queue = open_queue(LONG_LEASE_S)
+    with pytest.raises(WorkQueueError, match="names no tenant id"):
+        await queue.put(items("batch_a", 2, tenant_id=0))
+    assert await queue.depth() == 0
 
 
 async def test_a_big_tenant_does_not_starve_a_small_one(open_queue: OpenQueue) -> None:

@@ -16,6 +16,7 @@ from headway.batches.jetstream_queue import (
     INACTIVE_S,
     JetStreamWorkQueue,
     ensure_work_stream,
+    name_token,
     tenant_token,
 )
 from headway.batches.queue import (
@@ -36,14 +37,14 @@ async def test_the_stream_is_a_work_queue_and_the_consumer_never_gives_up(
     queue = JetStreamWorkQueue(config)
     nc, js = await connect(config)
     try:
-        await queue.put([WorkItem("batch_a", 1, "acme")])
+        await queue.put([WorkItem("batch_a", 1, 1, "acme")])
         stream = await js.stream_info("BATCH_WORK")
         assert stream.config.retention == api.RetentionPolicy.WORK_QUEUE
         assert stream.config.storage == api.StorageType.FILE
         assert stream.config.subjects == ["batches.work.>"]
         assert (stream.config.duplicate_window or 0) > 0
         (delivery,) = await queue.pull(1, 5.0)  # the first pull makes acme's consumer
-        token = tenant_token("acme")
+        token = tenant_token(1)
         consumer = await js.consumer_info("BATCH_WORK", f"executors_{token}")
         assert consumer.config.filter_subject == f"batches.work.{token}.>"
         assert consumer.config.ack_policy == api.AckPolicy.EXPLICIT
@@ -56,7 +57,7 @@ async def test_the_stream_is_a_work_queue_and_the_consumer_never_gives_up(
         assert shared.config.filter_subject == "batches.work.*"
         await delivery.ack()
         assert (await js.stream_info("BATCH_WORK")).state.messages == 0  # acked: gone
-        await queue.put([WorkItem("batch_a", 2, "acme")])
+        await queue.put([WorkItem("batch_a", 2, 1, "acme")])
         message = await js.get_last_msg("BATCH_WORK", f"batches.work.{token}.batch_a")
         assert message.headers is not None
         assert message.headers[api.Header.MSG_ID] == "batch_a:2"
@@ -75,7 +76,7 @@ async def test_a_stream_of_that_name_made_otherwise_is_a_clear_error(
         queue = JetStreamWorkQueue(config)
         try:
             with pytest.raises(WorkQueueConfigError, match=r"'BATCH_WORK' exists.*limits"):
-                await queue.put([WorkItem("batch_a", 1, "acme")])
+                await queue.put([WorkItem("batch_a", 1, 1, "acme")])
             with pytest.raises(WorkQueueConfigError, match="HEADWAY_BATCHES__STREAM"):
                 await queue.pull(1, 1.0)
         finally:
@@ -91,7 +92,7 @@ async def test_a_batch_id_must_be_one_subject_token(nats_server: NatsServer) -> 
     queue = JetStreamWorkQueue(work_stream(nats_server))
     try:
         with pytest.raises(WorkQueueError, match="subject token"):
-            await queue.put([WorkItem("batch.a", 1, "acme")])
+            await queue.put([WorkItem("batch.a", 1, 1, "acme")])
         with pytest.raises(WorkQueueError, match="subject token"):
             await queue.drop("batch_*")
     finally:
@@ -101,13 +102,13 @@ async def test_a_batch_id_must_be_one_subject_token(nats_server: NatsServer) -> 
 async def test_nats_away_is_a_wait_and_what_was_stored_is_kept(nats_server: NatsServer) -> None:
     queue = JetStreamWorkQueue(work_stream(nats_server))
     try:
-        await queue.put([WorkItem("batch_a", line, "acme") for line in (1, 2)])
+        await queue.put([WorkItem("batch_a", line, 1, "acme") for line in (1, 2)])
         nats_server.stop()
         started = time.monotonic()
         assert await queue.pull(5, 0.5) == []  # no error: as if the queue were empty
         assert 0.4 <= time.monotonic() - started < 3.0
         with pytest.raises(WorkQueueUnavailable):
-            await queue.put([WorkItem("batch_a", 3, "acme")])
+            await queue.put([WorkItem("batch_a", 3, 1, "acme")])
         nats_server.start()
         deadline = time.monotonic() + 15.0
         got: list[int] = []
@@ -129,10 +130,10 @@ async def test_a_message_that_is_not_a_work_item_is_dropped(nats_server: NatsSer
     nc, js = await connect(config)
     try:
         assert await queue.pull(1, 0.2) == []  # sets up the stream
-        token = tenant_token("acme")
+        token = tenant_token(1)
         for subject in ("batches.work.batch_a", f"batches.work.{token}.batch_a"):
             await js.publish(subject, b"not a work item")  # on the old layout and the new
-        await queue.put([WorkItem("batch_a", 1, "acme")])
+        await queue.put([WorkItem("batch_a", 1, 1, "acme")])
         deadline = time.monotonic() + 10.0
         lines: list[int] = []
         while not lines or await queue.depth():  # the strays terminated: gone for good
@@ -148,7 +149,7 @@ async def test_a_message_that_is_not_a_work_item_is_dropped(nats_server: NatsSer
 
 async def test_a_big_put_is_stored_once_and_put_again_is_not(nats_server: NatsServer) -> None:
     queue = JetStreamWorkQueue(work_stream(nats_server))
-    items = [WorkItem("batch_a", line, "acme") for line in range(1, 5_001)]
+    items = [WorkItem("batch_a", line, 1, "acme") for line in range(1, 5_001)]
     try:
         await queue.put(items)
         assert await queue.depth() == 5_000
@@ -180,12 +181,12 @@ async def test_items_of_the_old_shared_layout_are_still_served_after_an_upgrade(
         )
         await js.add_consumer("BATCH_WORK", old)
         for line in (1, 2, 3):
-            item = msgspec.json.encode(WorkItem("batch_old", line, "acme"))
+            item = msgspec.json.encode({"batch_id": "batch_old", "line": line, "tenant": "acme"})
             await js.publish("batches.work.batch_old", item)
         leased = await (await js.pull_subscribe_bind("executors", "BATCH_WORK")).fetch(1)
         assert len(leased) == 1  # and never acked: its executor is gone
 
-        await queue.put([WorkItem("batch_new", line, "acme") for line in (1, 2)])
+        await queue.put([WorkItem("batch_new", line, 1, "acme") for line in (1, 2)])
         got: set[tuple[str, int]] = set()
         deadline = time.monotonic() + 15.0
         while len(got) < 5:
@@ -205,6 +206,57 @@ async def test_items_of_the_old_shared_layout_are_still_served_after_an_upgrade(
         await queue.close()
 
 
+async def test_items_on_tokens_by_name_are_still_served_after_an_upgrade(
+    nats_server: NatsServer,
+) -> None:
+    """Lines queued by executors of the previous version, on a token of the tenant's name
+    (its consumer there already, one line leased by an executor that died), are served
+    beside lines by id, without a tenant id, and their turns are their own."""
+    config = work_stream(nats_server, lease_s=1.0)
+    nc, js = await connect(config)
+    queue = JetStreamWorkQueue(config)
+    try:
+        await ensure_work_stream(js, config)
+        token = name_token("acme")
+        old = api.ConsumerConfig(
+            name=f"executors_{token}",
+            durable_name=f"executors_{token}",
+            filter_subject=f"batches.work.{token}.>",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=1.0,
+            max_deliver=-1,
+        )
+        await js.add_consumer("BATCH_WORK", old)
+        for line in (1, 2, 3):
+            item = {"batch_id": "batch_old", "line": line, "tenant": "acme"}
+            await js.publish(f"batches.work.{token}.batch_old", msgspec.json.encode(item))
+        leased = await (await js.pull_subscribe_bind(old.name, "BATCH_WORK")).fetch(1)
+        assert len(leased) == 1  # and never acked: its executor is gone
+
+        await queue.put([WorkItem("batch_new", line, 7, "acme") for line in (1, 2)])
+        first = await queue.pull(2, 5.0)
+        assert sorted(d.item.tenant_id for d in first) == [0, 7]  # a turn each
+        got = {(d.item.batch_id, d.item.line, d.item.tenant_id) for d in first}
+        for delivery in first:
+            await delivery.ack()
+        deadline = time.monotonic() + 15.0
+        while len(got) < 5:
+            assert time.monotonic() < deadline, sorted(got)
+            for delivery in await queue.pull(5, 0.5):
+                got.add((delivery.item.batch_id, delivery.item.line, delivery.item.tenant_id))
+                await delivery.ack()
+        assert got == {("batch_old", n, 0) for n in (1, 2, 3)} | {
+            ("batch_new", 1, 7),
+            ("batch_new", 2, 7),
+        }
+        assert await queue.depth() == 0
+        new = await js.consumer_info("BATCH_WORK", f"executors_{tenant_token(7)}")
+        assert new.config.filter_subject == "batches.work.id7.>"
+    finally:
+        await nc.close()
+        await queue.close()
+
+
 async def test_a_tenant_consumer_removed_while_its_items_wait_is_made_again(
     nats_server: NatsServer,
 ) -> None:
@@ -214,10 +266,10 @@ async def test_a_tenant_consumer_removed_while_its_items_wait_is_made_again(
     nc, js = await connect(config)
     queue = JetStreamWorkQueue(config)
     try:
-        await queue.put([WorkItem("batch_a", line, "acme") for line in (1, 2)])
+        await queue.put([WorkItem("batch_a", line, 1, "acme") for line in (1, 2)])
         (first,) = await queue.pull(1, 5.0)
         await first.ack()
-        await js.delete_consumer("BATCH_WORK", f"executors_{tenant_token('acme')}")
+        await js.delete_consumer("BATCH_WORK", f"executors_{tenant_token(1)}")
         deadline = time.monotonic() + 10.0
         again: list[int] = []
         while not again:

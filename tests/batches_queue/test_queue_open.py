@@ -27,7 +27,7 @@ async def test_without_nats_the_queue_is_the_batch_store_file(tmp_path: Path) ->
     try:
         assert isinstance(queue, SqliteWorkQueue)
         assert queue.path == tmp_path / "batches.sqlite3" and queue.lease_s == 12.0
-        await queue.put([WorkItem("batch_a", 1, "acme")])
+        await queue.put([WorkItem("batch_a", 1, 1, "acme")])
         assert (tmp_path / "batches.sqlite3").is_file()
     finally:
         await queue.close()
@@ -47,9 +47,9 @@ async def test_with_nats_the_queue_is_the_shared_stream(
     queue = open_work_queue(settings(tmp_path, nats_server.url))
     try:
         assert isinstance(queue, JetStreamWorkQueue) and queue.lease_s == 12.0
-        await queue.put([WorkItem("batch_a", 1, "acme")])
+        await queue.put([WorkItem("batch_a", 1, 1, "acme")])
         (delivery,) = await queue.pull(1, 5.0)
-        assert delivery.item == WorkItem("batch_a", 1, "acme")
+        assert delivery.item == WorkItem("batch_a", 1, 1, "acme")
         await delivery.ack()
     finally:
         await queue.close()

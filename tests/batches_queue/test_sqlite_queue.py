@@ -35,7 +35,7 @@ async def test_a_late_ack_of_a_lost_lease_leaves_the_row_to_its_new_holder(path:
     loser = SqliteWorkQueue(path, lease_s=10.0, clock=clock)
     winner = SqliteWorkQueue(path, lease_s=10.0, clock=clock)
     try:
-        await loser.put([WorkItem("batch_a", 1, "acme")])
+        await loser.put([WorkItem("batch_a", 1, 1, "acme")])
         (lost,) = await loser.pull(1, 0)
         assert await winner.pull(1, 0) == []  # the lease holds
         clock.now += 10.0
@@ -63,7 +63,7 @@ async def test_an_ack_after_the_lease_ran_out_but_before_a_new_claim_deletes(pat
     clock = FakeClock()
     queue = SqliteWorkQueue(path, lease_s=10.0, clock=clock)
     try:
-        await queue.put([WorkItem("batch_a", 1, "acme")])
+        await queue.put([WorkItem("batch_a", 1, 1, "acme")])
         (slow,) = await queue.pull(1, 0)
         clock.now += 60.0
         await slow.ack()
@@ -77,7 +77,7 @@ async def test_a_nak_gives_up_the_lease(path: Path) -> None:
     clock = FakeClock()
     queue = SqliteWorkQueue(path, lease_s=10.0, clock=clock)
     try:
-        await queue.put([WorkItem("batch_a", 1, "acme")])
+        await queue.put([WorkItem("batch_a", 1, 1, "acme")])
         (first,) = await queue.pull(1, 0)
         await first.nak(5.0)
         clock.now += 4.9
@@ -95,8 +95,8 @@ async def test_a_nak_gives_up_the_lease(path: Path) -> None:
 async def test_pull_hands_out_the_oldest_first(path: Path) -> None:
     queue = SqliteWorkQueue(path, lease_s=30.0)
     try:
-        await queue.put([WorkItem("batch_b", line, "t") for line in (3, 1, 2)])
-        await queue.put([WorkItem("batch_a", 1, "t")])
+        await queue.put([WorkItem("batch_b", line, 1, "t") for line in (3, 1, 2)])
+        await queue.put([WorkItem("batch_a", 1, 1, "t")])
         got = await queue.pull(10, 0)
         assert [(d.item.batch_id, d.item.line) for d in got] == [
             ("batch_b", 3),
@@ -110,8 +110,8 @@ async def test_pull_hands_out_the_oldest_first(path: Path) -> None:
 
 async def test_a_big_put_is_one_transaction(path: Path) -> None:
     queue = SqliteWorkQueue(path, lease_s=30.0)
-    items = [WorkItem("batch_a", line, "acme") for line in range(1, 50_001)]
-    broken = [*items[:40_000], WorkItem("batch_a", 40_001, cast(str, object())), *items[40_001:]]
+    items = [WorkItem("batch_a", line, 1, "acme") for line in range(1, 50_001)]
+    broken = [*items[:40_000], WorkItem("batch_a", 40_001, 1, cast(str, object())), *items[40_001:]]
     try:
         with pytest.raises(WorkQueueError, match="binding parameter"):
             await queue.put(broken)  # fails at item 40,001 of 50,000 ...
@@ -131,7 +131,7 @@ async def test_the_table_shares_the_file_with_other_tables(path: Path) -> None:
     store.close()
     queue = SqliteWorkQueue(path, lease_s=30.0)
     try:
-        await queue.put([WorkItem("batch_a", 1, "acme")])
+        await queue.put([WorkItem("batch_a", 1, 1, "acme")])
         assert await queue.depth() == 1
     finally:
         await queue.close()
@@ -187,7 +187,7 @@ async def test_two_processes_share_the_queue_and_never_the_same_item(path: Path)
     try:
         assert child.stdout is not None
         assert (await asyncio.wait_for(child.stdout.readline(), 30)).strip() == b"ready"
-        await queue.put([WorkItem("batch_a", line, "acme") for line in range(1, 1_001)])
+        await queue.put([WorkItem("batch_a", line, 1, "acme") for line in range(1, 1_001)])
         mine: list[int] = []
         while await queue.depth():
             for delivery in await queue.pull(5, 0.2):
@@ -203,3 +203,65 @@ async def test_two_processes_share_the_queue_and_never_the_same_item(path: Path)
     assert child.returncode == 0
     assert sorted(mine + theirs) == list(range(1, 1_001))  # each exactly once
     assert theirs, "the other process got none"
+
+
+OLD_LAYOUT = """
+CREATE TABLE work_items (
+    batch_id TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    visible_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_id TEXT,
+    PRIMARY KEY (batch_id, line)
+);
+CREATE INDEX work_items_by_tenant ON work_items (tenant);
+"""
+
+
+async def test_a_file_of_the_previous_version_is_upgraded_and_its_items_served(
+    path: Path,
+) -> None:
+    """A running system upgrades: rows queued under the tenant's name only (one leased by
+    an executor that died) are served beside new ones, in turns of their own by name, with
+    no tenant id; the index by name makes way for the one by id."""
+    clock = FakeClock()
+    old = sqlite3.connect(path)
+    old.executescript(OLD_LAYOUT)
+    rows = [("batch_old", n, "acme", clock.now, 0, None) for n in (1, 2)]
+    rows += [("batch_old", 3, "acme", clock.now + 5, 1, "dead-executor")]  # leased
+    rows += [("batch_other", 1, "globex", clock.now, 0, None)]
+    old.executemany("INSERT INTO work_items VALUES (?, ?, ?, ?, ?, ?)", rows)
+    old.commit()
+    old.close()
+    queue = SqliteWorkQueue(path, lease_s=30.0, clock=clock)
+    again = SqliteWorkQueue(path, lease_s=30.0, clock=clock)  # a second executor opening
+    try:
+        await queue.put([WorkItem("batch_new", n, 7, "acme") for n in (1, 2)])
+        assert await again.depth() == 6
+        got = await queue.pull(3, 0)  # one of each: the old acme, globex, the new acme (7)
+        assert sorted((d.item.tenant_id, d.item.tenant) for d in got) == [
+            (0, "acme"),
+            (0, "globex"),
+            (7, "acme"),
+        ]
+        clock.now += 6  # the dead executor's lease runs out (ours hold)
+        got += await again.pull(10, 0)
+        assert sorted((d.item.batch_id, d.item.line, d.item.tenant_id) for d in got) == [
+            ("batch_new", 1, 7),
+            ("batch_new", 2, 7),
+            ("batch_old", 1, 0),
+            ("batch_old", 2, 0),
+            ("batch_old", 3, 0),
+            ("batch_other", 1, 0),
+        ]
+        for delivery in got:
+            await delivery.ack()
+        assert await queue.depth() == 0
+    finally:
+        await queue.close()
+        await again.close()
+    check = sqlite3.connect(path)
+    indexes = {row[1] for row in check.execute("PRAGMA index_list(work_items)")}
+    check.close()
+    assert "work_items_by_tenant_id" in indexes and "work_items_by_tenant" not in indexes

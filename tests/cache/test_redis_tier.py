@@ -205,17 +205,17 @@ async def test_gateways_share_entries_through_redis(redis_server: RedisServer) -
 async def test_tenant_and_group_scopes_never_meet_in_redis(
     make_cache: Callable[..., RedisCache], client: aioredis.Redis
 ) -> None:
-    """Whatever a tenant is named (the CLI takes any name), its keys are not a group's."""
+    """A tenant's keys (by its id) are never a group's, whatever the group is named."""
     cache = make_cache()
-    scopes = [tenant_scope("corp"), group_scope("corp"), tenant_scope("group:corp")]
+    scopes = [tenant_scope(7), group_scope("7"), group_scope("corp")]
     for scope in scopes:
         await cache.put_many(scope, [(key("a"), entry(1))])
     assert len(set(await client.keys("headway:cache:*"))) == 3
-    assert await cache.drop_scope(tenant_scope("corp")) is True
+    assert await cache.drop_scope(tenant_scope(7)) is True
     assert await cache.drop_scope(group_scope("corp")) is True
-    assert await cache.get_many(tenant_scope("group:corp"), [key("a")]) == [entry(1)]
+    assert await cache.get_many(group_scope("7"), [key("a")]) == [entry(1)]
     assert await client.keys("headway:cache:*") == [
-        f"headway:cache:tenant:group:corp:{key('a').hex()}".encode()
+        f"headway:cache:group:7:{key('a').hex()}".encode()
     ]
 
 
@@ -229,7 +229,7 @@ async def test_across_gateways_a_tenant_reads_only_its_own_scope(redis_server: R
         return ResultsCache(MemoryCache(1 << 20), shared, CacheMetrics(), settings)
 
     first, second = gateway(), gateway()
-    a, b = first.scope_of("tenant-a"), first.scope_of("tenant-b")
+    a, b = first.scope_of("tenant-a", 1), first.scope_of("tenant-b", 2)
     key_for = {scope: text_key(namespace("v1", "p", 2, "embed", scope), "text") for scope in (a, b)}
     try:
         await first.put_many(a, [(key_for[a], entry(1))])

@@ -35,15 +35,16 @@ def test_deleting_a_tenant_drops_its_scope_and_its_groups_in_redis(
     where = ["--config", str(config), "--data-dir", str(tmp_path / "data")]
     for tenant in ("alpha", "gamma", "delta"):
         headway("tenants", "add", tenant, *where)
+    alpha, gamma = 1, 2  # their ids, in the order they were added
     client = redis.Redis.from_url(redis_server.url)
-    scopes = [group_scope("corp"), tenant_scope("alpha"), tenant_scope("gamma")]
+    scopes = [group_scope("corp"), tenant_scope(alpha), tenant_scope(gamma)]
     for scope in scopes:
         client.set(name_of(scope), b"\0\0\0\0")
     try:
         headway("tenants", "delete", "alpha", *where)  # its group's, and any of its own
-        assert client.keys("headway:cache:*") == [name_of(tenant_scope("gamma")).encode()]
+        assert client.keys("headway:cache:*") == [name_of(tenant_scope(gamma)).encode()]
         headway("tenants", "delete", "delta", *where)  # nothing of its own: nothing else goes
-        assert client.keys("headway:cache:*") == [name_of(tenant_scope("gamma")).encode()]
+        assert client.keys("headway:cache:*") == [name_of(tenant_scope(gamma)).encode()]
     finally:
         client.close()
 

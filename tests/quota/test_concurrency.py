@@ -14,8 +14,9 @@ from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import Quota
 from headway.testing.redis_server import RedisServer
 
-QUOTA = Quota("acme", rate=500.0, burst=50.0)
-KEY = "headway:quota:acme"
+ACME = 1  # the tenant's id: what its bucket is keyed by
+QUOTA = Quota(ACME, rate=500.0, burst=50.0)
+KEY = "headway:quota:id:1"
 
 
 async def redis_now_s(client: aioredis.Redis) -> float:
@@ -65,7 +66,7 @@ def hammer_in_process(
     async def run() -> None:
         store = RedisQuotaStore(url)
         try:
-            await store.take(Quota("warm-up", 1, 1), 0)  # connect before the start line
+            await store.take(Quota(999, 1, 1), 0)  # connect before the start line
             ready.release()
             go.wait(30)
             count = 0

@@ -13,7 +13,7 @@ from headway.gateway.quota.store import LocalQuotaStore, Quota, QuotaDecision
 from headway.testing.redis_server import RedisServer
 from tests.fakes import FakeClock
 
-QUOTA = Quota("acme", rate=40.0, burst=20.0)
+QUOTA = Quota(1, rate=40.0, burst=20.0)
 FALLBACK_LOGGER = "headway.gateway.quota.fallback"
 
 

@@ -19,7 +19,8 @@ from headway.gateway.quota.store import Quota
 from headway.testing.redis_server import RedisServer
 from headway.testing.server import free_port
 
-KEY = "headway:quota:acme"
+ACME = 1  # the tenant's id: what its bucket is keyed by
+KEY = "headway:quota:id:1"
 
 
 async def stored_state(client: aioredis.Redis) -> BucketState:
@@ -50,7 +51,7 @@ async def test_script_takes_as_the_pure_bucket_does(
     client = aioredis.Redis.from_url(redis_server.url)
     try:
         await client.flushdb()
-        quota = Quota("acme", rate, burst)
+        quota = Quota(ACME, rate, burst)
         state: BucketState | None = None
         start = await client.time()
         granted_total = 0.0
@@ -88,7 +89,7 @@ async def test_script_takes_as_the_pure_bucket_does(
 
 async def test_refund_gives_tokens_back_never_above_burst(redis_server: RedisServer) -> None:
     store = RedisQuotaStore(redis_server.url)
-    quota = Quota("acme", rate=0.001, burst=10)  # refill negligible within the test
+    quota = Quota(ACME, rate=0.001, burst=10)  # refill negligible within the test
     try:
         assert (await store.take(quota, 10)).granted
         assert not (await store.take(quota, 4)).granted
@@ -108,8 +109,32 @@ async def test_refund_of_an_unknown_bucket_creates_nothing(redis_server: RedisSe
     store = RedisQuotaStore(redis_server.url)
     client = aioredis.Redis.from_url(redis_server.url)
     try:
-        await store.refund(Quota("acme", 1, 10), 5)
+        await store.refund(Quota(ACME, 1, 10), 5)
         assert await client.exists(KEY) == 0
+    finally:
+        await store.close()
+        await client.aclose()
+
+
+async def test_a_bucket_is_its_tenant_ids_so_a_new_tenant_of_a_name_starts_full(
+    redis_server: RedisServer,
+) -> None:
+    """The first acme spends its burst and is deleted; the acme created next (another id)
+    has a full bucket, and a bucket an older gateway kept under the name is never read."""
+    store = RedisQuotaStore(redis_server.url)
+    client = aioredis.Redis.from_url(redis_server.url)
+    first, second = Quota(ACME, rate=0.001, burst=10), Quota(ACME + 1, rate=0.001, burst=10)
+    try:
+        await client.hset("headway:quota:acme", mapping={"tokens": "0", "updated": "0"})
+        assert (await store.take(first, 10)).granted
+        assert not (await store.take(first, 1)).granted
+        taken = await store.take(second, 10)
+        assert taken.granted and taken.remaining == pytest.approx(0, abs=1e-3)
+        assert sorted(await client.keys("headway:quota:*")) == [
+            b"headway:quota:acme",
+            b"headway:quota:id:1",
+            b"headway:quota:id:2",
+        ]
     finally:
         await store.close()
         await client.aclose()
@@ -118,11 +143,11 @@ async def test_refund_of_an_unknown_bucket_creates_nothing(redis_server: RedisSe
 async def test_cost_above_burst_is_never_granted(redis_server: RedisServer) -> None:
     store = RedisQuotaStore(redis_server.url)
     try:
-        outcome = await store.take(Quota("acme", 100, 10), 11)
+        outcome = await store.take(Quota(ACME, 100, 10), 11)
         assert not outcome.granted
         assert outcome.retry_after_s == math.inf
         assert outcome.limit == 10
-        assert (await store.take(Quota("acme", 100, 10), 10)).granted
+        assert (await store.take(Quota(ACME, 100, 10), 10)).granted
     finally:
         await store.close()
 
@@ -130,7 +155,7 @@ async def test_cost_above_burst_is_never_granted(redis_server: RedisServer) -> N
 async def test_idle_buckets_expire(redis_server: RedisServer) -> None:
     store = RedisQuotaStore(redis_server.url)
     client = aioredis.Redis.from_url(redis_server.url)
-    quota = Quota("acme", rate=10, burst=20)
+    quota = Quota(ACME, rate=10, burst=20)
     try:
         await store.take(quota, 1)
         ttl_ms = await client.pttl(KEY)
@@ -163,10 +188,10 @@ async def test_no_server_raises_unavailable_quickly() -> None:
     started = time.monotonic()
     try:
         with pytest.raises(QuotaStoreUnavailable) as caught:
-            await store.take(Quota("acme", 1, 1), 1)
+            await store.take(Quota(ACME, 1, 1), 1)
         assert isinstance(caught.value.__cause__, RedisError | OSError)
         with pytest.raises(QuotaStoreUnavailable):
-            await store.refund(Quota("acme", 1, 1), 1)
+            await store.refund(Quota(ACME, 1, 1), 1)
         with pytest.raises(QuotaStoreUnavailable):
             await store.heartbeat("gw-a", 10)
     finally:
@@ -178,7 +203,7 @@ async def test_script_survives_a_restart_that_empties_the_script_cache(
     redis_server: RedisServer,
 ) -> None:
     store = RedisQuotaStore(redis_server.url)
-    quota = Quota("acme", rate=0.001, burst=3)
+    quota = Quota(ACME, rate=0.001, burst=3)
     try:
         assert (await store.take(quota, 3)).granted
         redis_server.kill()

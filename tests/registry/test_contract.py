@@ -16,7 +16,6 @@ from headway.registry.errors import (
     LastAdminKey,
     RegistryError,
     RolloutActive,
-    TenantBeingDeleted,
     UnknownKey,
     UnknownModel,
     UnknownRollout,
@@ -398,17 +397,25 @@ def test_a_tenant_id_is_never_given_again_not_even_the_newest_deleted_ones(
     assert (later.id, again.id) == (3, 4)
     assert registry.snapshot().tenants["globex"].id == 4
     assert registry.tenant("globex") == again
+    assert registry.tenant_by_id(4) == again == registry.snapshot().tenant_ids[4]
+    with pytest.raises(UnknownTenant, match="no tenant has the id 2"):
+        registry.tenant_by_id(newest_one.id)  # the deleted globex's id: nobody's now
+    assert 2 not in registry.snapshot().tenant_ids
 
 
-def test_a_deleted_tenants_name_waits_for_its_data_outside_the_registry_to_go(
+def test_a_deleted_tenants_name_is_free_at_once_and_its_deletion_is_finished_by_id(
     registry: SqlRegistry, clock: FakeClock
 ) -> None:
+    """What the tenant left outside the registry is its id's, so the name need not wait."""
     acme, _ = registry.add_tenant("acme", "batch")
     registry.delete_tenant("acme")
     (pending,) = registry.tenant_deletions()
     assert pending == TenantDeletion(acme.id, "acme", clock.now, None, None)
-    with pytest.raises(TenantBeingDeleted, match="still being deleted"):
-        registry.add_tenant("acme", "batch")
+    again, _ = registry.add_tenant("acme", "batch")
+    assert again.id != acme.id and registry.tenant_deletions() == [pending]
+    registry.delete_tenant("acme")  # a second deletion of the name, of the second tenant
+    assert [d.tenant_id for d in registry.tenant_deletions()] == [acme.id, again.id]
+    registry.finish_deletion(again.id)
     nothing_recorded(registry, lambda: registry.list_deletion_blobs(acme.id, ("b1", "b2")))
     listed = registry.list_deletion_blobs(acme.id, ("other",))  # the first list stays
     assert listed.blobs == ("b1", "b2") == registry.tenant_deletions()[0].blobs
@@ -416,9 +423,9 @@ def test_a_deleted_tenants_name_waits_for_its_data_outside_the_registry_to_go(
     finished = registry.finish_deletion(acme.id)
     assert finished.finished_at == clock.now
     assert registry.tenant_deletions() == []
-    assert registry.tenant_deletions(pending=False) == [finished]
+    assert [d.tenant_id for d in registry.tenant_deletions(pending=False)] == [acme.id, again.id]
+    assert registry.tenant_deletions(pending=False)[0] == finished
     nothing_recorded(registry, lambda: registry.finish_deletion(acme.id))
-    assert registry.add_tenant("acme", "batch")[0].id != acme.id
     with pytest.raises(UnknownTenant):
         registry.finish_deletion(999)
 

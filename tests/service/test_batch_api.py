@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from headway.metering.sink import MemorySink
+from headway.registry.model import SYSTEM
 from headway.transport.base import Reply
 from tests.service.batch_helpers import BATCHES, create, embed_line, jsonl, upload
 from tests.service.conftest import auth, make_stack
@@ -222,6 +223,7 @@ async def test_the_line_routes_take_only_the_executors_token(stack):
     body = b'{"model": "synthetic", "input": ["x"]}'
     headers = {
         "content-type": "application/json",
+        "x-headway-tenant-id": str(stack.registry.tenant("search-app").id),
         "x-headway-tenant": "search-app",
         "x-headway-key-id": "00" * 8,
         "x-headway-request-id": "ab" * 16,
@@ -241,9 +243,39 @@ async def test_the_line_routes_take_only_the_executors_token(stack):
     gone = await stack.client.post(
         "/internal/batches/v1/embeddings",
         content=body,
-        headers=headers | auth(BATCHES.executor_token) | {"x-headway-tenant": "nobody"},
+        headers=headers | auth(BATCHES.executor_token) | {"x-headway-tenant-id": "999"},
     )
     assert gone.status_code == 404
+    assert "tenant 999 does not exist" in gone.json()["error"]["message"]
+
+
+async def test_a_line_names_its_tenant_by_id_and_never_by_name(stack):
+    """The name header is for logs: a line of a deleted tenant is refused however the new
+    tenant of its name is named, and an executor that sends no id (the previous version's)
+    is refused with a 403 (it waits that out, failing no line) rather than served by name."""
+    executor = {
+        "content-type": "application/json",
+        "x-headway-key-id": "00" * 8,
+        "x-headway-request-id": "ab" * 16,
+    } | auth(BATCHES.executor_token)
+    body = b'{"model": "synthetic", "input": ["x"]}'
+    line = "/internal/batches/v1/embeddings"
+    old_id = stack.registry.tenant("search-app").id
+    stack.registry.delete_tenant("search-app", actor=SYSTEM)
+    stack.registry.add_tenant("search-app", "interactive", actor=SYSTEM)
+    await stack.gateway.snapshots.refresh()
+    named = {"x-headway-tenant": "search-app"}
+    deleted = await stack.client.post(
+        line, content=body, headers=executor | named | {"x-headway-tenant-id": str(old_id)}
+    )
+    assert deleted.status_code == 404 and "(deleted)" in deleted.text
+    by_name = await stack.client.post(line, content=body, headers=executor | named)
+    assert by_name.status_code == 403 and "x-headway-tenant-id" in by_name.text
+    for wrong in ("0", "-1", "²".encode(), "1" * 30, "search-app"):
+        refused = await stack.client.post(
+            line, content=body, headers=executor | {"x-headway-tenant-id": wrong}
+        )
+        assert refused.status_code == 422, wrong
 
 
 async def test_a_line_that_failed_on_our_side_is_still_billed_once_when_it_serves(tmp_path):
@@ -252,7 +284,7 @@ async def test_a_line_that_failed_on_our_side_is_still_billed_once_when_it_serve
     try:
         headers = {
             "content-type": "application/json",
-            "x-headway-tenant": "nightly-index",
+            "x-headway-tenant-id": str(stack.registry.tenant("nightly-index").id),
             "x-headway-key-id": "00" * 8,
             "x-headway-request-id": "cd" * 16,
         } | auth(BATCHES.executor_token)

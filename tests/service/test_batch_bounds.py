@@ -433,7 +433,7 @@ async def test_memory_stays_bounded_whatever_the_uploads_size(tmp_path):
         assert done.status == 200, done.body
         file = msgspec.json.decode(done.body)
         assert stack.batches is not None
-        record = stack.batches.store.file("search-app", file["id"])
+        record = stack.batches.store.file(stack.registry.tenant("search-app").id, file["id"])
         assert record is not None and record.bytes >= size and record.lines > 5_000
         assert record.sha256 == sent.hexdigest()
         # What is held is the chunk in hand and a quarter megabyte gathered for the disk.

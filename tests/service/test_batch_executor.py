@@ -6,11 +6,13 @@ import time
 
 import pytest
 
+from headway.batches import executor as executor_module
 from headway.batches.model import line_request_id
 from headway.metering.sink import MemorySink
 from headway.registry.model import SYSTEM
 from headway.settings import ExecutorSettings
 from tests.fakes import until
+from tests.registry.conftest import sqlite_sql
 from tests.service.batch_helpers import (
     BATCHES,
     create,
@@ -180,7 +182,8 @@ async def test_a_batch_past_its_window_expires_with_its_partial_output(stack, tm
         settings=ExecutorSettings(lines_in_flight=1, lease_s=5),
         clock=lambda: later[0],
     ) as runner:
-        runner.executor._quota_gates["search-app"] = float("inf")  # hold its lines
+        search_app = stack.registry.tenant("search-app").id
+        runner.executor._quota_gates[search_app] = float("inf")  # hold its lines
         await runner.mover.validate(stack.batches.store.batch_by_id(late_id))
         later[0] += 86400 + 1
         batch = await runner.until_final(late_id, stack.batches)
@@ -205,15 +208,43 @@ async def test_a_file_with_no_line_that_can_run_fails_the_batch(stack, tmp_path)
 
 async def test_deleting_a_tenant_deletes_its_files_and_batches(stack, tmp_path):
     key = auth("demo-key-nightly-index")
+    nightly = stack.registry.tenant("nightly-index").id
     batch_id = await _submit(stack, jsonl(embed_line("a", "x")), key)
-    file_ids = [f.id for f in stack.batches.store.files("nightly-index")]
-    digests = {f.sha256 for f in stack.batches.store.files("nightly-index")}
+    file_ids = [f.id for f in stack.batches.store.files(nightly)]
+    digests = {f.sha256 for f in stack.batches.store.files(nightly)}
     mine = await _submit(stack, jsonl(embed_line("a", "x")))  # the same bytes, another tenant
     response = await stack.client.delete(
         "/admin/tenants/nightly-index", headers=auth("demo-admin-key")
     )
     assert response.status_code == 200, response.text
     assert stack.batches.store.batch_by_id(batch_id) is None
-    assert stack.batches.store.files("nightly-index") == [] and file_ids
+    assert stack.batches.store.files(nightly) == [] and file_ids
     assert all(stack.batches.files.exists(d) for d in digests)  # search-app's upload names them
     assert stack.batches.store.batch_by_id(mine) is not None
+
+
+async def test_a_batch_not_yet_adopted_by_its_tenant_runs_as_nobody_until_it_is(
+    stack, tmp_path, monkeypatch, sink
+):
+    """A batch from before tenant ids (tenant id 0, its gateway not yet started) is nobody's:
+    its queued lines go back to the queue rather than run as anyone, and the mover leaves
+    it; once a gateway gives it to its tenant, it runs and completes, billed to that id."""
+    monkeypatch.setattr(executor_module, "UNADOPTED_WAIT_S", 0.05)
+    search_app = stack.registry.tenant("search-app").id
+    batch_id = await _submit(stack, jsonl(embed_line("a", "x"), embed_line("b", "y")))
+    async with running(stack.batches, stack.client, tmp_path, limits=TEST_LIMITS) as runner:
+        runner.executor._quota_gates[search_app] = float("inf")  # queued, not yet pulled
+        await runner.mover.tick()
+        sqlite_sql(tmp_path / "batches.sqlite3", "UPDATE batches SET tenant_id = 0")
+        runner.executor._batches.clear()  # its read of the batch, as after BATCH_FRESH_S
+        del runner.executor._quota_gates[search_app]
+        deferred = runner.metrics._lines["deferred"]  # type: ignore[attr-defined]
+        await until(lambda: deferred._value.get() >= 4, 10)  # each line handed back twice
+        for _ in range(3):
+            await runner.mover.tick()
+        assert runner.submitter.sent == []
+        assert stack.batches.store.batch_by_id(batch_id).status == "in_progress"
+        assert stack.batches.store.adopt("search-app", search_app) == 1
+        batch = await runner.until_final(batch_id, stack.batches)
+    assert batch.status == "completed" and batch.counts.completed == 2
+    assert {e.tenant_id for e in sink.events if e.tier == "batch"} == {search_app}

@@ -61,8 +61,9 @@ def _stored(stack, tenant: str, data: bytes) -> str:
     parts = stack.batches
     digest = parts.files.put(data)
     now = int(time.time())
+    tenant_id = stack.registry.tenant(tenant).id
     record = FileObject(
-        f"file-{digest[:24]}", tenant, "batch", "in.jsonl", len(data), digest, now, None
+        f"file-{digest[:24]}", tenant_id, tenant, "batch", "in.jsonl", len(data), digest, now, None
     )
     parts.store.add_file(record)
     return record.id
@@ -122,7 +123,8 @@ async def test_a_batch_that_keeps_failing_is_failed_and_the_others_move_on(stack
     broken = await _submit(stack, jsonl(embed_line("b", "gone")), ATTACKER)
     ok = await _submit(stack, jsonl(embed_line("o", "here")), VICTIM)
     store = stack.batches.store
-    record = store.file("support-bot", store.batch_by_id(broken).input_file_id)
+    batch = store.batch_by_id(broken)
+    record = store.file(batch.tenant_id, batch.input_file_id)
     stack.batches.files.delete(record.sha256)  # every read of its input now raises
     async with running(stack.batches, stack.client, tmp_path, limits=TEST_LIMITS) as runner:
         done = await runner.until_final(ok, stack.batches)
@@ -208,12 +210,13 @@ async def test_lines_that_can_never_pass_the_quota_end_and_hold_no_slot(stack, t
     async with running(
         stack.batches, stack.client, tmp_path, limits=TEST_LIMITS, settings=SMALL
     ) as runner:
-        runner.executor._quota_gates["shrinks"] = float("inf")  # queued, not yet run
+        shrinking = stack.registry.tenant("shrinks").id
+        runner.executor._quota_gates[shrinking] = float("inf")  # queued, not yet run
         await runner.mover.tick()
         stack.registry.update_tenant("shrinks", actor=SYSTEM, burst_texts=4)
         await stack.gateway.snapshots.refresh()
         victim = await _submit(stack, jsonl(*[embed_line(f"v{i}", "x") for i in range(5)]), VICTIM)
-        del runner.executor._quota_gates["shrinks"]
+        del runner.executor._quota_gates[shrinking]
         attackers = await runner.until_final(attacker, stack.batches)
         victims = await runner.until_final(victim, stack.batches)
         await until(lambda: not runner.executor._held, 5)  # no slot kept
@@ -282,7 +285,8 @@ async def test_a_batch_behind_pages_of_anothers_open_batches_still_moves(stack, 
     victim = await _submit(stack, jsonl(embed_line("v", "y")), VICTIM)
     async with running(stack.batches, stack.client, tmp_path, limits=TEST_LIMITS) as runner:
         runner.mover._page_size = 2  # five open batches ahead: more than two pages
-        runner.executor._quota_gates["support-bot"] = float("inf")  # its lines never run
+        attacker = stack.registry.tenant("support-bot").id
+        runner.executor._quota_gates[attacker] = float("inf")  # its lines never run
         done = await runner.until_final(victim, stack.batches)
     assert done.status == "completed"
     assert {stack.batches.store.batch_by_id(b).status for b in held} == {"in_progress"}

@@ -51,14 +51,14 @@ def test_storage_is_a_400_clients_do_not_retry_and_open_batches_a_429_they_retry
 
 
 def test_uploads_at_once_are_bounded_per_tenant_and_in_all_and_given_back() -> None:
-    slots = UploadSlots(per_tenant=2, total=3)
-    assert slots.take("a") is None and slots.take("a") is None
-    assert slots.take("a") == SlotsFull("tenant", 2, 2)
-    assert slots.take("b") is None
-    assert slots.take("c") == SlotsFull("gateway", 3, 3)
-    slots.give_back("a")
-    assert slots.in_use("a") == 1 and slots.in_use() == 2
-    assert slots.take("c") is None
-    for name in ("a", "b", "c"):
-        slots.give_back(name)
-    assert slots.in_use() == 0 and slots.in_use("a") == 0
+    slots = UploadSlots(per_tenant=2, total=3)  # tenants by id
+    assert slots.take(1) is None and slots.take(1) is None
+    assert slots.take(1) == SlotsFull("tenant", 2, 2)
+    assert slots.take(2) is None
+    assert slots.take(3) == SlotsFull("gateway", 3, 3)
+    slots.give_back(1)
+    assert slots.in_use(1) == 1 and slots.in_use() == 2
+    assert slots.take(3) is None
+    for tenant_id in (1, 2, 3):
+        slots.give_back(tenant_id)
+    assert slots.in_use() == 0 and slots.in_use(1) == 0

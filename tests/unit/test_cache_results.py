@@ -141,19 +141,21 @@ def test_enabled_for_honours_the_switch_and_disabled_tenants() -> None:
     assert not off.enabled_for("acme")
 
 
-def test_each_tenant_has_its_own_scope_by_default() -> None:
+def test_each_tenant_has_its_own_scope_by_its_id() -> None:
     cache, _ = make()
-    assert (cache.scope_of("acme"), cache.scope_of("other")) == ("tenant:acme", "tenant:other")
+    assert (cache.scope_of("acme", 1), cache.scope_of("other", 2)) == ("tenant:1", "tenant:2")
+    assert cache.scope_of("acme", 3) == "tenant:3"  # acme created again: another scope
 
 
 def test_only_the_members_of_a_shared_group_share_a_scope() -> None:
     cache, _ = make(shared_groups={"corp": ("search", "support"), "solo": ("lab",)})
-    assert cache.scope_of("search") == cache.scope_of("support") == "group:corp"
-    assert cache.scope_of("lab") == "group:solo"
-    assert cache.scope_of("stranger") == "tenant:stranger"
-    assert cache.scope_of("corp") == "tenant:corp"  # a tenant named like a group is apart
-    assert cache.scopes_holding("search") == ("tenant:search", "group:corp")
-    assert cache.scopes_holding("stranger") == ("tenant:stranger",)
+    assert cache.scope_of("search", 1) == cache.scope_of("support", 2) == "group:corp"
+    assert cache.scope_of("search", 9) == "group:corp"  # a group is joined by name
+    assert cache.scope_of("lab", 3) == "group:solo"
+    assert cache.scope_of("stranger", 4) == "tenant:4"
+    assert cache.scope_of("corp", 5) == "tenant:5"  # a tenant named like a group is apart
+    assert cache.scopes_holding("search", 1) == ("tenant:1", "group:corp")
+    assert cache.scopes_holding("stranger", 4) == ("tenant:4",)
 
 
 async def test_the_tiers_state_is_read_when_scraped() -> None:

@@ -32,7 +32,7 @@ def decision(granted: bool, remaining: float, rate: float = 0.5) -> QuotaDecisio
 def test_a_granted_charge_or_a_bucket_with_texts_left_leaves_no_hint():
     clock = Clock()
     empty = EmptyBuckets(clock)
-    quota = Quota("t", 0.5, 10)
+    quota = Quota(1, 0.5, 10)
     empty.note(quota, decision(True, 0))
     empty.check(ctx())
     empty.note(quota, decision(False, 4))  # short for a large request, not empty
@@ -42,7 +42,7 @@ def test_a_granted_charge_or_a_bucket_with_texts_left_leaves_no_hint():
 def test_an_empty_bucket_refuses_with_headers_until_it_is_looked_at_again():
     clock = Clock()
     empty = EmptyBuckets(clock)
-    empty.note(Quota("t", 0.5, 10), decision(False, 0))
+    empty.note(Quota(1, 0.5, 10), decision(False, 0))
     request = ctx()
     with pytest.raises(QuotaExceeded) as refused:
         empty.check(request)
@@ -56,7 +56,7 @@ def test_an_empty_bucket_refuses_with_headers_until_it_is_looked_at_again():
 def test_a_fast_refill_ends_the_hint_when_one_text_is_back():
     clock = Clock()
     empty = EmptyBuckets(clock)
-    empty.note(Quota("t", 100, 10), decision(False, 0.5, rate=100))
+    empty.note(Quota(1, 100, 10), decision(False, 0.5, rate=100))
     clock.now += 0.004
     with pytest.raises(QuotaExceeded):
         empty.check(ctx(rate=100))
@@ -67,7 +67,7 @@ def test_a_fast_refill_ends_the_hint_when_one_text_is_back():
 def test_a_later_grant_forgets_the_hint():
     clock = Clock()
     empty = EmptyBuckets(clock)
-    quota = Quota("t", 0.5, 10)
+    quota = Quota(1, 0.5, 10)
     empty.note(quota, decision(False, 0))
     empty.note(quota, decision(True, 0))
     empty.check(ctx())

@@ -39,15 +39,16 @@ async def test_lines_beyond_the_window_wait_until_one_returns():
 
 async def test_waiting_lines_go_round_robin_by_tenant_oldest_first_within_one():
     window = SendWindow(1)
-    await window.acquire("big")
+    big, small = 1, 2  # tenants' ids
+    await window.acquire(big)
     order: list[str] = []
 
-    async def send(tenant: str, name: str) -> None:
+    async def send(tenant: int, name: str) -> None:
         await window.acquire(tenant)
         order.append(name)
 
-    waiting = [asyncio.ensure_future(send("big", f"big{i}")) for i in range(5)]
-    waiting.append(asyncio.ensure_future(send("small", "small0")))  # last to come
+    waiting = [asyncio.ensure_future(send(big, f"big{i}")) for i in range(5)]
+    waiting.append(asyncio.ensure_future(send(small, "small0")))  # last to come
     await asyncio.sleep(0)
     for _ in range(3):
         window.release()
@@ -62,9 +63,9 @@ async def test_waiting_lines_go_round_robin_by_tenant_oldest_first_within_one():
 
 async def test_a_line_cancelled_while_waiting_takes_no_place():
     window = SendWindow(1)
-    await window.acquire("a")
-    gone = asyncio.ensure_future(window.acquire("a"))
-    kept = asyncio.ensure_future(window.acquire("b"))
+    await window.acquire(1)
+    gone = asyncio.ensure_future(window.acquire(1))
+    kept = asyncio.ensure_future(window.acquire(2))
     await asyncio.sleep(0)
     gone.cancel()
     await asyncio.sleep(0)

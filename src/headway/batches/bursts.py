@@ -14,14 +14,15 @@ from headway.registry.store import RegistryStore
 
 
 class RegistryBursts:
-    """``Bursts`` from the registry: a read per batch validated. A tenant that is gone
-    has none (its batches go with it)."""
+    """``Bursts`` from the registry, by the tenant's id: a read per batch validated. A
+    tenant that is gone has none (its batches go with it), and a later tenant of its name
+    is another id, whose burst is never taken for it."""
 
     def __init__(self, registry: RegistryStore) -> None:
         self._registry = registry
 
-    def __call__(self, tenant: str) -> float | None:
+    def __call__(self, tenant_id: int) -> float | None:
         try:
-            return self._registry.tenant(tenant).burst_texts
+            return self._registry.tenant_by_id(tenant_id).burst_texts
         except UnknownTenant:
             return None

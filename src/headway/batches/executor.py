@@ -34,6 +34,13 @@ window (``window.py``: halved by a 503, grown by one per window of answers; wait
 let through round robin by tenant) are at the gateways at a time, so a pool with room
 for five lines sees about five, not a stream of refusals. A line waiting (for capacity,
 for a slow answer) keeps its lease alive by touching it.
+
+**Tenants by id.** A line runs as its batch's tenant, named to the gateway by id
+(``submit.py``), and the executor's per-tenant state (lines held, quota gates, the send
+window's turns) is keyed by id, so a tenant created with a deleted one's name inherits
+none of it. A batch from before tenant ids that no gateway has adopted yet
+(``LEGACY_TENANT_ID``, ``gateway/batches/legacy.py``) is nobody's: its lines go back to
+the queue for ``UNADOPTED_WAIT_S`` rather than run as anyone.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from typing import TypeVar
 from headway.batches import output
 from headway.batches.inputs import InputMissing, Inputs
 from headway.batches.metrics import ExecutorMetrics
-from headway.batches.model import FINAL, Batch, LineResult
+from headway.batches.model import FINAL, LEGACY_TENANT_ID, Batch, LineResult
 from headway.batches.offload import off_loop
 from headway.batches.queue import Delivery, Room, WorkQueue
 from headway.batches.store import BatchStore, UnknownBatch
@@ -81,6 +88,8 @@ STOP_WAIT_S = 2.0
 not handed back comes back after its lease anyway)."""
 BATCH_FRESH_S = 1.0
 """How long a batch's status read here is trusted (a cancel takes effect this late)."""
+UNADOPTED_WAIT_S = 5.0
+"""How long a line of a batch not yet adopted by its tenant goes back to the queue for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +113,13 @@ class Executor:
         self._store, self._queue, self._inputs = store, queue, inputs
         self._submitter, self._settings, self._metrics = submitter, settings, metrics
         self._clock = clock
-        self._quota_gates: dict[str, float] = {}
-        """Tenant → until when (clock) its lines go back to the queue rather than run (a 429)."""
+        self._quota_gates: dict[int, float] = {}
+        """Tenant id → until when (clock) its lines go back to the queue rather than run (a
+        429)."""
         self._auth_gate = 0.0
         """Until when every line waits (clock): a 401/403 said this executor's token is wrong."""
-        self._held: Counter[str] = Counter()
-        """Lines in flight here, by tenant."""
+        self._held: Counter[int] = Counter()
+        """Lines in flight here, by the tenant id their queue items name."""
         self._batches: dict[str, tuple[float, Batch | None]] = {}
         self._running: set[asyncio.Task[None]] = set()
         self._committer = Committer(store, queue)
@@ -141,7 +151,7 @@ class Executor:
                 await asyncio.wait(set(self._running), timeout=STOP_WAIT_S)
 
     def _start(self, delivery: Delivery, ended: asyncio.Event) -> None:
-        tenant = delivery.item.tenant
+        tenant = delivery.item.tenant_id
         self._held[tenant] += 1
         task = asyncio.ensure_future(self._handle(delivery))
         self._running.add(task)
@@ -179,6 +189,11 @@ class Executor:
             batch = await self._batch(batch_id)
             if batch is None or batch.status in FINAL or batch.status == "cancelling":
                 done += group
+                continue
+            if batch.tenant_id == LEGACY_TENANT_ID:  # nobody's until a gateway adopts it
+                self._metrics.line("deferred", len(group))
+                for delivery in group:
+                    await delivery.nak(UNADOPTED_WAIT_S)
                 continue
             answered = await off_loop(self._store.recorded, batch_id, [d.item.line for d in group])
             for delivery in group:
@@ -235,14 +250,14 @@ class Executor:
         failures = shed = 0
         while True:
             waited = await self._leased(delivery, self._wait_auth())
-            closed_for_s = self._quota_gates.get(batch.tenant, 0.0) - self._clock()
+            closed_for_s = self._quota_gates.get(batch.tenant_id, 0.0) - self._clock()
             if closed_for_s > 0:
                 return Later(min(closed_for_s, MAX_WAIT_S))
             if failures or shed or waited:
                 now = await self._batch(batch.id)
                 if now is None or now.status in FINAL or now.status == "cancelling":
                     return None
-            await self._leased(delivery, self._window.acquire(batch.tenant))
+            await self._leased(delivery, self._window.acquire(batch.tenant_id))
             try:
                 answer = await self._leased(delivery, self._submitter.submit(batch, line, body))
             finally:
@@ -265,8 +280,8 @@ class Executor:
                 self._metrics.waited("quota")
                 wait_s = min(MAX_WAIT_S, answer.retry_after_s or DEFAULT_WAIT_S)
                 until = self._clock() + wait_s
-                self._quota_gates[batch.tenant] = max(
-                    self._quota_gates.get(batch.tenant, 0.0), until
+                self._quota_gates[batch.tenant_id] = max(
+                    self._quota_gates.get(batch.tenant_id, 0.0), until
                 )
                 return Later(wait_s)
             if status in UNAUTHORIZED:

@@ -14,10 +14,11 @@ keeps a tenant of large lines from holding every slot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import TypeVar
 
 K = TypeVar("K", bound=str)
+H = TypeVar("H", bound=Hashable)
 
 
 def rotation(keys: Iterable[K], after: K | None) -> list[K]:
@@ -30,12 +31,12 @@ def rotation(keys: Iterable[K], after: K | None) -> list[K]:
     return later + [key for key in ordered if key <= after]
 
 
-def round_robin(offers: Sequence[tuple[K, int]], total: int) -> list[K]:
+def round_robin(offers: Sequence[tuple[H, int]], total: int) -> list[H]:
     """The key of each item handed out, in the order they go: one of each key per round,
     in ``offers``' order, while it has some of its offered number left, up to ``total``."""
     keys = [key for key, count in offers if count > 0]
     left = [count for _, count in offers if count > 0]
-    order: list[K] = []
+    order: list[H] = []
     while keys and len(order) < total:
         for index, key in enumerate(keys):
             if len(order) == total:

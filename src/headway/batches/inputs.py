@@ -144,7 +144,7 @@ class Inputs:
             del self._reading[batch.id]
 
     def _read(self, batch: Batch) -> ParsedInput:
-        record = self._store.file(batch.tenant, batch.input_file_id)
+        record = self._store.file(batch.tenant_id, batch.input_file_id)
         if record is None:
             raise InputMissing(f"input file {batch.input_file_id} of {batch.id} is gone")
         data = self._files.read(record.sha256)

@@ -3,8 +3,9 @@
 **Layout.** The stream (``config.stream``, subjects ``<subject>.>``) has WORK_QUEUE
 retention: a message leaves it when acked, so what it holds is exactly the lines not yet
 done. Each item is published on ``<subject>.<tenant>.<batch_id>``, where ``<tenant>`` is
-``tenant_token(name)`` (a digest, so any tenant name is one subject token), and ``drop``
-purges one batch by subject filter (``<subject>.*.<batch_id>``). ``Nats-Msg-Id`` is
+``tenant_token(tenant_id)`` (``id42``: a tenant is its id, so a tenant created with a
+deleted one's name gets a consumer, turns and room of its own), and ``drop`` purges one
+batch by subject filter (``<subject>.*.<batch_id>``). ``Nats-Msg-Id`` is
 ``<batch_id>:<line>``: the stream stores a line put twice within ``duplicate_window_s``
 once (a ``put`` retried after a lost PubAck, or run again by an executor that restarted
 mid-batch). FILE storage; a PubAck means stored (the servers run with ``sync_interval:
@@ -28,6 +29,14 @@ its messages: a pull that finds messages with no consumer makes it again, which 
 delivers them (the leases it had are lost, so a line may run twice, and is kept and billed
 once as ever). So consumers exist for the tenants with work, and a tenant whose work is
 done leaves nothing behind.
+
+**Upgrading from tokens by name.** The previous version's token was a digest of the
+tenant's name (24 hex digits, never ``id…``). Its items stay where they are and are served
+as ever: a pull counts every token with messages, whatever it is, and makes each its
+consumer (``<durable>_<digest>``, filtered to its subjects), so they take turns by name
+beside the ids' until they are drained, then their consumers go idle and the server
+removes them. Their messages carry no tenant id: they are delivered with
+``LEGACY_TENANT_ID``, and the executor serves each as its batch's tenant.
 
 **Upgrading from one shared consumer.** Items put by older executors sit on
 ``<subject>.<batch_id>`` (one token), and their consumer ``<durable>`` was filtered to
@@ -72,6 +81,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError
 
 from headway.batches.fair import rotation, round_robin
+from headway.batches.model import LEGACY_TENANT_ID
 from headway.batches.queue import (
     ANY_ROOM,
     Delivery,
@@ -80,6 +90,7 @@ from headway.batches.queue import (
     WorkQueueConfigError,
     WorkQueueError,
     WorkQueueUnavailable,
+    check_owned,
 )
 from headway.metering.stream import STREAM_NAME_IN_USE, StreamConfig, connect
 
@@ -101,11 +112,33 @@ OVERLAPPING_FILTER = 10100
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
 _NOT_IN_A_SUBJECT_TOKEN = frozenset(" \t\r\n.*>")
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(WorkItem)
 
 
-def tenant_token(tenant: str) -> str:
-    """The tenant's subject token and consumer suffix: any name, one token, fixed length."""
+class _Message(msgspec.Struct):
+    """A work item as published: by this version, or by the previous (no ``tenant_id``)."""
+
+    batch_id: str
+    line: int
+    tenant: str
+    tenant_id: int = LEGACY_TENANT_ID
+
+
+_DECODER = msgspec.json.Decoder(_Message)
+
+
+def _decoded(data: bytes) -> WorkItem:
+    message = _DECODER.decode(data)
+    return WorkItem(message.batch_id, message.line, message.tenant_id, message.tenant)
+
+
+def tenant_token(tenant_id: int) -> str:
+    """The tenant's subject token and consumer suffix."""
+    return f"id{tenant_id}"
+
+
+def name_token(tenant: str) -> str:
+    """The previous version's token of a tenant: a digest of its name (its items are
+    served until drained; nothing is published under it any more)."""
     return hashlib.sha256(tenant.encode()).hexdigest()[:24]
 
 
@@ -202,6 +235,7 @@ class JetStreamWorkQueue:
         return self._config.ack_wait_s
 
     async def put(self, items: Sequence[WorkItem]) -> None:
+        check_owned(items)
         for item in items:
             _check_token(item.batch_id)
         if not items:
@@ -209,7 +243,7 @@ class JetStreamWorkQueue:
         await self._connected()
         for start in range(0, len(items), self._publish_window):
             await self._publish(items[start : start + self._publish_window])
-        for key, count in Counter(tenant_token(item.tenant) for item in items).items():
+        for key, count in Counter(tenant_token(item.tenant_id) for item in items).items():
             self._counts[key] = self._counts.get(key, 0) + count  # this process's pulls see them
 
     async def pull(self, max_items: int, wait_s: float, room: Room = ANY_ROOM) -> list[Delivery]:
@@ -310,8 +344,9 @@ class JetStreamWorkQueue:
         return deliveries
 
     def _offers(self, max_items: int, room: Room) -> list[tuple[str, int]]:
-        """(key, items it may give) of each key with messages, in rotation order."""
-        rooms = {tenant_token(tenant): count for tenant, count in room.tenants.items()}
+        """(key, items it may give) of each key with messages, in rotation order (a key
+        of the previous version's layout has ``room.per_tenant``)."""
+        rooms = {tenant_token(tenant_id): count for tenant_id, count in room.tenants.items()}
         offers: list[tuple[str, int]] = []
         for key in rotation((k for k, n in self._counts.items() if n > 0), self._after):
             may = room.per_tenant if key == LEGACY else rooms.get(key, room.per_tenant)
@@ -408,7 +443,7 @@ class JetStreamWorkQueue:
             for item in items:
                 sent.append(
                     await self._js.publish_async(
-                        f"{subject}.{tenant_token(item.tenant)}.{item.batch_id}",
+                        f"{subject}.{tenant_token(item.tenant_id)}.{item.batch_id}",
                         _ENCODER.encode(item),
                         stream=self._config.stream,
                         headers={api.Header.MSG_ID: f"{item.batch_id}:{item.line}"},
@@ -435,7 +470,7 @@ class JetStreamWorkQueue:
 
     async def _delivery(self, message: Msg) -> JetStreamDelivery | None:
         try:
-            item = _DECODER.decode(message.data)
+            item = _decoded(message.data)
         except msgspec.DecodeError:  # not ours: never deliverable, so drop it for good
             log.warning(
                 "work queue %s: message #%d is not a work item; terminated",

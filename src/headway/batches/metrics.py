@@ -17,7 +17,8 @@ class ExecutorMetrics:
             "headway_batch_lines_total",
             "Batch lines this executor ran, by outcome: completed (output file), failed "
             "(error file); skipped: not run (answered already, or its batch ended or is gone); "
-            "deferred: handed back to the queue until its tenant's quota refills (429).",
+            "deferred: handed back to the queue until its tenant's quota refills (429), or "
+            "until its batch from before tenant ids is adopted by its tenant.",
             ["outcome"],
             registry=self.registry,
         )

@@ -10,6 +10,20 @@ apply each migration once. A database holding a version this code does not know
 raises ``BatchSchemaTooNew``. Migrations are never edited once released: a change is
 a new version at the end.
 
+Version 3 keys files and batches by their tenant's id (``tenant_id``; ``tenant`` stays,
+the name, for display, logs and the adoption below). The registry is another database
+(or another store in the same one), so the migration cannot fill the column: rows already
+there get ``LEGACY_TENANT_ID`` (0, never a tenant's id), and so does any row a process of
+the previous version writes while an upgrade rolls (the column's default). Such a row is
+nobody's: no read by tenant finds it, the mover leaves its batch alone and the executor
+holds its lines back. It is *adopted* by name, by ``gateway/batches/legacy.py``, which
+every gateway runs at start and in its ``tenant_deletions`` loop, and before a deletion
+is finished: a name's legacy rows go to the oldest unfinished deletion of that name if
+there is one (until this version a name was not given again before its deletion had
+finished, so such rows were its tenant's), else to the current tenant of the name; a
+name with neither keeps them nobody's. The indexes by name go (every read is by id now);
+the adoption finds legacy rows on the new indexes, by their id 0.
+
 Tables are prefixed ``batch``: the embedded work queue shares the SQLite file.
 No foreign key joins results to batches: ``record`` checks its batch in the same
 transaction (its counts update), and ``delete_tenant`` deletes a batch before its
@@ -93,6 +107,17 @@ def _files_batches_results(t: _Types) -> tuple[str, ...]:
     )
 
 
+def _tenant_ids(t: _Types) -> tuple[str, ...]:
+    return (
+        f"ALTER TABLE batch_files ADD COLUMN tenant_id {t.big} NOT NULL DEFAULT 0",
+        f"ALTER TABLE batches ADD COLUMN tenant_id {t.big} NOT NULL DEFAULT 0",
+        "CREATE INDEX batch_files_tenant_id ON batch_files (tenant_id, created_at, id)",
+        "CREATE INDEX batches_tenant_id ON batches (tenant_id, created_at, id)",
+        "DROP INDEX batch_files_tenant",
+        "DROP INDEX batches_tenant",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -105,6 +130,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "the trace each batch was created in",
         sqlite=("ALTER TABLE batches ADD COLUMN traceparent TEXT NOT NULL DEFAULT ''",),
         postgres=("ALTER TABLE batches ADD COLUMN traceparent TEXT NOT NULL DEFAULT ''",),
+    ),
+    Migration(
+        3,
+        "files and batches keyed by the tenant's id (legacy rows 0 until adopted by name)",
+        sqlite=_tenant_ids(SQLITE),
+        postgres=_tenant_ids(POSTGRES),
     ),
 )
 

@@ -9,6 +9,12 @@ from the batch id so that finalizing twice (an executor killed while finalizing)
 the same files, never two.
 
 Times are unix seconds (ints in the API, as OpenAI's).
+
+A file or batch belongs to a tenant by its id (``registry.model.Tenant.id``, never given
+twice): ``tenant_id`` is what every read and bound goes by, so a tenant created with a
+deleted tenant's name finds none of its files or batches. ``tenant`` is the name, for
+display and logs. ``LEGACY_TENANT_ID`` (0, never a tenant's id) marks a row written
+before the store kept ids, not yet given to its tenant (``migrations.py``, version 3).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Literal
 FilePurpose = Literal["batch", "batch_output"]
 BatchEndpoint = Literal["/v1/embeddings", "/v1/rerank"]
 ENDPOINTS: tuple[BatchEndpoint, ...] = ("/v1/embeddings", "/v1/rerank")
+LEGACY_TENANT_ID = 0
+"""The ``tenant_id`` of a row from before ids: nobody's until it is adopted by name."""
 
 BatchStatus = Literal[
     "validating",
@@ -77,7 +85,10 @@ def line_result_id(batch_id: str, line: int) -> str:
 @dataclass(frozen=True, slots=True)
 class FileObject:
     id: str
+    tenant_id: int
+    """Whose file it is (``registry.model.Tenant.id``)."""
     tenant: str
+    """The tenant's name, for display and logs."""
     purpose: FilePurpose
     filename: str
     bytes: int
@@ -111,7 +122,10 @@ class RequestCounts:
 @dataclass(frozen=True, slots=True)
 class Batch:
     id: str
+    tenant_id: int
+    """Whose batch it is (``registry.model.Tenant.id``): its lines run as that tenant."""
     tenant: str
+    """The tenant's name, for display and logs."""
     key_id: str
     """The key that created it: the lines' usage events name it."""
     endpoint: BatchEndpoint

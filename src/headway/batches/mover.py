@@ -31,6 +31,10 @@ moving one batch, one wins and the other's move is a no-op. A batch left in
 
 Expired files (inputs and outputs past their ``expires_at``) are deleted here too:
 the record, then its bytes when no other record names them.
+
+A batch from before tenant ids not yet adopted by its tenant (``LEGACY_TENANT_ID``,
+``gateway/batches/legacy.py``) is nobody's, and no move touches it until it is adopted:
+the files a move writes would be nobody's too, for a later tenant of the name to adopt.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from headway.batches.inputs import InputMissing, Inputs, ParsedInput
 from headway.batches.jsonl import Line
 from headway.batches.metrics import ExecutorMetrics
 from headway.batches.model import (
+    LEGACY_TENANT_ID,
     Batch,
     BatchStatus,
     FileObject,
@@ -82,12 +87,13 @@ NOT_RUN_MESSAGE = {
 }
 
 
-Bursts = Callable[[str], float | None]
-"""A tenant's burst in texts (the most its quota grants at once), None if unknown: read
-synchronously (off the loop), from the registry in an executor (``bursts.py``)."""
+Bursts = Callable[[int], float | None]
+"""A tenant's burst in texts (the most its quota grants at once) by its id, None if
+unknown: read synchronously (off the loop), from the registry in an executor
+(``bursts.py``)."""
 
 
-def no_bursts(tenant: str) -> float | None:
+def no_bursts(tenant_id: int) -> float | None:
     return None
 
 
@@ -122,13 +128,18 @@ class Mover:
 
     async def tick(self) -> None:
         for batch in await self._page(VALIDATING):
+            if batch.tenant_id == LEGACY_TENANT_ID:
+                continue  # nobody's until adopted (the module docstring)
             if self.now() >= batch.expires_at:
                 await self._attempt("expire", batch, self._expire)
             else:
                 await self._attempt("validate", batch, self.validate)
         for batch in await self._page(CANCELLING):
-            await self._attempt("cancel", batch, self._cancel)
+            if batch.tenant_id != LEGACY_TENANT_ID:
+                await self._attempt("cancel", batch, self._cancel)
         for batch in await self._page(CLOSING):
+            if batch.tenant_id == LEGACY_TENANT_ID:
+                continue
             if batch.status == "in_progress" and self.now() >= batch.expires_at:
                 await self._attempt("expire", batch, self._expire)
             elif batch.status == "finalizing" or _all_answered(batch):
@@ -141,7 +152,7 @@ class Mover:
             gone = LineError(0, "missing_input_file", "the input file was deleted or expired")
             await self._fail(batch, [gone])
             return
-        burst = await off_loop(self._bursts, batch.tenant)
+        burst = await off_loop(self._bursts, batch.tenant_id)
         lines, too_big = _within_burst(parsed.lines, burst)
         errors = sorted(parsed.errors + too_big, key=lambda e: e.line)
         if not lines:
@@ -153,7 +164,9 @@ class Mover:
         ]
         if not_run:
             await off_loop(self._store.record_many, batch.id, not_run)
-        await self._queue.put([WorkItem(batch.id, n, batch.tenant) for n in sorted(lines)])
+        await self._queue.put(
+            [WorkItem(batch.id, n, batch.tenant_id, batch.tenant) for n in sorted(lines)]
+        )
         total = len(lines) + len(errors)
         errors = errors[:MAX_ERRORS]
         moved = await off_loop(
@@ -369,11 +382,12 @@ class Mover:
         store = self._store
         file_id = derived_file_id(batch.id, which)
         digest = await off_loop(written.commit)
-        if await off_loop(store.file, batch.tenant, file_id) is not None:
+        if await off_loop(store.file, batch.tenant_id, file_id) is not None:
             return file_id
         now = self.now()
         record = FileObject(
             id=file_id,
+            tenant_id=batch.tenant_id,
             tenant=batch.tenant,
             purpose="batch_output",
             filename=f"{batch.id}_{which}.jsonl",
@@ -386,7 +400,7 @@ class Mover:
         try:
             await off_loop(store.add_file, record)
         except BatchStoreError:  # another executor recorded it first: the same file
-            if await off_loop(store.file, batch.tenant, file_id) is None:
+            if await off_loop(store.file, batch.tenant_id, file_id) is None:
                 raise
         return file_id
 

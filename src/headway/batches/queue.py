@@ -13,6 +13,13 @@ line does not delay it past the next pull. The puller also says how many items o
 tenant it may take now (``Room``: its cap on a tenant's lines in flight, less what it
 holds; none of a tenant whose quota told it to wait), so no tenant fills its slots.
 
+**Tenants by id.** An item names its tenant by id (``registry.model.Tenant.id``), and the
+queues' fairness keys are ids, so a tenant created with a deleted one's name shares none
+of its turns or room. Items queued by executors of the previous version carry only the
+name: they are delivered with ``LEGACY_TENANT_ID`` (0) and served by their batch's tenant
+(the executor reads the batch), in turns of their own until they are drained
+(``sqlite_queue.py``, ``jetstream_queue.py``).
+
 Two implementations behind one protocol, chosen by ``queue_open.open_work_queue``:
 
 - ``sqlite_queue.SqliteWorkQueue`` (embedded mode): a table in the batch store's
@@ -32,6 +39,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from headway.batches.model import LEGACY_TENANT_ID
 
 
 class WorkQueueError(RuntimeError):
@@ -53,19 +62,33 @@ class WorkItem:
     batch_id: str
     line: int
     """1-based line number in the batch's input file."""
+    tenant_id: int
+    """The batch's tenant; ``LEGACY_TENANT_ID`` on an item an older executor queued."""
     tenant: str
+    """The tenant's name, for logs."""
+
+
+def check_owned(items: Sequence[WorkItem]) -> None:
+    """Every item names a tenant by id: a batch still nobody's (``LEGACY_TENANT_ID``, not
+    yet adopted) is never queued."""
+    for item in items:
+        if item.tenant_id <= LEGACY_TENANT_ID:
+            raise WorkQueueError(
+                f"line {item.line} of {item.batch_id} names no tenant id ({item.tenant_id}):"
+                " a batch is queued only once it is its tenant's"
+            )
 
 
 @dataclass(frozen=True, slots=True)
 class Room:
-    """How many items of each tenant one pull may hand out: ``tenants[name]`` where the
+    """How many items of each tenant one pull may hand out: ``tenants[id]`` where the
     puller named the tenant, else ``per_tenant`` (None: as many as the pull takes)."""
 
     per_tenant: int | None = None
-    tenants: Mapping[str, int] = field(default_factory=dict)
+    tenants: Mapping[int, int] = field(default_factory=dict)
 
-    def of(self, tenant: str) -> int | None:
-        return self.tenants.get(tenant, self.per_tenant)
+    def of(self, tenant_id: int) -> int | None:
+        return self.tenants.get(tenant_id, self.per_tenant)
 
 
 ANY_ROOM = Room()
@@ -105,7 +128,8 @@ class WorkQueue(Protocol):
 
     async def put(self, items: Sequence[WorkItem]) -> None:
         """Durable when it returns. An item whose ``(batch_id, line)`` is queued already
-        (not yet acked) is not queued twice."""
+        (not yet acked) is not queued twice. ``WorkQueueError`` for an item without a
+        tenant id (``check_owned``)."""
         ...
 
     async def pull(self, max_items: int, wait_s: float, room: Room = ANY_ROOM) -> list[Delivery]:

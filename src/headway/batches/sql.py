@@ -17,9 +17,9 @@ by single statements and row locks, never by a read followed by a write:
 - ``add_file`` and ``add_batch`` with a tenant's bounds count what the tenant keeps and
   insert in one transaction holding the tenant's lock: on SQLite the file's write lock
   (every write holds it), on Postgres ``pg_advisory_xact_lock(TENANT_LOCK_CLASS,
-  hashtext(tenant))``, so the count of the second of two racing uploads sees the first's
+  tenant_id mod 2^31)``, so the count of the second of two racing uploads sees the first's
   row (READ COMMITTED: each statement after the lock sees every commit before it). Two
-  tenants whose names hash alike share a lock, which only serializes them.
+  tenants whose ids agree mod 2^31 share a lock, which only serializes them.
 - ``delete_tenant`` deletes the batches before their results: a ``record`` that
   locked a batch first commits before the delete sees its results; one that comes
   after finds no batch.
@@ -38,6 +38,7 @@ from typing import Any, Literal, TypeVar
 
 from headway.batches.migrations import migrate
 from headway.batches.model import (
+    LEGACY_TENANT_ID,
     RUNNING,
     TIMESTAMP_OF,
     Batch,
@@ -54,17 +55,21 @@ from headway.batches.store import BatchStoreError, BatchStoreUnavailable, Unknow
 from headway.registry.dialect import Dialect, DialectName, Row, Tx
 from headway.registry.errors import RegistryError, RegistryUnavailable
 
-FILE_COLUMNS = "id, tenant, purpose, filename, bytes, sha256, created_at, expires_at, lines"
+FILE_COLUMNS = (
+    "id, tenant_id, tenant, purpose, filename, bytes, sha256, created_at, expires_at, lines"
+)
 _STAMPS = tuple(TIMESTAMP_OF.values())
 BATCH_COLUMNS = ", ".join(
     (
-        "id, tenant, key_id, endpoint, input_file_id, completion_window, status",
+        "id, tenant_id, tenant, key_id, endpoint, input_file_id, completion_window, status",
         "created_at, expires_at, metadata, errors, total, completed, failed",
         "output_file_id, error_file_id",
         *_STAMPS,
         "traceparent",
     )
 )
+_LOCKS = 2**31
+"""Postgres's two-key advisory lock takes int4 keys: a tenant's id is reduced mod this."""
 _IN_CHUNK = 500
 """Most values in one ``IN (…)`` list (SQLite's parameter limit is far above)."""
 _INSERT_CHUNK = 200
@@ -119,10 +124,10 @@ class SqlBatchStore:
     def add_file(self, file: FileObject, bounds: TenantBounds | None = None) -> OverLimit | None:
         with self._write() as tx:
             if bounds is not None:
-                self._lock_tenant(tx, file.tenant)
+                self._lock_tenant(tx, file.tenant_id)
                 row = tx.one(
-                    "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM batch_files WHERE tenant = ?",
-                    (file.tenant,),
+                    "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM batch_files WHERE tenant_id = ?",
+                    (file.tenant_id,),
                 )
                 files, stored = (int(value) for value in row) if row else (0, 0)
                 if files + 1 > bounds.max_files:
@@ -130,42 +135,42 @@ class SqlBatchStore:
                 if stored + file.bytes > bounds.max_stored_bytes:
                     return OverLimit("max_stored_bytes", bounds.max_stored_bytes, stored)
             tx.execute(
-                f"INSERT INTO batch_files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO batch_files ({FILE_COLUMNS}) VALUES ({_marks(10)})"
                 " ON CONFLICT (id) DO NOTHING",
                 _file_row(file),
             )
         return None
 
-    def usage(self, tenant: str) -> TenantUse:
+    def usage(self, tenant_id: int) -> TenantUse:
         with self._read() as tx:
             row = tx.one(
-                "SELECT (SELECT COUNT(*) FROM batch_files WHERE tenant = ?),"
-                " (SELECT COALESCE(SUM(bytes), 0) FROM batch_files WHERE tenant = ?),"
-                f" (SELECT COUNT(*) FROM batches WHERE tenant = ? AND status IN ({_OPEN}))",
-                (tenant, tenant, tenant),
+                "SELECT (SELECT COUNT(*) FROM batch_files WHERE tenant_id = ?),"
+                " (SELECT COALESCE(SUM(bytes), 0) FROM batch_files WHERE tenant_id = ?),"
+                f" (SELECT COUNT(*) FROM batches WHERE tenant_id = ? AND status IN ({_OPEN}))",
+                (tenant_id, tenant_id, tenant_id),
             )
         files, stored, open_batches = (int(value) for value in row) if row else (0, 0, 0)
         return TenantUse(files, stored, open_batches)
 
-    def file(self, tenant: str, file_id: str) -> FileObject | None:
+    def file(self, tenant_id: int, file_id: str) -> FileObject | None:
         with self._read() as tx:
             row = tx.one(
-                f"SELECT {FILE_COLUMNS} FROM batch_files WHERE tenant = ? AND id = ?",
-                (tenant, file_id),
+                f"SELECT {FILE_COLUMNS} FROM batch_files WHERE tenant_id = ? AND id = ?",
+                (tenant_id, file_id),
             )
         return None if row is None else _file_of(row)
 
     def files(
         self,
-        tenant: str,
+        tenant_id: int,
         *,
         purpose: str | None = None,
         limit: int = 10000,
         after: str | None = None,
         order: Literal["asc", "desc"] = "desc",
     ) -> list[FileObject]:
-        sql = f"SELECT {FILE_COLUMNS} FROM batch_files WHERE tenant = ?"
-        params: list[Any] = [tenant]
+        sql = f"SELECT {FILE_COLUMNS} FROM batch_files WHERE tenant_id = ?"
+        params: list[Any] = [tenant_id]
         if purpose is not None:
             sql += " AND purpose = ?"
             params.append(purpose)
@@ -173,20 +178,20 @@ class SqlBatchStore:
             past = "<" if order == "desc" else ">"
             sql += (
                 f" AND (created_at, id) {past}"
-                " (SELECT created_at, id FROM batch_files WHERE tenant = ? AND id = ?)"
+                " (SELECT created_at, id FROM batch_files WHERE tenant_id = ? AND id = ?)"
             )
-            params += [tenant, after]
+            params += [tenant_id, after]
         direction = "DESC" if order == "desc" else "ASC"
         sql += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
         with self._read() as tx:
             rows = tx.all(sql, (*params, limit))
         return [_file_of(row) for row in rows]
 
-    def delete_file(self, tenant: str, file_id: str) -> FileObject | None:
+    def delete_file(self, tenant_id: int, file_id: str) -> FileObject | None:
         with self._write() as tx:
             row = tx.one(
-                f"DELETE FROM batch_files WHERE tenant = ? AND id = ? RETURNING {FILE_COLUMNS}",
-                (tenant, file_id),
+                f"DELETE FROM batch_files WHERE tenant_id = ? AND id = ? RETURNING {FILE_COLUMNS}",
+                (tenant_id, file_id),
             )
         return None if row is None else _file_of(row)
 
@@ -219,10 +224,10 @@ class SqlBatchStore:
         marks = _marks(len(BATCH_COLUMNS.split(",")))
         with self._write() as tx:
             if max_open is not None:
-                self._lock_tenant(tx, batch.tenant)
+                self._lock_tenant(tx, batch.tenant_id)
                 row = tx.one(
-                    f"SELECT COUNT(*) FROM batches WHERE tenant = ? AND status IN ({_OPEN})",
-                    (batch.tenant,),
+                    f"SELECT COUNT(*) FROM batches WHERE tenant_id = ? AND status IN ({_OPEN})",
+                    (batch.tenant_id,),
                 )
                 open_now = int(row[0]) if row else 0
                 if open_now + 1 > max_open:
@@ -236,11 +241,11 @@ class SqlBatchStore:
                 raise BatchStoreError(f"a batch with the id {batch.id} exists already")
         return None
 
-    def batch(self, tenant: str, batch_id: str) -> Batch | None:
+    def batch(self, tenant_id: int, batch_id: str) -> Batch | None:
         with self._read() as tx:
             row = tx.one(
-                f"SELECT {BATCH_COLUMNS} FROM batches WHERE tenant = ? AND id = ?",
-                (tenant, batch_id),
+                f"SELECT {BATCH_COLUMNS} FROM batches WHERE tenant_id = ? AND id = ?",
+                (tenant_id, batch_id),
             )
             return None if row is None else _batch_of(tx, row)
 
@@ -249,15 +254,15 @@ class SqlBatchStore:
             row = tx.one(f"SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?", (batch_id,))
             return None if row is None else _batch_of(tx, row)
 
-    def batches(self, tenant: str, *, limit: int = 20, after: str | None = None) -> list[Batch]:
-        sql = f"SELECT {BATCH_COLUMNS} FROM batches WHERE tenant = ?"
-        params: list[Any] = [tenant]
+    def batches(self, tenant_id: int, *, limit: int = 20, after: str | None = None) -> list[Batch]:
+        sql = f"SELECT {BATCH_COLUMNS} FROM batches WHERE tenant_id = ?"
+        params: list[Any] = [tenant_id]
         if after is not None:
             sql += (
                 " AND (created_at, id) <"
-                " (SELECT created_at, id FROM batches WHERE tenant = ? AND id = ?)"
+                " (SELECT created_at, id FROM batches WHERE tenant_id = ? AND id = ?)"
             )
-            params += [tenant, after]
+            params += [tenant_id, after]
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
         with self._read() as tx:
             return [_batch_of(tx, row) for row in tx.all(sql, (*params, limit))]
@@ -382,12 +387,12 @@ class SqlBatchStore:
 
     # tenants -----------------------------------------------------------------------
 
-    def delete_tenant(self, tenant: str) -> list[str]:
+    def delete_tenant(self, tenant_id: int) -> list[str]:
         with self._write() as tx:
             batch_ids = [
                 batch_id
                 for (batch_id,) in tx.all(
-                    "DELETE FROM batches WHERE tenant = ? RETURNING id", (tenant,)
+                    "DELETE FROM batches WHERE tenant_id = ? RETURNING id", (tenant_id,)
                 )
             ]
             for chunk in _chunks(batch_ids, _IN_CHUNK):
@@ -398,7 +403,8 @@ class SqlBatchStore:
                 {
                     digest
                     for (digest,) in tx.all(
-                        "DELETE FROM batch_files WHERE tenant = ? RETURNING sha256", (tenant,)
+                        "DELETE FROM batch_files WHERE tenant_id = ? RETURNING sha256",
+                        (tenant_id,),
                     )
                 }
             )
@@ -414,17 +420,41 @@ class SqlBatchStore:
                 )
         return [digest for digest in digests if digest not in still_named]
 
+    def legacy_tenants(self) -> list[str]:
+        with self._read() as tx:
+            rows = tx.all(
+                "SELECT tenant FROM batch_files WHERE tenant_id = ?"
+                " UNION SELECT tenant FROM batches WHERE tenant_id = ?",
+                (LEGACY_TENANT_ID, LEGACY_TENANT_ID),
+            )
+        return sorted(tenant for (tenant,) in rows)
+
+    def adopt(self, tenant: str, tenant_id: int) -> int:
+        if tenant_id == LEGACY_TENANT_ID:
+            raise BatchStoreError("rows cannot be adopted by the legacy id 0")
+        adopted = 0
+        with self._write() as tx:
+            for table in ("batch_files", "batches"):
+                adopted += len(
+                    tx.all(
+                        f"UPDATE {table} SET tenant_id = ? WHERE tenant_id = ? AND tenant = ?"
+                        " RETURNING id",
+                        (tenant_id, LEGACY_TENANT_ID, tenant),
+                    )
+                )
+        return adopted
+
     def close(self) -> None:
         self._dialect.close()
 
     # transactions ------------------------------------------------------------------
 
-    def _lock_tenant(self, tx: Tx, tenant: str) -> None:
+    def _lock_tenant(self, tx: Tx, tenant_id: int) -> None:
         """Hold the tenant's lock until ``tx`` ends (SQLite: its write lock is held already)."""
         if self._dialect.name == "postgres":
             tx.execute(
-                "SELECT pg_advisory_xact_lock(CAST(? AS integer), hashtext(?))",
-                (TENANT_LOCK_CLASS, tenant),
+                "SELECT pg_advisory_xact_lock(CAST(? AS integer), CAST(? AS integer))",
+                (TENANT_LOCK_CLASS, tenant_id % _LOCKS),
             )
 
     @contextmanager
@@ -444,6 +474,7 @@ class SqlBatchStore:
 def _file_row(file: FileObject) -> tuple[Any, ...]:
     return (
         file.id,
+        file.tenant_id,
         file.tenant,
         file.purpose,
         file.filename,
@@ -456,8 +487,10 @@ def _file_row(file: FileObject) -> tuple[Any, ...]:
 
 
 def _file_of(row: Row) -> FileObject:
-    id_, tenant, purpose, filename, size, sha256, created_at, expires_at, lines = row
-    return FileObject(id_, tenant, purpose, filename, size, sha256, created_at, expires_at, lines)
+    id_, tenant_id, tenant, purpose, filename, size, sha256, created_at, expires_at, lines = row
+    return FileObject(
+        id_, tenant_id, tenant, purpose, filename, size, sha256, created_at, expires_at, lines
+    )
 
 
 def _error_json(error: LineError) -> dict[str, Any]:
@@ -467,6 +500,7 @@ def _error_json(error: LineError) -> dict[str, Any]:
 def _batch_row(tx: Tx, batch: Batch) -> tuple[Any, ...]:
     return (
         batch.id,
+        batch.tenant_id,
         batch.tenant,
         batch.key_id,
         batch.endpoint,
@@ -488,10 +522,12 @@ def _batch_row(tx: Tx, batch: Batch) -> tuple[Any, ...]:
 
 
 def _batch_of(tx: Tx, row: Row) -> Batch:
-    (id_, tenant, key_id, endpoint, input_file_id, window, status, created_at, expires_at) = row[:9]
-    metadata, errors, total, completed, failed, output_file_id, error_file_id = row[9:16]
+    (id_, tenant_id, tenant, key_id, endpoint, input_file_id, window, status) = row[:8]
+    created_at, expires_at = row[8:10]
+    metadata, errors, total, completed, failed, output_file_id, error_file_id = row[10:17]
     return Batch(
         id_,
+        tenant_id,
         tenant,
         key_id,
         endpoint,
@@ -505,7 +541,7 @@ def _batch_of(tx: Tx, row: Row) -> Batch:
         errors=tuple(LineError(**error) for error in tx.parsed(errors)),
         output_file_id=output_file_id,
         error_file_id=error_file_id,
-        **dict(zip(_STAMPS, row[16:-1], strict=True)),
+        **dict(zip(_STAMPS, row[17:-1], strict=True)),
         traceparent=row[-1],
     )
 

@@ -8,10 +8,14 @@ stamps a fresh random ``lease_id``. Two pullers, in this process or another, nev
 claim the same row while its lease holds, because the claim is one write transaction.
 
 **Round robin by tenant** (``fair.py``). The claim walks the tenants that have rows on
-the index ``(tenant)`` (one seek each: ``tenant > ? LIMIT 1``), in sorted order from just
-after the tenant this object's last pull served last, wrapping round; of each, it reads
-the oldest visible rows it may take (``Room``, at most n), and stops once n tenants have
-offered some. Rows are handed out one per tenant per round, oldest first within each
+the index ``(tenant_id, tenant)`` (one seek each: ``(tenant_id, tenant) > (?, ?) LIMIT
+1``), in sorted order from just after the tenant this object's last pull served last,
+wrapping round; of each, it reads the oldest visible rows it may take (``Room``, at most
+n), and stops once n tenants have offered some. A tenant is its id; rows an executor of
+the previous version queued have no id (``tenant_id`` 0, the column's default, as the
+rows there when this code first opens the file: it adds the column and swaps the index
+by name for this one, in one write transaction) and take their turns by name, beside the
+ids', until they are drained. Rows are handed out one per tenant per round, oldest first within each
 tenant. The cost of a pull is a few index seeks per tenant visited and at most n rows
 read per tenant offering, whatever a tenant has queued: a tenant's leased rows are its
 oldest, so the scan past them is as long as its lines in flight. Each queue object keeps
@@ -48,12 +52,22 @@ from pathlib import Path
 from typing import TypeVar
 
 from headway.batches.fair import round_robin
-from headway.batches.queue import ANY_ROOM, Delivery, Room, WorkItem, WorkQueueError
+from headway.batches.queue import (
+    ANY_ROOM,
+    Delivery,
+    Room,
+    WorkItem,
+    WorkQueueError,
+    check_owned,
+)
 from headway.sqlite_wal import enable_wal
 
 T = TypeVar("T")
+Key = tuple[int, str]
+"""A tenant's turn in the rotation: (tenant_id, name); rows of the previous version (id 0)
+take theirs by name."""
 
-SCHEMA = """
+_TABLE = """
 CREATE TABLE IF NOT EXISTS work_items (
     batch_id TEXT NOT NULL,
     line INTEGER NOT NULL,
@@ -61,19 +75,28 @@ CREATE TABLE IF NOT EXISTS work_items (
     visible_at REAL NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     lease_id TEXT,
+    tenant_id INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (batch_id, line)
-);
-CREATE INDEX IF NOT EXISTS work_items_by_tenant ON work_items (tenant);
-"""
-_PUT = (
-    "INSERT OR IGNORE INTO work_items (batch_id, line, tenant, visible_at, attempts, lease_id)"
-    " VALUES (?, ?, ?, ?, 0, NULL)"
 )
-_FIRST_TENANT = "SELECT tenant FROM work_items ORDER BY tenant LIMIT 1"
-_NEXT_TENANT = "SELECT tenant FROM work_items WHERE tenant > ? ORDER BY tenant LIMIT 1"
+"""
+_ADD_TENANT_ID = "ALTER TABLE work_items ADD COLUMN tenant_id INTEGER NOT NULL DEFAULT 0"
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS work_items_by_tenant_id ON work_items (tenant_id, tenant)",
+    "DROP INDEX IF EXISTS work_items_by_tenant",  # by name: the previous version's
+)
+_PUT = (
+    "INSERT OR IGNORE INTO work_items"
+    " (batch_id, line, tenant_id, tenant, visible_at, attempts, lease_id)"
+    " VALUES (?, ?, ?, ?, ?, 0, NULL)"
+)
+_FIRST_TENANT = "SELECT tenant_id, tenant FROM work_items ORDER BY tenant_id, tenant LIMIT 1"
+_NEXT_TENANT = (
+    "SELECT tenant_id, tenant FROM work_items WHERE (tenant_id, tenant) > (?, ?)"
+    " ORDER BY tenant_id, tenant LIMIT 1"
+)
 _VISIBLE = (
     "SELECT rowid, batch_id, line, attempts FROM work_items"
-    " WHERE tenant = ? AND visible_at <= ? ORDER BY rowid LIMIT ?"
+    " WHERE tenant_id = ? AND tenant = ? AND visible_at <= ? ORDER BY rowid LIMIT ?"
 )
 _LEASE = (
     "UPDATE work_items SET visible_at = ?, attempts = attempts + 1, lease_id = ? WHERE rowid = ?"
@@ -113,7 +136,7 @@ class SqliteWorkQueue:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._lock = threading.Lock()
-        self._after: str | None = None
+        self._after: Key | None = None
         """The tenant this object's last pull served last (the rotation goes on after it)."""
         self.stale_leases = 0
         """Acks, naks and touches that found the row gone or held under another lease."""
@@ -123,10 +146,11 @@ class SqliteWorkQueue:
         return self._lease_s
 
     async def put(self, items: Sequence[WorkItem]) -> None:
+        check_owned(items)
         if not items:
             return
         now = self._clock()
-        rows = [(item.batch_id, item.line, item.tenant, now) for item in items]
+        rows = [(item.batch_id, item.line, item.tenant_id, item.tenant, now) for item in items]
         await asyncio.to_thread(self._call, lambda conn: _write(conn, _PUT, rows))
 
     async def pull(self, max_items: int, wait_s: float, room: Room = ANY_ROOM) -> list[Delivery]:
@@ -177,13 +201,13 @@ class SqliteWorkQueue:
         lease_id = os.urandom(12).hex()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            offered: dict[str, list[tuple[int, str, int, int]]] = {}
+            offered: dict[Key, list[tuple[int, str, int, int]]] = {}
             for tenant in _tenants_after(conn, self._after):
-                may = room.of(tenant)
+                may = room.of(tenant[0])
                 want = limit if may is None else min(limit, may)
                 if want <= 0:
                     continue
-                rows = conn.execute(_VISIBLE, (tenant, now, want)).fetchall()
+                rows = conn.execute(_VISIBLE, (*tenant, now, want)).fetchall()
                 if rows:
                     offered[tenant] = rows
                     if len(offered) == limit:  # enough for a round of one each
@@ -198,7 +222,9 @@ class SqliteWorkQueue:
         if order:
             self._after = order[-1]
         return [
-            SqliteDelivery(self, WorkItem(batch_id, int(line), tenant), int(attempts) + 1, lease_id)
+            SqliteDelivery(
+                self, WorkItem(batch_id, int(line), *tenant), int(attempts) + 1, lease_id
+            )
             for tenant, (_, batch_id, line, attempts) in zip(order, taken, strict=True)
         ]
 
@@ -229,7 +255,7 @@ class SqliteWorkQueue:
             # an ack after the result it follows, even across a power loss.
             conn.execute("PRAGMA synchronous=NORMAL")
             deadline = time.monotonic() + self._busy_timeout_s
-            _retrying_while_locked(conn, lambda conn: conn.executescript(SCHEMA), deadline)
+            _retrying_while_locked(conn, _migrate, deadline)
         except BaseException:
             conn.close()
             raise
@@ -273,18 +299,36 @@ def _own(deliveries: Sequence[Delivery]) -> list[SqliteDelivery]:
     return own
 
 
-def _tenants_after(conn: sqlite3.Connection, after: str | None) -> Iterator[str]:
+def _migrate(conn: sqlite3.Connection) -> None:
+    """The table as this code reads it, in one write transaction (two processes opening
+    one file at once: the second finds it done): made, or given ``tenant_id`` (a file
+    of the previous version) and the index by id in place of the one by name."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_TABLE)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(work_items)")}
+        if "tenant_id" not in columns:
+            conn.execute(_ADD_TENANT_ID)
+        for statement in _INDEXES:
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _tenants_after(conn: sqlite3.Connection, after: Key | None) -> Iterator[Key]:
     """Each tenant with a row once, sorted, from just after ``after`` round to ``after``
     itself; one index seek each."""
     if after is not None:
         tenant = after
-        while (row := conn.execute(_NEXT_TENANT, (tenant,)).fetchone()) is not None:
-            tenant = row[0]
+        while (row := conn.execute(_NEXT_TENANT, tenant).fetchone()) is not None:
+            tenant = (int(row[0]), row[1])
             yield tenant
     row = conn.execute(_FIRST_TENANT).fetchone()
-    while row is not None and (after is None or row[0] <= after):
-        yield row[0]
-        row = conn.execute(_NEXT_TENANT, (row[0],)).fetchone()
+    while row is not None and (after is None or (int(row[0]), row[1]) <= after):
+        yield int(row[0]), row[1]
+        row = conn.execute(_NEXT_TENANT, row).fetchone()
 
 
 def _retrying_while_locked(

@@ -11,8 +11,11 @@ database, never by reading first and writing after:
 - ``record`` keeps a line's first result only: a retried line, or one recorded by two
   executors, is counted once in ``counts``.
 
-Reads by tenant treat another tenant's ids as absent (None), so a route can answer
-404 without saying whether the id exists. Times are unix seconds (ints).
+Reads by tenant take the tenant's id (``registry.model.Tenant.id``) and treat another
+tenant's ids as absent (None), so a route can answer 404 without saying whether the id
+exists; a tenant created with a deleted tenant's name has another id, and finds nothing of
+the old one's. Rows written before the store kept ids are nobody's until ``adopt`` gives
+them to a tenant (``migrations.py``, version 3). Times are unix seconds (ints).
 
     BatchStoreError
     ├── BatchStoreUnavailable  the database cannot be reached, or stayed locked past the timeout
@@ -66,17 +69,17 @@ class BatchStore(Protocol):
         the tenant's lock, so two uploads racing for the last slot cannot both pass."""
         ...
 
-    def usage(self, tenant: str) -> TenantUse:
+    def usage(self, tenant_id: int) -> TenantUse:
         """What the tenant keeps now (one consistent read)."""
         ...
 
-    def file(self, tenant: str, file_id: str) -> FileObject | None:
+    def file(self, tenant_id: int, file_id: str) -> FileObject | None:
         """None: absent, or another tenant's."""
         ...
 
     def files(
         self,
-        tenant: str,
+        tenant_id: int,
         *,
         purpose: str | None = None,
         limit: int = 10000,
@@ -87,7 +90,7 @@ class BatchStore(Protocol):
         ``after`` (a cursor: an id that is not one of the tenant's files lists nothing)."""
         ...
 
-    def delete_file(self, tenant: str, file_id: str) -> FileObject | None:
+    def delete_file(self, tenant_id: int, file_id: str) -> FileObject | None:
         """The deleted record; None if the tenant has no file of that id."""
         ...
 
@@ -111,7 +114,7 @@ class BatchStore(Protocol):
         check holds the tenant's lock, as ``add_file``'s); else the bound is returned."""
         ...
 
-    def batch(self, tenant: str, batch_id: str) -> Batch | None:
+    def batch(self, tenant_id: int, batch_id: str) -> Batch | None:
         """None: absent, or another tenant's."""
         ...
 
@@ -119,7 +122,7 @@ class BatchStore(Protocol):
         """The executor's read, of any tenant's batch."""
         ...
 
-    def batches(self, tenant: str, *, limit: int = 20, after: str | None = None) -> list[Batch]:
+    def batches(self, tenant_id: int, *, limit: int = 20, after: str | None = None) -> list[Batch]:
         """Newest first (created_at, then id, descending), from just past the batch
         ``after`` (an id that is not one of the tenant's batches lists nothing)."""
         ...
@@ -178,10 +181,19 @@ class BatchStore(Protocol):
 
     # tenants -----------------------------------------------------------------------
 
-    def delete_tenant(self, tenant: str) -> list[str]:
+    def delete_tenant(self, tenant_id: int) -> list[str]:
         """Remove the tenant's files, batches and their results in one transaction; the
         digests of its files that no file record names any more, sorted (the caller
         deletes those from the file store)."""
+        ...
+
+    def legacy_tenants(self) -> list[str]:
+        """The names that rows from before tenant ids (``LEGACY_TENANT_ID``) carry, sorted."""
+        ...
+
+    def adopt(self, tenant: str, tenant_id: int) -> int:
+        """Give the legacy rows (files and batches) of the name ``tenant`` to the tenant
+        ``tenant_id``, in one transaction; how many rows."""
         ...
 
     def close(self) -> None:

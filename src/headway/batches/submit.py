@@ -1,8 +1,9 @@
 """How an executor sends one line to a gateway: the internal line routes, over HTTP.
 
 The line goes to ``/internal/batches/v1/…`` of the next gateway in turn, with the
-executor's token, the tenant it runs for, the batch's key and the line's own request
-id (``gateway/batches/lines.py``). The answer comes back whole (status, the headers
+executor's token, the tenant it runs for (by id; the name too, for logs and for gateways
+of the previous version), the batch's key and the line's own request id
+(``gateway/batches/lines.py``). The answer comes back whole (status, the headers
 the executor acts on, body); a gateway it cannot reach is an ``Answer`` with status 0,
 never an exception, so the executor decides every outcome in one place.
 """
@@ -96,6 +97,7 @@ def line_headers(batch: Batch, line: int, token: str, timeout_ms: int) -> dict[s
         "authorization": f"Bearer {token}",
         "content-type": "application/json",
         "x-timeout-ms": str(timeout_ms),
+        "x-headway-tenant-id": str(batch.tenant_id),
         "x-headway-tenant": batch.tenant,
         "x-headway-key-id": batch.key_id,
         "x-headway-request-id": line_request_id(batch.id, line),

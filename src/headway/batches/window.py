@@ -21,10 +21,10 @@ class SendWindow:
         self.most = most
         self.size = float(most)
         self.sending = 0
-        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
-        """Tenant → its waiting lines, oldest first; the dict's order is the rotation."""
+        self._waiting: dict[int, deque[asyncio.Future[None]]] = {}
+        """Tenant id → its waiting lines, oldest first; the dict's order is the rotation."""
 
-    async def acquire(self, tenant: str = "") -> None:
+    async def acquire(self, tenant: int = 0) -> None:
         if not self._waiting and self.sending < self._room():
             self.sending += 1
             return
@@ -65,7 +65,7 @@ class SendWindow:
             self.sending += 1
             place.set_result(None)
 
-    def _forget(self, tenant: str, place: asyncio.Future[None]) -> None:
+    def _forget(self, tenant: int, place: asyncio.Future[None]) -> None:
         waiting = self._waiting.get(tenant)
         if waiting is not None and place in waiting:
             waiting.remove(place)

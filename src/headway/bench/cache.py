@@ -216,7 +216,7 @@ async def _cache_cost_once(texts: Sequence[str], dimensions: int) -> tuple[float
     row = np.zeros(dimensions, dtype="<f4").tobytes()
     metrics = CacheMetrics(CollectorRegistry())
     cache = ResultsCache(MemoryCache(1 << 30, 1 << 30), None, metrics, CacheSettings())
-    scope = tenant_scope("bench")
+    scope = tenant_scope(1)
     ns = namespace("bench", "kind=embedding;quantization=fp32", dimensions, "embed", scope)
     started = time.process_time()
     keys = [text_key(ns, text) for text in texts]

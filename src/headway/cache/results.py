@@ -8,9 +8,9 @@ each key once by where it was found (``memory``, ``redis`` or ``miss``).
 shared tier. The shared tier fails open (``redis_tier.py``), so neither call raises
 for Redis.
 
-Scopes. ``scope_of(tenant)`` is the tenant's own scope, or its shared group's
-(``scopes.py``); the ``scope`` given to each call must be the one the keys' namespace
-was made with. The memory tier keeps one LRU per scope under a per-scope and a total
+Scopes. ``scope_of(name, tenant_id)`` is the tenant's own scope (by id), or its shared
+group's (by name, ``scopes.py``); the ``scope`` given to each call must be the one the
+keys' namespace was made with. The memory tier keeps one LRU per scope under a per-scope and a total
 bound (``memory.py``), so one tenant's puts cannot push another's entries out beyond a
 fair share; the shared tier files keys under the scope. ``drop_scope`` forgets one
 scope in this gateway's memory and in Redis (other gateways' memory keeps it until
@@ -61,16 +61,17 @@ class ResultsCache:
         self._scopes = Scopes(settings.shared_groups)
         metrics.watch(memory, shared)
 
-    def enabled_for(self, tenant: str) -> bool:
-        return self._settings.enabled and tenant not in self._disabled
+    def enabled_for(self, name: str) -> bool:
+        """Settings name tenants (``disabled_tenants``)."""
+        return self._settings.enabled and name not in self._disabled
 
-    def scope_of(self, tenant: str) -> str:
-        """The scope whose entries ``tenant`` reads and fills: its own, or its group's."""
-        return self._scopes.of(tenant)
+    def scope_of(self, name: str, tenant_id: int) -> str:
+        """The scope whose entries the tenant reads and fills: its own, or its group's."""
+        return self._scopes.of(name, tenant_id)
 
-    def scopes_holding(self, tenant: str) -> tuple[str, ...]:
-        """The scopes to drop with ``tenant`` (``Scopes.holding``)."""
-        return self._scopes.holding(tenant)
+    def scopes_holding(self, name: str, tenant_id: int) -> tuple[str, ...]:
+        """The scopes to drop with the tenant (``Scopes.holding``)."""
+        return self._scopes.holding(name, tenant_id)
 
     async def get_many(self, scope: str, keys: Sequence[bytes]) -> list[Entry | None]:
         """Each key's entry or ``None``, in order."""

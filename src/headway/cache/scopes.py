@@ -2,9 +2,14 @@
 
 A scope is part of every key's namespace (``key.py``), the unit the memory tier bounds
 (``memory.py``) and the prefix of an entry's Redis key (``redis_tier.py``). A tenant's
-scope is ``tenant:NAME``; a tenant listed in ``gateway.cache.shared_groups`` has its
-group's, ``group:NAME``. The two prefixes differ, so no tenant name, whatever it is, can
-name a group's scope or another tenant's.
+scope is ``tenant:ID``, its immutable id (``registry.model.Tenant.id``, never given
+twice), so a tenant created with a deleted one's name meets none of its entries, in this
+gateway, in Redis, or in another gateway's memory that still holds them. A tenant listed
+in ``gateway.cache.shared_groups`` has its group's, ``group:NAME``. Groups are configured
+by tenant name, so a tenant joins its group by name: one created with a deleted member's
+name is a member too, as the operator's list says (deleting a member drops the group's
+entries, ``RequestCache.forget_tenant``). The two prefixes differ, so no tenant can name a
+group's scope, and no group another tenant's.
 
 A group is a deliberate leak: a member's request is answered faster for a text another
 member sent, so members can learn what each other embedded. There is no scope every
@@ -20,8 +25,8 @@ TENANT_PREFIX = "tenant:"
 GROUP_PREFIX = "group:"
 
 
-def tenant_scope(tenant: str) -> str:
-    return TENANT_PREFIX + tenant
+def tenant_scope(tenant_id: int) -> str:
+    return f"{TENANT_PREFIX}{tenant_id}"
 
 
 def group_scope(group: str) -> str:
@@ -29,7 +34,8 @@ def group_scope(group: str) -> str:
 
 
 class Scopes:
-    """Each tenant's scope, from the groups that share one (a tenant in at most one)."""
+    """Each tenant's scope, from the groups that share one (a tenant in at most one, by
+    name); otherwise its own, by id."""
 
     def __init__(self, groups: Mapping[str, Sequence[str]]) -> None:
         self._grouped: dict[str, str] = {}
@@ -39,12 +45,12 @@ class Scopes:
                     raise ValueError(f"tenant {tenant!r} is in more than one shared group")
                 self._grouped[tenant] = group_scope(group)
 
-    def of(self, tenant: str) -> str:
-        return self._grouped.get(tenant) or tenant_scope(tenant)
+    def of(self, name: str, tenant_id: int) -> str:
+        return self._grouped.get(name) or tenant_scope(tenant_id)
 
-    def holding(self, tenant: str) -> tuple[str, ...]:
-        """Every scope that may hold what ``tenant`` sent: its own (filled before it joined
+    def holding(self, name: str, tenant_id: int) -> tuple[str, ...]:
+        """Every scope that may hold what the tenant sent: its own (filled before it joined
         a group, if it did) and its group's."""
-        own = tenant_scope(tenant)
-        group = self._grouped.get(tenant)
+        own = tenant_scope(tenant_id)
+        group = self._grouped.get(name)
         return (own,) if group is None else (own, group)

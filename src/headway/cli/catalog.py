@@ -333,7 +333,7 @@ def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = N
         typer.echo(
             f"tenant {tenant.name} deleted and its keys revoked; deleting its files and batches"
             " failed (logged above): run `headway tenants finish-deletions` (or let a gateway"
-            " finish it); its name stays taken until then",
+            " finish it)",
             err=True,
         )
         raise typer.Exit(1)
@@ -371,9 +371,9 @@ def _finish_deletions(
     if settings.redis_url and cache.redis:
         shared = RedisCache(settings.redis_url, ttl_s=cache.redis_ttl_s)
 
-    async def forget(tenant: str) -> None:
+    async def forget(name: str, tenant_id: int) -> None:
         if shared is not None:
-            for scope in Scopes(cache.shared_groups).holding(tenant):
+            for scope in Scopes(cache.shared_groups).holding(name, tenant_id):
                 await shared.drop_scope(scope)
 
     async def finish_all() -> int:

@@ -137,6 +137,7 @@ def build_gateway_app(
     closing.append(tracing.close)
 
     async def finish_deletions() -> None:
+        await tenant_data.adopt_legacy()  # batch rows from before tenant ids: their tenants'
         service.run_every("tenant_deletions", FINISH_EVERY_S, tenant_data.finish_pending)
 
     return App(

@@ -135,7 +135,7 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
         timeouts = settings.interactive if tier == "interactive" else settings.batch
         deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
         ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
-        if not parts.cache.may_answer(tenant_name):
+        if not parts.cache.may_answer(tenant):
             precheck(parts.pools.for_route(endpoint.route), tier, parts.metrics.refused)
         if parts.quota is not None:
             parts.empty_buckets.check(ctx)
@@ -148,7 +148,7 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
         work.check(target.record)
         async with UsageMeter(parts.meter, ctx, caller, target, work.texts, started) as meter:
             async with QuotaCharge(parts.quota, ctx, work.texts, parts.empty_buckets):
-                cached = await parts.cache.look_up(work, tenant_name, target.record)
+                cached = await parts.cache.look_up(work, tenant, target.record)
                 todo = cached.todo
                 computed = None if todo is None else await compute(todo, ctx, target, parts)
                 merged = parts.cache.complete(cached, computed)

@@ -9,7 +9,6 @@ ways its database can fail it.
     │   ├── InvalidQuota     a rate or burst that is not a positive, finite number
     │   └── InvalidLimit     a Batch API bound that is not a whole number from 0, or unknown
     ├── DuplicateTenant      a tenant of that name exists already
-    │   └── TenantBeingDeleted  its name's last tenant's data is still being deleted
     ├── UnknownTenant        no tenant has that name
     ├── DuplicateKey         the API key is some tenant's or the operator's already
     ├── UnknownKey           no key has that id
@@ -62,11 +61,6 @@ class InvalidLimit(InvalidTenant):
 
 class DuplicateTenant(RegistryError):
     """A tenant of that name exists already."""
-
-
-class TenantBeingDeleted(DuplicateTenant):
-    """A deleted tenant of that name still has data outside the registry (batches,
-    files, cache entries) being deleted; the name is free once that is finished."""
 
 
 class UnknownTenant(RegistryError):

@@ -66,7 +66,7 @@ class Tenant:
 @dataclass(frozen=True, slots=True)
 class TenantDeletion:
     """The record of a deleted tenant, written in the deletion's transaction: what it left
-    outside the registry (batches, files, cache entries, keyed by its name there) is
+    outside the registry (batches, files, cache entries, keyed by its id there) is
     deleted from it, by whoever finishes it first, as many times as it takes."""
 
     tenant_id: int
@@ -76,7 +76,7 @@ class TenantDeletion:
     """The stored contents its files named, listed before its file records went, to
     delete where no other file names them; None: not listed yet."""
     finished_at: float | None
-    """None: still to finish (its name cannot be given to a new tenant until then)."""
+    """None: still to finish (a new tenant may have the name meanwhile: it has another id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +281,8 @@ class Snapshot:
     changes: int = 0
     tenants: dict[str, Tenant] = field(default_factory=dict)
     """Every tenant by name, with keys or not (a batch runs on after its key is revoked)."""
+    tenant_ids: dict[int, Tenant] = field(default_factory=dict)
+    """The same tenants by id: a batch line names its tenant by id."""
 
     def resolve_model(self, name: str) -> ModelRecord | None:
         return self.models.get(name)

@@ -78,18 +78,11 @@ def next_tenant_id(tx: Tx) -> int:
     return tenant_id
 
 
-def deletions(tx: Tx, *, name: str | None = None, pending: bool = True) -> list[TenantDeletion]:
-    """Oldest first; ``pending``: only those not finished; ``name``: only of that name."""
-    where = ["finished_at IS NULL"] if pending else []
-    params: list[str] = []
-    if name is not None:
-        where.append("name = ?")
-        params.append(name)
-    condition = f" WHERE {' AND '.join(where)}" if where else ""
+def deletions(tx: Tx, *, pending: bool = True) -> list[TenantDeletion]:
+    """Oldest first; ``pending``: only those not finished."""
+    condition = " WHERE finished_at IS NULL" if pending else ""
     rows = tx.all(
-        f"SELECT {DELETION_COLUMNS} FROM tenant_deletions{condition}"
-        " ORDER BY deleted_at, tenant_id",
-        params,
+        f"SELECT {DELETION_COLUMNS} FROM tenant_deletions{condition} ORDER BY deleted_at, tenant_id"
     )
     return [deletion_of(row, tx.parsed) for row in rows]
 

@@ -26,6 +26,7 @@ from headway.registry.codec import (
     tenant_of,
 )
 from headway.registry.dialect import Dialect
+from headway.registry.errors import UnknownTenant
 from headway.registry.model import (
     ApiKey,
     AuditEntry,
@@ -85,7 +86,7 @@ class RegistryReads:
         for alias, version in aliases:
             models[alias] = models[version]
         by_name = {tenant.name: tenant for tenant in tenants.values()}
-        return Snapshot(principals, models, splits, changes, by_name)
+        return Snapshot(principals, models, splits, changes, by_name, tenants)
 
     def changes(self) -> int:
         with self._dialect.read() as tx:
@@ -101,6 +102,13 @@ class RegistryReads:
     def tenant(self, name: str) -> Tenant:
         with self._dialect.read() as tx:
             return q.existing_tenant(tx, name)
+
+    def tenant_by_id(self, tenant_id: int) -> Tenant:
+        with self._dialect.read() as tx:
+            row = tx.one(f"SELECT {TENANT_COLUMNS} FROM tenants WHERE id = ?", (tenant_id,))
+        if row is None:
+            raise UnknownTenant(f"no tenant has the id {tenant_id}")
+        return tenant_of(row)
 
     def tenant_deletions(self, *, pending: bool = True) -> list[TenantDeletion]:
         with self._dialect.read() as tx:

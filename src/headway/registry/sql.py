@@ -43,7 +43,6 @@ from headway.registry.errors import (
     InvalidRollout,
     InvalidSplit,
     LastAdminKey,
-    TenantBeingDeleted,
     UnknownKey,
     UnknownModel,
     UnknownTenant,
@@ -587,11 +586,6 @@ class SqlRegistry(RegistryReads):
     ) -> Tenant:
         if q.tenant(tx, name) is not None:
             raise DuplicateTenant(f"tenant {name!r} already exists")
-        if q.deletions(tx, name=name):
-            raise TenantBeingDeleted(
-                f"the tenant named {name!r} was deleted and its batches, files and cache"
-                " entries are still being deleted; the name is free once that is finished"
-            )
         now = self._clock()
         tenant = Tenant(q.next_tenant_id(tx), name, tier, rate, burst, limits)
         tx.execute(

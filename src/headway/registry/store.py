@@ -47,6 +47,10 @@ class RegistryStore(Protocol):
         """``UnknownTenant`` if there is none of that name."""
         ...
 
+    def tenant_by_id(self, tenant_id: int) -> Tenant:
+        """``UnknownTenant`` if no tenant has that id now (never had it, or was deleted)."""
+        ...
+
     def tenant_deletions(self, *, pending: bool = True) -> list[TenantDeletion]:
         """Deleted tenants, oldest deletion first; ``pending``: only those whose data
         outside the registry is not yet deleted."""
@@ -119,9 +123,9 @@ class RegistryStore(Protocol):
         """Removes the tenant and revokes every key of it at once; its pins go from every
         split; and records the deletion (``TenantDeletion``), all in one transaction. The
         usage ledger is another store and keeps its rows (billing), keyed by the tenant's
-        id, which no later tenant gets. Until ``finish_deletion``, ``add_tenant`` refuses
-        the name (``TenantBeingDeleted``): what is keyed by name outside the registry
-        must be gone before a new tenant has the name."""
+        id, which no later tenant gets. The name is free at once: what the tenant left
+        outside the registry (batches, files, cache entries) is keyed by its id there,
+        out of a later tenant's reach, and deleted by whoever finishes the deletion."""
         ...
 
     def list_deletion_blobs(self, tenant_id: int, blobs: tuple[str, ...]) -> TenantDeletion:
@@ -132,7 +136,7 @@ class RegistryStore(Protocol):
 
     def finish_deletion(self, tenant_id: int, *, actor: Actor) -> TenantDeletion:
         """Mark the deletion finished (audited ``tenant.purge``; again: nothing changes);
-        its name is free from then (``UnknownTenant`` for an id never deleted)."""
+        ``UnknownTenant`` for an id never deleted."""
         ...
 
     def rotate_key(

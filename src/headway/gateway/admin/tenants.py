@@ -131,8 +131,9 @@ class KeyCreated(msgspec.Struct):
 class TenantDeleted(msgspec.Struct):
     """The tenant is gone and every key of it refused; its usage stays in the ledger
     (``usage_kept``), which is what it is billed for. ``data_deleted``: its batches,
-    files and cache entries are gone; false: the gateways finish deleting them shortly,
-    and the name stays taken until they have."""
+    files and cache entries are gone; false: the gateways finish deleting them shortly.
+    The name is free at once (what is left is the old id's, out of a new tenant's
+    reach)."""
 
     tenant: TenantAnswer
     data_deleted: bool

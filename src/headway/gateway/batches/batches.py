@@ -101,9 +101,10 @@ def routes(parts: BatchParts) -> list[DocumentedRoute]:
 def create(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
         caller = caller_of(request)
-        tenant = request.tenant = caller.tenant.name
+        tenant = caller.tenant
+        request.tenant = tenant.name
         body = decode(schemas.batch_create_decoder, request.body)
-        record = await off_loop(parts.store.file, tenant, body.input_file_id)
+        record = await off_loop(parts.store.file, tenant.id, body.input_file_id)
         if record is None:
             raise NotFound(f"no file {body.input_file_id[:64]!r}")
         if record.purpose != "batch":
@@ -111,7 +112,8 @@ def create(parts: BatchParts) -> Handler:
         now = parts.now()
         batch = Batch(
             id=new_batch_id(),
-            tenant=tenant,
+            tenant_id=tenant.id,
+            tenant=tenant.name,
             key_id=caller.key_id,
             endpoint=body.endpoint,
             input_file_id=record.id,
@@ -122,7 +124,7 @@ def create(parts: BatchParts) -> Handler:
             metadata=dict(body.metadata or {}),
             traceparent=current_traceparent() or "",
         )
-        bounds = bounds_of(caller.tenant, parts.settings)
+        bounds = bounds_of(tenant, parts.settings)
         over = await off_loop(parts.store.add_batch, batch, bounds.max_open_batches)
         if over is not None:
             raise refusal(over)
@@ -140,11 +142,11 @@ def get_batch(parts: BatchParts) -> Handler:
 
 def list_batches(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
-        tenant = caller_of(request).tenant.name
+        tenant_id = caller_of(request).tenant.id
         query = one_each(request.query(), {"limit", "after"})
         limit = query_limit(query.get("limit"), default=20, most=MAX_LISTED)
         found = await off_loop(
-            parts.store.batches, tenant, limit=limit + 1, after=query.get("after")
+            parts.store.batches, tenant_id, limit=limit + 1, after=query.get("after")
         )
         data = [schemas.batch_of(batch) for batch in found[:limit]]
         first, last = (data[0].id, data[-1].id) if data else (None, None)
@@ -174,9 +176,9 @@ def cancel(parts: BatchParts) -> Handler:
 
 
 async def _own_batch(parts: BatchParts, request: Request) -> Batch:
-    tenant = caller_of(request).tenant.name
+    tenant_id = caller_of(request).tenant.id
     batch_id = request.path_params["batch_id"]
-    batch = await off_loop(parts.store.batch, tenant, batch_id)
+    batch = await off_loop(parts.store.batch, tenant_id, batch_id)
     if batch is None:
         raise NotFound(f"no batch {batch_id[:64]!r}")
     return batch

@@ -70,6 +70,7 @@ from headway.http.asgi import (
 )
 from headway.http.multipart import FormEvent, FormReader, PartData, PartStart
 from headway.http.router import Route
+from headway.registry.model import Tenant
 from headway.settings import LimitsSettings
 
 MAX_FILES_LISTED = 10_000
@@ -169,14 +170,15 @@ def upload(parts: BatchParts, slots: UploadSlots) -> Handler:
 
     async def handle(request: Request) -> Response:
         caller = caller_of(request)  # the edge checked the key from the headers alone
-        tenant = request.tenant = caller.tenant.name
+        tenant = caller.tenant
+        request.tenant = tenant.name
         reader = FormReader(request.headers.get("content-type", ""))
-        full = slots.take(tenant)
+        full = slots.take(tenant.id)
         if full is not None:
             raise _slots_refusal(full)
         try:
-            bounds = bounds_of(caller.tenant, settings)
-            use = await off_loop(parts.store.usage, tenant)
+            bounds = bounds_of(tenant, settings)
+            use = await off_loop(parts.store.usage, tenant.id)
             over = full_before_upload(bounds, use)
             if over is not None:
                 raise refusal(over)
@@ -197,12 +199,14 @@ def upload(parts: BatchParts, slots: UploadSlots) -> Handler:
             finally:
                 await upload.discard()
         finally:
-            slots.give_back(tenant)
+            slots.give_back(tenant.id)
 
     return handle
 
 
-async def _keep(parts: BatchParts, upload: _Upload, tenant: str, bounds: TenantBounds) -> Response:
+async def _keep(
+    parts: BatchParts, upload: _Upload, tenant: Tenant, bounds: TenantBounds
+) -> Response:
     """The received upload checked as a form, its file placed and recorded."""
     form = upload.fields
     purpose = _text(form, "purpose")
@@ -217,7 +221,8 @@ async def _keep(parts: BatchParts, upload: _Upload, tenant: str, bounds: TenantB
     now = parts.now()
     record = FileObject(
         id=new_file_id(),
-        tenant=tenant,
+        tenant_id=tenant.id,
+        tenant=tenant.name,
         purpose="batch",
         filename=upload.filename[:255] or "input.jsonl",
         bytes=size,
@@ -385,7 +390,7 @@ def _line_parsers(limits: LimitsSettings) -> BodyParsers:
 
 def list_files(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
-        tenant = caller_of(request).tenant.name
+        tenant_id = caller_of(request).tenant.id
         query = one_each(request.query(), {"purpose", "limit", "after", "order"})
         limit = query_limit(query.get("limit"), default=MAX_FILES_LISTED, most=MAX_FILES_LISTED)
         order = query.get("order", "desc")
@@ -393,7 +398,7 @@ def list_files(parts: BatchParts) -> Handler:
             raise ValidationFailed("order must be 'asc' or 'desc'")
         found = await off_loop(
             parts.store.files,
-            tenant,
+            tenant_id,
             purpose=query.get("purpose"),
             limit=limit + 1,
             after=query.get("after"),
@@ -432,7 +437,7 @@ def delete_file(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
         record = await _own_file(parts, request)
         running = await off_loop(parts.store.batches_in, RUNNING, 10_000)
-        if any(b.input_file_id == record.id and b.tenant == record.tenant for b in running):
+        if any(b.input_file_id == record.id and b.tenant_id == record.tenant_id for b in running):
             raise Conflict(f"file {record.id} is the input of a batch still running; cancel it")
         await remove_file(parts, record)
         return json_response(schemas.FileDeleted(record.id, True))
@@ -443,15 +448,15 @@ def delete_file(parts: BatchParts) -> Handler:
 async def remove_file(parts: BatchParts, record: FileObject) -> None:
     """The record, then its bytes if no other record (another tenant's upload of the same
     content, say) still points at them."""
-    await off_loop(parts.store.delete_file, record.tenant, record.id)
+    await off_loop(parts.store.delete_file, record.tenant_id, record.id)
     if not await off_loop(parts.store.digest_in_use, record.sha256):
         await off_loop(parts.files.delete, record.sha256)
 
 
 async def _own_file(parts: BatchParts, request: Request) -> FileObject:
-    tenant = caller_of(request).tenant.name
+    tenant_id = caller_of(request).tenant.id
     file_id = request.path_params["file_id"]
-    record = await off_loop(parts.store.file, tenant, file_id)
+    record = await off_loop(parts.store.file, tenant_id, file_id)
     if record is None:
         raise NotFound(f"no file {file_id[:64]!r}")
     return record

@@ -3,10 +3,16 @@
 ``POST /internal/batches/v1/embeddings`` and ``…/v1/rerank`` run the very request path
 of the public routes (``path.serve``); only who the caller is differs. The executor
 presents the shared ``batches.executor_token`` as its bearer key and names, in
-headers, the tenant it runs the line for, the key that created the batch (the usage
-event names it) and the line's request id. The request id is the line's own
+headers, the tenant it runs the line for (by id), the key that created the batch (the
+usage event names it) and the line's request id. The request id is the line's own
 (``batches.model.line_request_id``), the same on every attempt: a line retried after
 an executor died is billed once, because the ledger keeps one event per request id.
+
+The tenant is its id (``x-headway-tenant-id``), never its name: a line whose tenant was
+deleted is answered 404 (its answer in the batch's error file), even once a new tenant
+has the name, and never runs as that one. An executor of the previous version names the
+tenant only by name; it is refused with a 403, which such an executor waits out without
+failing a line (upgrade it), rather than run lines as whoever has the name now.
 
 The tenant's tier becomes ``batch`` whatever it is: a batch line takes only the
 capacity the batch tier may use (admission sheds it first), waits below interactive
@@ -19,26 +25,34 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from headway.errors import NotFound, ValidationFailed
+from headway.errors import Forbidden, NotFound, ValidationFailed
+from headway.gateway.query import whole_number
 from headway.gateway.stages.authenticate import Caller
 from headway.http.asgi import Request
 from headway.registry.model import Snapshot
 
-TENANT = "x-headway-tenant"
+TENANT_ID = "x-headway-tenant-id"
 KEY_ID = "x-headway-key-id"
 REQUEST_ID = "x-headway-request-id"
 PATHS = {"embeddings": "/internal/batches/v1/embeddings", "rerank": "/internal/batches/v1/rerank"}
 
 _HEX = re.compile(r"[0-9a-f]{16,64}")
+MAX_TENANT_ID = 2**63 - 1
 
 
 def line_caller(request: Request, snapshot: Snapshot) -> Caller:
     """The caller of a line, once the executor's token has been checked
-    (``gateway/auth/checks.py``): the tenant the executor names, at tier batch."""
-    name = request.headers.get(TENANT, "")
-    tenant = snapshot.tenants.get(name)
+    (``gateway/auth/checks.py``): the tenant the executor names by id, at tier batch."""
+    presented_id = request.headers.get(TENANT_ID)
+    if presented_id is None:
+        raise Forbidden(
+            f"batch lines name their tenant by id ({TENANT_ID}) on this gateway:"
+            " upgrade the batch executor"
+        )
+    tenant_id = whole_number(presented_id, TENANT_ID, least=1, most=MAX_TENANT_ID)
+    tenant = snapshot.tenant_ids.get(tenant_id)
     if tenant is None:
-        raise NotFound(f"tenant {name[:64]!r} does not exist (deleted?)")
+        raise NotFound(f"tenant {tenant_id} does not exist (deleted)")
     request.id = _hex(request.headers.get(REQUEST_ID, ""), REQUEST_ID)
     key_id = _hex(request.headers.get(KEY_ID, ""), KEY_ID)
     return Caller(replace(tenant, tier="batch"), key_id, retried=True)

@@ -3,23 +3,26 @@ and outputs, their bytes where no one else's file names them), its batches with 
 line results, and its cache entries (its own scope's and its shared group's).
 
 The registry deletes the tenant, its keys and its pins in one transaction, and records
-the deletion there (``TenantDeletion``). ``finish`` does the rest in steps, each one
-harmless to repeat, so that a process that dies at any point leaves a deletion the
-next ``finish`` completes:
+the deletion there (``TenantDeletion``). Everything here is keyed by the tenant's id,
+which no later tenant gets, so a tenant created with the name at once (even before this
+finishes) finds none of it. ``finish`` does the rest in steps, each one harmless to
+repeat, so that a process that dies at any point leaves a deletion the next ``finish``
+completes:
 
+0. adopt the name's rows from before tenant ids (``legacy.py``): they are this tenant's
+   when its deletion is the name's oldest unfinished one, and must go with it;
 1. list the contents the tenant's files name, and record the list with the deletion
    (the first list recorded stays: a later one, made after step 2, would be empty);
 2. delete its batches, their results and its file records (one batch-store transaction);
 3. delete each listed content that no file record names any more;
-4. forget its cache entries;
-5. mark the deletion finished: only then may a new tenant have the name, since the
-   batch store and the cache still key by name (a new tenant of the name has a new id,
-   and no usage of the old one whatever happens here).
+4. forget its cache entries (its own scope, by id, and its shared group's);
+5. mark the deletion finished.
 
-``finish_pending`` finishes every deletion not yet finished: each gateway runs it at
-start and every ``FINISH_EVERY_S`` (the background loop ``tenant_deletions``), and
-``headway tenants finish-deletions`` does it by hand. Queued lines of the deleted
-batches are dropped by the executors as they come (their batch is gone).
+``finish_pending`` adopts every name's legacy rows, then finishes every deletion not yet
+finished: each gateway runs it every ``FINISH_EVERY_S`` (the background loop
+``tenant_deletions``; ``adopt_legacy`` alone at start), and ``headway tenants
+finish-deletions`` does it by hand. Queued lines of the deleted batches are dropped by
+the executors as they come (their batch is gone).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from headway.batches.filestore import FileStore
 from headway.batches.offload import off_loop
 from headway.batches.store import BatchStore
+from headway.gateway.batches import legacy
 from headway.registry.model import SYSTEM, TenantDeletion
 from headway.registry.store import RegistryStore
 
@@ -40,11 +44,11 @@ FINISH_EVERY_S = 60.0
 """How often a gateway looks for deletions another process left unfinished."""
 _PAGE = 1000
 
-ForgetCache = Callable[[str], Awaitable[None]]
-"""Drops a tenant's cache entries, by the name the cache scopes them with."""
+ForgetCache = Callable[[str, int], Awaitable[None]]
+"""Drops a tenant's cache entries: by its name (its shared group's) and id (its own)."""
 
 
-async def _keep_all(tenant: str) -> None:
+async def _keep_all(name: str, tenant_id: int) -> None:
     return None
 
 
@@ -70,7 +74,7 @@ class TenantData:
         try:
             blobs = await self._delete_records(deletion)
             await self._delete_blobs(blobs)
-            await self._forget_cache(name)
+            await self._forget_cache(name, deletion.tenant_id)
             await asyncio.to_thread(
                 self._registry.finish_deletion, deletion.tenant_id, actor=SYSTEM
             )
@@ -88,26 +92,39 @@ class TenantData:
         return True
 
     async def finish_pending(self) -> int:
-        """Finish every deletion not yet finished; how many are finished now."""
+        """Adopt the legacy rows, then finish every deletion not yet finished; how many
+        are finished now."""
+        await self.adopt_legacy()
         pending = await asyncio.to_thread(self._registry.tenant_deletions)
         finished = 0
         for deletion in pending:
             finished += await self.finish(deletion)
         return finished
 
+    async def adopt_legacy(self) -> None:
+        """Give every name's rows from before tenant ids to their tenants (``legacy.py``);
+        logged, never raised: a gateway starts whatever its stores say."""
+        if self._store is None:
+            return
+        try:
+            await off_loop(legacy.adopt, self._registry, self._store)
+        except Exception:
+            log.exception("batch store: rows from before tenant ids not adopted; tried again")
+
     async def _delete_records(self, deletion: TenantDeletion) -> tuple[str, ...]:
-        """Steps 1 and 2: the listed contents (empty without a batch store)."""
+        """Steps 0 to 2: the listed contents (empty without a batch store)."""
         store = self._store
         if store is None:
             return ()
+        await off_loop(legacy.adopt, self._registry, store, [deletion.name])
         blobs = deletion.blobs
         if blobs is None:
-            listed = await off_loop(_contents_of, store, deletion.name)
+            listed = await off_loop(_contents_of, store, deletion.tenant_id)
             recorded = await asyncio.to_thread(
                 self._registry.list_deletion_blobs, deletion.tenant_id, listed
             )
             blobs = recorded.blobs or ()
-        await off_loop(store.delete_tenant, deletion.name)
+        await off_loop(store.delete_tenant, deletion.tenant_id)
         return blobs
 
     async def _delete_blobs(self, blobs: tuple[str, ...]) -> None:
@@ -120,12 +137,12 @@ class TenantData:
                 await off_loop(files.delete, digest)
 
 
-def _contents_of(store: BatchStore, tenant: str) -> tuple[str, ...]:
+def _contents_of(store: BatchStore, tenant_id: int) -> tuple[str, ...]:
     """Every content a file record of the tenant names, sorted, a page at a time."""
     digests: set[str] = set()
     after: str | None = None
     while True:
-        page = store.files(tenant, limit=_PAGE, after=after, order="asc")
+        page = store.files(tenant_id, limit=_PAGE, after=after, order="asc")
         digests.update(file.sha256 for file in page)
         if len(page) < _PAGE:
             return tuple(sorted(digests))

@@ -84,7 +84,7 @@ class FallbackQuotaStore:
         self._on_mode_change = on_mode_change
         self._mode: Mode = "redis"
         self._next_probe_s = 0.0
-        self._local_owed: dict[str, float] = {}
+        self._local_owed: dict[int, float] = {}
         """Per tenant: texts the local bucket granted and no refund has repaid yet."""
 
     @property
@@ -112,13 +112,13 @@ class FallbackQuotaStore:
         return outcome
 
     async def refund(self, quota: Quota, cost: float) -> None:
-        owed = self._local_owed.get(quota.tenant, 0.0)
+        owed = self._local_owed.get(quota.tenant_id, 0.0)
         repaid = min(cost, owed)
         if repaid > 0:
             if owed - repaid > 0:
-                self._local_owed[quota.tenant] = owed - repaid
+                self._local_owed[quota.tenant_id] = owed - repaid
             else:
-                del self._local_owed[quota.tenant]
+                del self._local_owed[quota.tenant_id]
             if self._mode == "local":
                 await self._local.refund(quota, repaid)
         rest = cost - repaid
@@ -147,7 +147,7 @@ class FallbackQuotaStore:
     async def _take_local(self, quota: Quota, cost: float) -> QuotaDecision:
         outcome = await self._local.take(quota, cost)
         if outcome.granted:
-            self._local_owed[quota.tenant] = self._local_owed.get(quota.tenant, 0.0) + cost
+            self._local_owed[quota.tenant_id] = self._local_owed.get(quota.tenant_id, 0.0) + cost
         return outcome
 
     def _enter_local(self, exc: QuotaStoreUnavailable) -> None:

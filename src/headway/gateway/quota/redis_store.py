@@ -3,9 +3,14 @@
 Each script reads Redis ``TIME``, refills, and checks-and-takes in one atomic
 step, so gateways with skewed clocks agree and two gateways never both spend the
 last token. The arithmetic is ``bucket.take`` / ``bucket.refund`` (floats), with
-the bucket stored as a hash ``{key_prefix}{tenant}`` holding ``tokens`` and
+the bucket stored as a hash ``{key_prefix}{tenant_id}`` holding ``tokens`` and
 ``updated`` (Redis time in microseconds). A bucket idle for ``2 x burst / rate
 + 1`` seconds is full again and expires, so idle tenants cost no memory.
+
+Buckets are the tenant id's, so a tenant created with a deleted one's name starts full.
+Gateways of the previous version kept ``headway:quota:{name}``: while an upgrade rolls a
+tenant has a bucket under each (at most one more burst, as after an outage), and the
+name's expires once idle.
 
 Gateway membership lives beside the buckets: ``heartbeat`` records this gateway
 in a sorted set scored by Redis time, drops members older than the TTL and
@@ -101,7 +106,7 @@ class RedisQuotaStore:
         url: str,
         *,
         timeout_s: float = 0.25,
-        key_prefix: str = "headway:quota:",
+        key_prefix: str = "headway:quota:id:",
         gateways_key: str = "headway:gateways",
     ) -> None:
         self._redis = redis_client.connect(url, timeout_s)
@@ -111,13 +116,13 @@ class RedisQuotaStore:
         self._refund = self._redis.register_script(_REFUND)
         self._heartbeat = self._redis.register_script(_HEARTBEAT)
 
-    def key(self, tenant: str) -> str:
-        return self._key_prefix + tenant
+    def key(self, tenant_id: int) -> str:
+        return f"{self._key_prefix}{tenant_id}"
 
     async def take(self, quota: Quota, cost: float) -> QuotaDecision:
         args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
         try:
-            granted, remaining, wait = await self._take(keys=[self.key(quota.tenant)], args=args)
+            granted, remaining, wait = await self._take(keys=[self.key(quota.tenant_id)], args=args)
         except (RedisError, OSError) as exc:
             raise QuotaStoreUnavailable(f"quota take failed: {exc}") from exc
         retry_after_s = float(wait)
@@ -128,7 +133,7 @@ class RedisQuotaStore:
     async def refund(self, quota: Quota, cost: float) -> None:
         args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
         try:
-            await self._refund(keys=[self.key(quota.tenant)], args=args)
+            await self._refund(keys=[self.key(quota.tenant_id)], args=args)
         except (RedisError, OSError) as exc:
             raise QuotaStoreUnavailable(f"quota refund failed: {exc}") from exc
 

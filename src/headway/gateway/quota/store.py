@@ -4,8 +4,9 @@
 refusal into 429). ``refund`` gives tokens back for work charged but not done on
 our side. A shared store that cannot be reached raises ``QuotaStoreUnavailable``,
 which ``FallbackQuotaStore`` turns into a local share. Buckets are keyed by
-tenant name; rate and burst travel with each call, so changing a tenant's quota
-takes effect on its next request.
+tenant id (never given twice), so a tenant created with a deleted one's name starts
+with a full bucket of its own, not the old one's level; rate and burst travel with
+each call, so changing a tenant's quota takes effect on its next request.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class QuotaStoreUnavailable(Exception):
 class Quota:
     """A tenant's bucket: ``rate`` texts per second, at most ``burst`` at once."""
 
-    tenant: str
+    tenant_id: int
     rate: float
     burst: float
 
@@ -61,27 +62,27 @@ class LocalQuotaStore:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, share: float = 1.0) -> None:
         self._clock = clock
-        self._buckets: dict[str, BucketState] = {}
+        self._buckets: dict[int, BucketState] = {}
         self.share = share
 
     def _scaled(self, quota: Quota) -> Quota:
         if self.share == 1.0:
             return quota
-        return Quota(quota.tenant, quota.rate * self.share, quota.burst * self.share)
+        return Quota(quota.tenant_id, quota.rate * self.share, quota.burst * self.share)
 
     async def take(self, quota: Quota, cost: float) -> QuotaDecision:
         scaled = self._scaled(quota)
         outcome = take(
-            self._buckets.get(quota.tenant), self._clock(), scaled.rate, scaled.burst, cost
+            self._buckets.get(quota.tenant_id), self._clock(), scaled.rate, scaled.burst, cost
         )
-        self._buckets[quota.tenant] = outcome.state
+        self._buckets[quota.tenant_id] = outcome.state
         return decision(scaled, outcome.granted, outcome.remaining, outcome.retry_after_s)
 
     async def refund(self, quota: Quota, cost: float) -> None:
-        state = self._buckets.get(quota.tenant)
+        state = self._buckets.get(quota.tenant_id)
         if state is not None:
             scaled = self._scaled(quota)
-            self._buckets[quota.tenant] = refund(
+            self._buckets[quota.tenant_id] = refund(
                 state, self._clock(), scaled.rate, scaled.burst, cost
             )
 

@@ -3,7 +3,8 @@ the workers.
 
 Between the quota charge and admission, ``look_up`` keys each text of an embeddings
 request by (model version, its processing settings, dimensions, SHA-256 of the text,
-and the tenant's scope: its own, or the shared group it is in) and asks the cache for
+and the tenant's scope: its own, by its id, or the shared group it is in) and asks the
+cache for
 them, so a tenant is answered from entries it (or its group) filled and never from
 another's: its latency on a text another tenant sent is a fresh text's. What
 is found is kept aside; only the misses (``Lookup.todo``, a request of just those
@@ -40,7 +41,7 @@ from headway.cache.key import namespace, text_key
 from headway.cache.results import ResultsCache
 from headway.gateway.stages.merge import Merged
 from headway.gateway.stages.recent_hits import RecentHits
-from headway.registry.model import ModelRecord
+from headway.registry.model import ModelRecord, Tenant
 from headway.tracing.spans import span
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class RequestCache:
         """``cache`` None: the cache is off (every request goes to the workers)."""
         self._cache = cache
         self._clock = clock
-        self._whole_hits = RecentHits(WHOLE_HIT_WINDOW_S)
+        self._whole_hits: RecentHits[int] = RecentHits(WHOLE_HIT_WINDOW_S)
         self._filling: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -102,36 +103,38 @@ class RequestCache:
         if self._cache is not None:
             await self._cache.close()
 
-    async def forget_tenant(self, tenant: str) -> None:
-        """Drop a deleted tenant's entries in this gateway's memory and in Redis.
+    async def forget_tenant(self, name: str, tenant_id: int) -> None:
+        """Drop a deleted tenant's entries in this gateway's memory and in Redis (other
+        gateways' memory keeps its own scope until evicted, where no later tenant can
+        reach it: its id is never given again).
 
         A tenant in a shared group takes the group's entries with it: an entry does not
         say which member filled it, so forgetting what this one sent means forgetting
         them all (the other members compute them again). Its own scope goes too, in
         case it was filled before the tenant joined the group."""
-        self._whole_hits.forget(tenant)
+        self._whole_hits.forget(tenant_id)
         cache = self._cache
         if cache is not None:
-            for scope in cache.scopes_holding(tenant):
+            for scope in cache.scopes_holding(name, tenant_id):
                 await cache.drop_scope(scope)
 
-    def may_answer(self, tenant: str) -> bool:
+    def may_answer(self, tenant: Tenant) -> bool:
         """Whether a request of ``tenant`` might be answered by the cache alone, so a full
         pool should not refuse it before it is parsed: the cache serves the tenant and
         answered *this tenant* a whole request within the last ``WHOLE_HIT_WINDOW_S``.
         Where its texts rarely repeat, a full pool then refuses before the body is
         parsed, as without a cache; where they do, a request whose every text is known
         is still served. Another tenant's hits change nothing here."""
-        if self._cache is None or not self._cache.enabled_for(tenant):
+        if self._cache is None or not self._cache.enabled_for(tenant.name):
             return False
-        return self._whole_hits.recent(tenant, self._clock())
+        return self._whole_hits.recent(tenant.id, self._clock())
 
-    async def look_up(self, work: W, tenant: str, record: ModelRecord) -> Lookup[W]:
+    async def look_up(self, work: W, tenant: Tenant, record: ModelRecord) -> Lookup[W]:
         cache = self._cache
         texts = work.cache_texts
-        if cache is None or texts is None or not cache.enabled_for(tenant):
+        if cache is None or texts is None or not cache.enabled_for(tenant.name):
             return Lookup(work)
-        scope = cache.scope_of(tenant)
+        scope = cache.scope_of(tenant.name, tenant.id)
         processing = f"kind={record.kind};quantization={record.quantization}"
         ns = namespace(record.version, processing, record.dimensions, "embed", scope)
         keys = [text_key(ns, text) for text in texts]
@@ -140,7 +143,7 @@ class RequestCache:
             misses = [index for index, entry in enumerate(found) if entry is None]
             looked.set("headway.cache.misses", len(misses))
         if not misses:
-            self._whole_hits.mark(tenant, self._clock())
+            self._whole_hits.mark(tenant.id, self._clock())
             return Lookup(None, scope, keys, found, misses)
         todo = work if len(misses) == len(keys) else work.only(misses)
         return Lookup(todo, scope, keys, found, misses)

@@ -12,7 +12,8 @@ A tenant whose bucket a charge found empty is remembered (``EmptyBuckets``) unti
 text will have refilled, at most ``RECHECK_S``: its next requests are refused in
 ``check_empty``, before their bodies are parsed, as a full pool refuses them. The
 bound keeps the hint from outliving what it cannot see: texts refunded, or a quota
-raised, or, with Redis, another gateway's refund.
+raised, or, with Redis, another gateway's refund. Buckets and hints are the tenant id's,
+so a tenant created with a deleted one's name never meets the old one's.
 """
 
 from __future__ import annotations
@@ -37,17 +38,17 @@ class EmptyBuckets:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._empty: dict[str, tuple[float, float, float, float]] = {}
-        """tenant → (recheck at, one text back at, full at, burst)."""
+        self._empty: dict[int, tuple[float, float, float, float]] = {}
+        """tenant id → (recheck at, one text back at, full at, burst)."""
 
     def note(self, quota: Quota, taken: QuotaDecision) -> None:
         """After a charge: an empty bucket is remembered, any other forgotten."""
         if taken.granted or taken.remaining >= 1 or quota.rate <= 0:
-            self._empty.pop(quota.tenant, None)
+            self._empty.pop(quota.tenant_id, None)
             return
         now = self._clock()
         one_text_s = (1 - taken.remaining) / quota.rate
-        self._empty[quota.tenant] = (
+        self._empty[quota.tenant_id] = (
             now + min(one_text_s, RECHECK_S),
             now + one_text_s,
             now + taken.reset_s,
@@ -57,18 +58,17 @@ class EmptyBuckets:
     def check(self, ctx: RequestContext) -> None:
         """``QuotaExceeded`` (with the rate-limit headers) if the tenant's bucket is known
         to be empty now."""
-        name = ctx.tenant.name
-        empty = self._empty.get(name)
+        tenant = ctx.tenant
+        empty = self._empty.get(tenant.id)
         if empty is None:
             return
         now = self._clock()
         recheck_at, one_text_at, full_at, burst = empty
         if now >= recheck_at:
-            del self._empty[name]
+            del self._empty[tenant.id]
             return
         ctx.response_headers.update(_rate_limit_headers(burst, 0, full_at - now))
-        tenant = ctx.tenant
-        quota = Quota(name, tenant.rate_texts_per_s, tenant.burst_texts)
+        quota = Quota(tenant.id, tenant.rate_texts_per_s, tenant.burst_texts)
         raise _refusal(quota, 1, one_text_at - now)
 
 
@@ -86,7 +86,7 @@ class QuotaCharge:
     ) -> None:
         self._store, self._ctx, self._texts, self._empty = store, ctx, texts, empty
         tenant = ctx.tenant
-        self._quota = Quota(tenant.name, tenant.rate_texts_per_s, tenant.burst_texts)
+        self._quota = Quota(tenant.id, tenant.rate_texts_per_s, tenant.burst_texts)
 
     async def __aenter__(self) -> None:
         if self._store is None:

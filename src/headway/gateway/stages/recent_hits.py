@@ -17,23 +17,28 @@ towards shedding, never towards skipping it.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+"""How a tenant is named here: by its id on the request path."""
 
 MAX_TENANTS = 4096
 """Tenants remembered at once: ~0.5 MB at most, far above those with a whole hit in a second."""
 
 
-class RecentHits:
+class RecentHits(Generic[K]):
     def __init__(self, window_s: float, capacity: int = MAX_TENANTS) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1 tenant, not {capacity}")
         self.window_s = window_s
         self.capacity = capacity
-        self._marked: OrderedDict[str, float] = OrderedDict()
+        self._marked: OrderedDict[K, float] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._marked)
 
-    def mark(self, tenant: str, now: float) -> None:
+    def mark(self, tenant: K, now: float) -> None:
         marked = self._marked
         marked[tenant] = now
         marked.move_to_end(tenant)
@@ -41,10 +46,10 @@ class RecentHits:
         while marked and (len(marked) > self.capacity or next(iter(marked.values())) <= oldest):
             marked.popitem(last=False)
 
-    def recent(self, tenant: str, now: float) -> bool:
+    def recent(self, tenant: K, now: float) -> bool:
         """Whether ``tenant`` was marked less than ``window_s`` before ``now``."""
         at = self._marked.get(tenant)
         return at is not None and now - at < self.window_s
 
-    def forget(self, tenant: str) -> None:
+    def forget(self, tenant: K) -> None:
         self._marked.pop(tenant, None)
