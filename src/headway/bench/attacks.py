@@ -147,8 +147,8 @@ async def nested_line(target: Target) -> Outcome:
 
 async def burst_lines(target: Target, lines: int = 40) -> Outcome:
     """``lines`` lines of burst + 1 inputs each: no bucket can ever grant one, so a line
-    that waits for its quota waits for ever in an executor slot. Held: every line fails
-    (at upload or validation) and the batch ends at once."""
+    that waits for its quota waits for ever in an executor slot. Held: no line runs and
+    the batch ends at once (refused at upload, or every line at validation)."""
     texts = [f"t{i}" for i in range(target.burst + 1)]
     data = b"".join(
         _line(f"big-{n}", "/v1/embeddings", {"model": target.model, "input": texts}) + b"\n"
@@ -168,8 +168,12 @@ async def burst_lines(target: Target, lines: int = 40) -> Outcome:
     if final is None:
         return Outcome("burst_lines", False, f"{lines} lines still held after 30 s")
     counts = final.get("request_counts") or {}
-    failed = counts.get("failed", 0) if isinstance(counts, dict) else 0
-    return Outcome("burst_lines", failed == lines, f"batch {final['status']}, {failed} failed")
+    ran = counts.get("completed", 0) if isinstance(counts, dict) else 0
+    errors = final.get("errors") or {}
+    codes = {e.get("code") for e in errors.get("data", [])} if isinstance(errors, dict) else set()
+    refused = ", ".join(sorted(map(str, codes))) or "-"
+    seen = f"batch {final['status']} at once, {ran} lines ran; refused: {refused}"
+    return Outcome("burst_lines", ran == 0, seen)
 
 
 async def line_flood(target: Target, lines: int = 20_000) -> Outcome:
