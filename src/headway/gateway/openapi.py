@@ -204,6 +204,7 @@ def _state_compat_limits(
     only_end = {"anyOf": [{"enum": ["END"]}, {"type": "null"}], "default": None}
     only_true = {"anyOf": [{"const": True}, {"type": "null"}], "default": None}
     right = {"enum": ["Right", "right"], "default": "Right"}
+    priority = {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}
     text_types = ["search_document", "search_query", "classification", "clustering"]
     stated: dict[str, dict[str, Any]] = {
         "CohereEmbedRequest": {
@@ -212,12 +213,14 @@ def _state_compat_limits(
             "truncate": only_end,
             "output_dimension": width,
             "max_tokens": tokens,
+            "priority": priority,
         },
         "CohereRerankRequest": {
             "query": text,
             "documents": texts,
             "top_n": top_n,
             "max_tokens_per_doc": tokens,
+            "priority": priority,
         },
         "CohereEmbeddingsByType": {"float": {"type": "array", "items": floats}},
         "TeiEmbedRequest": {
