@@ -50,6 +50,9 @@ class Operation:
     """Non-error answers with a body of their own (``/readyz``'s 503)."""
     query: Sequence[Mapping[str, Any]] = ()
     """Query parameters, as OpenAPI parameter objects."""
+    headers: Sequence[Mapping[str, Any]] = ()
+    """Header parameters the route reads beyond the key and ``X-Timeout-Ms`` (a ``Range``,
+    the names the batch executor sends), as OpenAPI parameter objects."""
     status: int = 200
     """The status of a success (201: created)."""
     path: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -136,7 +139,7 @@ def _operation(documented: DocumentedRoute, schema_of: Mapping[Any, Any]) -> dic
         {"name": name, "in": "path", "required": True, "schema": op.path.get(name, _STRING)}
         for name in parameters_of(documented.route.path)
     ]
-    parameters += [dict(parameter) for parameter in op.query]
+    parameters += [dict(parameter) for parameter in (*op.query, *op.headers)]
     if op.deadline:
         parameters.append(
             {

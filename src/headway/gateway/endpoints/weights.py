@@ -47,6 +47,14 @@ MAX_CACHED_LISTINGS = 256
 _RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 _VERSION_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _FILE_SCHEMA = {"type": "string", "enum": sorted(ARTIFACT_FILES)}
+_RANGE_HEADER = {
+    "name": "Range",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": "^bytes=([0-9]+-[0-9]*|-[0-9]+)$"},
+    "description": "One byte range (absent: the whole file); one that starts at or past the "
+    "end is a 416.",
+}
 
 
 @dataclass
@@ -178,6 +186,7 @@ def routes(parts: WeightsParts) -> list[DocumentedRoute]:
                 errors=(*refusals, RangeNotSatisfiable),
                 authenticated=True,
                 path={"version": _VERSION_SCHEMA, "file": _FILE_SCHEMA},
+                headers=[_RANGE_HEADER],
             ),
         ),
     ]
