@@ -46,8 +46,9 @@ class Operation:
     authenticated: bool = False
     deadline: bool = False
     """Takes ``X-Timeout-Ms``."""
-    other_answers: Mapping[int, type[msgspec.Struct]] = field(default_factory=dict)
-    """Non-error answers with a body of their own (``/readyz``'s 503)."""
+    other_answers: Mapping[int, type[msgspec.Struct] | str] = field(default_factory=dict)
+    """Non-error answers with a body of their own: a struct (``/readyz``'s 503) or the media
+    type of a body described elsewhere (a weights file's 206)."""
     query: Sequence[Mapping[str, Any]] = ()
     """Query parameters, as OpenAPI parameter objects."""
     headers: Sequence[Mapping[str, Any]] = ()
@@ -84,7 +85,7 @@ def openapi_document(
     for documented in routes:
         op = documented.operation
         bodies.update(b for b in (op.request, op.response) if not isinstance(b, str | None))
-        bodies.update(op.other_answers.values())
+        bodies.update(b for b in op.other_answers.values() if not isinstance(b, str))
         bodies.add(op.error_body)
     ordered = sorted(bodies, key=repr)
     described, components = msgspec.json.schema_components(
@@ -118,8 +119,14 @@ def _operation(documented: DocumentedRoute, schema_of: Mapping[Any, Any]) -> dic
         "content": {content: {"schema": {}}} if isinstance(content, str) else json_body(content),
     }
     responses: dict[str, Any] = {str(op.status): ok}
-    for status, struct in op.other_answers.items():
-        responses[str(status)] = {"description": struct.__doc__ or "", "content": json_body(struct)}
+    for status, body in op.other_answers.items():
+        if isinstance(body, str):
+            responses[str(status)] = {
+                "description": HTTPStatus(status).phrase,
+                "content": {body: {"schema": {}}},
+            }
+        else:
+            responses[str(status)] = {"description": body.__doc__ or "", "content": json_body(body)}
     by_status: dict[int, list[str]] = {500: [_INTERNAL_ERROR]}
     for error in op.errors:
         first_line = (error.__doc__ or "").strip().splitlines()[0]

@@ -187,6 +187,7 @@ def routes(parts: WeightsParts) -> list[DocumentedRoute]:
                 authenticated=True,
                 path={"version": _VERSION_SCHEMA, "file": _FILE_SCHEMA},
                 headers=[_RANGE_HEADER],
+                other_answers={206: "application/octet-stream"},
             ),
         ),
     ]
