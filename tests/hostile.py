@@ -15,11 +15,16 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from headway.errors import HeadwayError
 
 T = TypeVar("T")
+
+FIXED = settings(derandomize=True, database=None, deadline=None)
+"""For the property tests of client input: the same examples every run (a failure is a bug
+found, never a flake)."""
 
 OTHER_DIGITS = st.characters(categories=["Nd", "No", "Nl"], exclude_characters="0123456789")
 """Digits and numerals of every script but ASCII's: ``٣``, ``²``, ``１``, ``Ⅻ``."""
@@ -93,6 +98,36 @@ def json_bodies(draw: st.DrawFn, fields: tuple[str, ...] = ()) -> bytes:
     for step in draw(st.lists(st.one_of(keys, st.none()), max_size=4)):
         body = b"[%s]" % body if step is None else b'{"%s": %s}' % (step.encode(), body)
     return body
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    texts,
+)
+_LITERALS = st.sampled_from(["1e400", "-1e400", "1E-400", "-0", "1.0", "1" + "0" * 5_000])
+"""Numbers JSON can write that Python's json cannot: past a float, thousands of digits."""
+
+
+@st.composite
+def json_documents(draw: st.DrawFn, fields: tuple[str, ...]) -> bytes:
+    """A JSON object of ``fields`` (and unknown keys) holding any JSON at all: wrong types,
+    huge or fractional numbers, nested values, a field written as a number past a float."""
+    keys = st.sampled_from(fields) | texts
+    values = st.recursive(
+        _SCALARS,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+        max_leaves=12,
+    )
+    document = json.dumps(draw(st.dictionaries(keys, values, max_size=6))).encode()
+    if draw(st.booleans()):
+        literal = draw(_LITERALS).encode()
+        key = json.dumps(draw(keys)).encode()
+        document = b"{%s: %s, " % (key, literal) + document[1:]
+        document = document.replace(b", }", b"}")
+    return document
 
 
 def some_of(items: st.SearchStrategy[T], most: int = 60) -> st.SearchStrategy[list[T]]:
