@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
+from headway.batches.store import BatchStore
 from headway.billing.ledger.memory import MemoryLedger
 from headway.gateway.app import build_gateway_app
 from headway.gateway.batches.lines import KEY_ID, REQUEST_ID, TENANT
@@ -120,10 +121,14 @@ class Gateway:
         await self.stack.close()
 
 
-async def full_gateway(tmp_path: Path) -> Gateway:
+async def full_gateway(
+    tmp_path: Path, batch_store: Callable[[], BatchStore] | None = None
+) -> Gateway:
     """A stack with the Batch API (and the executor's token), the weights store, the console
-    and a tenant whose quota a fuzzer cannot use up."""
-    stack = await make_stack(tmp_path, batches=BATCHES, ledger=MemoryLedger())
+    and a tenant whose quota a fuzzer cannot use up; ``batch_store``: opens the Batch API's
+    store (default: SQLite in ``tmp_path``)."""
+    store = None if batch_store is None else batch_store()
+    stack = await make_stack(tmp_path, batches=BATCHES, ledger=MemoryLedger(), batch_store=store)
     stack.registry.add_tenant(
         TENANT_NAME,
         "interactive",

@@ -13,8 +13,9 @@ examples are derandomized and few, and each covers the whole route list.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,6 +24,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from headway.batches.open import postgres_batch_store
+from headway.batches.store import BatchStore
 from headway.http.router import Route, parameters_of
 from tests.hostile import (
     client_values,
@@ -32,6 +35,7 @@ from tests.hostile import (
     multipart_forms,
     some_of,
     texts,
+    weighted,
 )
 from tests.service.fuzzing import Gateway, StackLoop, callers, full_gateway
 from tests.service.test_console import session
@@ -101,8 +105,20 @@ class Hostile:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hostile]:
+    yield from hostile_gateway(tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.fixture
+def on_postgres(tmp_path: Path, libpq_url: str) -> Iterator[Hostile]:
+    """The gateway with its batch store on a throw-away Postgres (shared mode's)."""
+    yield from hostile_gateway(tmp_path, lambda: postgres_batch_store(libpq_url))
+
+
+def hostile_gateway(
+    tmp_path: Path, batch_store: Callable[[], BatchStore] | None = None
+) -> Iterator[Hostile]:
     stack_loop = StackLoop()
-    gateway = stack_loop.run(full_gateway(tmp_path_factory.mktemp("hostile")))
+    gateway = stack_loop.run(full_gateway(tmp_path, batch_store))
     try:
         document = stack_loop.run(gateway.client.get("/openapi.json")).json()
         documented = {
@@ -267,3 +283,35 @@ def test_any_upload_is_answered_without_a_server_error(hostile, form: tuple[str,
     headers = hostile.served_by_path("/v1/files") | {"content-type": content_type.encode()}
     response = hostile.send("POST", "/v1/files", headers=headers, content=body)
     assert_answered(response, f"an upload of {body[:120]!r}…")
+
+
+with_nul = st.tuples(texts, texts).map("\x00".join)
+
+
+@FUZZ
+@given(value=weighted(client_values, with_nul))
+def test_on_a_shared_batch_store_any_id_cursor_or_name_is_a_client_error(
+    on_postgres: Hostile, value: str
+) -> None:
+    """Postgres cannot store (nor look up) a NUL: a tenant's id, cursor, file name or
+    batch field holding one is refused before the store is asked."""
+    tenant = on_postgres.served_by_path("/v1/files")
+    quoted = quote(value, safe="")
+    batch = {"input_file_id": value, "endpoint": "/v1/embeddings", "completion_window": "24h"}
+    jsonl = b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {}}\n'
+    sent = [
+        ("GET", f"/v1/files/{quoted}", {}),
+        ("GET", f"/v1/files/{quoted}/content", {}),
+        ("DELETE", f"/v1/files/{quoted}", {}),
+        ("GET", f"/v1/batches/{quoted}", {}),
+        ("POST", f"/v1/batches/{quoted}/cancel", {}),
+        ("GET", "/v1/files", {"params": {"after": value}}),
+        ("GET", "/v1/files", {"params": {"purpose": value}}),
+        ("GET", "/v1/batches", {"params": {"after": value}}),
+        ("POST", "/v1/batches", {"json": batch}),
+        ("POST", "/v1/batches", {"json": batch | {"metadata": {"k": value}}}),
+        ("POST", "/v1/files", {"files": {"file": (value, jsonl)}, "data": {"purpose": "batch"}}),
+    ]
+    for method, path, kwargs in sent:
+        response = on_postgres.send(method, path, headers=tenant, **kwargs)
+        assert_answered(response, f"{method} {path} {kwargs} on Postgres")

@@ -89,6 +89,13 @@ def test_one_each_of_any_query_is_its_values_or_a_422_naming_the_parameter(
 ) -> None:
     one = hostile.value_or_client_error(lambda: one_each(params, allowed))
     if isinstance(one, ValidationFailed):
-        assert any(name not in allowed or len(v) != 1 for name, v in params.items())
+        assert any(
+            name not in allowed or len(v) != 1 or "\x00" in v[0] for name, v in params.items()
+        )
     else:
         assert one == {name: values[0] for name, values in params.items()}
+
+
+def test_a_value_holding_a_nul_is_a_422_naming_it() -> None:
+    with pytest.raises(ValidationFailed, match="after holds a NUL"):
+        one_each({"after": ["file-\x00"]}, {"after"})

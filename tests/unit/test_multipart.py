@@ -411,3 +411,17 @@ def test_any_body_in_any_pieces_reads_as_it_does_whole_or_is_refused_the_same(
     content_type, body = form
     cuts = [cut for cut in cuts if cut <= len(body)]
     assert outcome(content_type, body, cuts) == outcome(content_type, body, [])
+
+
+@pytest.mark.parametrize(
+    "disposition",
+    [
+        'name="fi\x00le"',
+        'name="file"; filename="in\x00.jsonl"',
+        "name=\"file\"; filename*=UTF-8''in%00",
+    ],
+)
+def test_a_nul_in_a_name_or_filename_is_refused(disposition: str) -> None:
+    part = f"Content-Disposition: form-data; {disposition}\r\n\r\n".encode() + JSONL
+    with pytest.raises(InvalidRequest, match="NUL"):
+        parse_form(CT, body_of(part))

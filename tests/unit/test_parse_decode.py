@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headway.errors import InvalidRequest
+from headway.errors import HeadwayError, InvalidRequest, ValidationFailed
 from headway.gateway import compat_schemas, schemas
 from headway.gateway.admin.splits import SplitBody
 from headway.gateway.admin.tenants import TenantCreate
 from headway.gateway.batches import schemas as batch_schemas
-from headway.gateway.stages.parse import decode
+from headway.gateway.stages.parse import decode, decode_stored
 from tests import hostile
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
@@ -63,3 +63,26 @@ def test_a_body_nested_past_the_decoders_stack_says_so() -> None:
     nested = b"[" * 5_000 + b"]" * 5_000
     with pytest.raises(InvalidRequest, match="nested too deeply"):
         decode(schemas.rerank_decoder, b'{"query": "q", "documents": [{"x": %s}]}' % nested)
+
+
+def outcome(call: Any) -> Any:
+    read = hostile.value_or_client_error(call)
+    return (type(read), read.message) if isinstance(read, HeadwayError) else read
+
+
+@hostile.FIXED
+@given(hostile.json_documents(("name", "input_file_id", "metadata")), st.booleans())
+def test_a_stored_body_holding_a_nul_is_a_422_and_any_other_reads_as_decode_reads_it(
+    document: bytes, with_nul: bool
+) -> None:
+    body = b'{"x\\u0000": 1, "rest": %s}' % document if with_nul else document
+    decoder = msgspec.json.Decoder(dict[str, Any])
+    stored, decoded = (
+        outcome(lambda: decode_stored(decoder, body)),
+        outcome(lambda: decode(decoder, body)),
+    )
+    nul = b"\\u0000" in body.replace(b"\\\\", b"")  # an escape, not an escaped backslash
+    if nul and not isinstance(decoded, tuple):
+        assert stored[0] is ValidationFailed and "NUL" in stored[1]
+    else:
+        assert stored == decoded  # the decoder's refusal first, or the value

@@ -31,7 +31,8 @@ def decimal(text: str, *, cap: int) -> int | None:
 
 
 def one_each(params: Mapping[str, Sequence[str]], allowed: Collection[str]) -> dict[str, str]:
-    """Each parameter's one value; ``ValidationFailed`` naming an unknown or repeated one."""
+    """Each parameter's one value; ``ValidationFailed`` naming an unknown or repeated one,
+    or one holding a NUL (no cursor, id or name does, and Postgres cannot store one)."""
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValidationFailed(
@@ -40,6 +41,8 @@ def one_each(params: Mapping[str, Sequence[str]], allowed: Collection[str]) -> d
     for name, values in params.items():
         if len(values) != 1:
             raise ValidationFailed(f"{name} is given {len(values)} times; give it once")
+        if "\x00" in values[0]:
+            raise ValidationFailed(f"{name} holds a NUL character; no value here may")
     return {name: values[0] for name, values in params.items()}
 
 

@@ -12,7 +12,7 @@ from typing import TypeVar
 import msgspec
 
 from headway.errors import ValidationFailed
-from headway.gateway.stages.parse import check_media_type, decode
+from headway.gateway.stages.parse import check_media_type, decode_stored
 from headway.http.asgi import Request
 
 T = TypeVar("T")
@@ -31,11 +31,12 @@ _TYPE = re.compile(r"`([^`]+)`")
 
 
 def decode_body(request: Request, decoder: msgspec.json.Decoder[T]) -> T:
-    """The body as the decoder's type, read as every JSON body is (``parse.decode``: empty,
-    not JSON, nested too deeply: 400), its schema's refusal led by the field (422)."""
+    """The body as the decoder's type, read as every stored JSON body is
+    (``parse.decode_stored``: empty, not JSON, nested too deeply: 400; a NUL: 422), its
+    schema's refusal led by the field (422)."""
     check_media_type(request.headers)
     try:
-        return decode(decoder, request.body)
+        return decode_stored(decoder, request.body)
     except ValidationFailed as exc:
         raise ValidationFailed(field_message(exc.message)) from exc
 

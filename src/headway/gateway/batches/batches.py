@@ -31,7 +31,7 @@ from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit
 from headway.gateway.stages.authenticate import by_key
-from headway.gateway.stages.parse import decode
+from headway.gateway.stages.parse import decode_stored
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.tracing.spans import current_traceparent
@@ -95,7 +95,7 @@ def create(parts: BatchParts) -> Handler:
     async def handle(request: Request) -> Response:
         caller = by_key(request, parts.snapshots.current)
         tenant = request.tenant = caller.tenant.name
-        body = decode(schemas.batch_create_decoder, request.body)
+        body = decode_stored(schemas.batch_create_decoder, request.body)
         record = await off_loop(parts.store.file, tenant, body.input_file_id)
         if record is None:
             raise NotFound(f"no file {body.input_file_id[:64]!r}")
