@@ -2,6 +2,12 @@
 running ``headway up`` finds no request the document calls valid that the gateway refuses,
 no server error, and no answer that differs from what the document describes.
 
+This is the short run through real processes (uvicorn, the edge guard, a supervisor and its
+workers, TCP): every phase schemathesis has, but few fuzzed cases an operation (~40 s). The
+broad fuzzing, many cases an operation, every caller, the admin API's writes with the admin
+key, runs in process (``tests/service/test_route_fuzzing.py``, with the hostile values of
+``tests/service/test_hostile_inputs.py``).
+
 Told to schemathesis beyond its defaults, and why:
 - 503 and 504 are not server errors here but documented answers to a full queue and to a
   deadline of a millisecond or two (``X-Timeout-Ms: 1`` is valid and cannot be met);
@@ -42,12 +48,15 @@ from tests.e2e.conftest import Up, start_up
 pytestmark = pytest.mark.e2e
 
 FUZZ_KEY = "fuzz-key"
+EXAMPLES = 10
+"""Fuzzed cases an operation (the coverage phase adds its own): 100 took 150-240 s."""
 CONFIG = """
 headers = {{ Authorization = "Bearer {tenant_key}" }}
 workers = 2
 
 [generation]
 max-examples = {examples}
+deterministic = true
 
 [checks.not_a_server_error]
 expected-statuses = ["2xx", "3xx", "4xx", "503", "504"]
@@ -129,7 +138,7 @@ def test_a_schema_fuzzer_finds_every_answer_as_documented(tmp_path: Path) -> Non
             "last_month": (today - dt.timedelta(days=30)).isoformat(),
         }
         config.write_text(
-            CONFIG.format(tenant_key=FUZZ_KEY, examples=100, **recent), encoding="utf-8"
+            CONFIG.format(tenant_key=FUZZ_KEY, examples=EXAMPLES, **recent), encoding="utf-8"
         )
         st = shutil.which("st", path=str(Path(sys.executable).parent))
         assert st, "schemathesis is a test dependency (pyproject's test extra)"
@@ -137,23 +146,21 @@ def test_a_schema_fuzzer_finds_every_answer_as_documented(tmp_path: Path) -> Non
             [st, "--config-file", str(config), "run", up.url + "/openapi.json", "--checks", "all"],
             capture_output=True,
             text=True,
-            timeout=240,
+            timeout=180,
             cwd=tmp_path,
         )
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
         counts = served(up)
-        # It really ran: every model route was served, and refused, many times over.
-        for route in ("embeddings", "rerank"):
-            assert counts.get((route, "200"), 0) >= 20, counts
+        # It really ran: every model route was served, and refused many times over (Cohere
+        # v2's and TEI's too: TEI's name no model, the synthetic one serves).
+        model_routes = ("embeddings", "rerank", "cohere_embed", "cohere_rerank")
+        for route in (*model_routes, "tei_embed", "tei_root", "tei_rerank"):
+            assert counts.get((route, "200"), 0) >= 1, counts
             assert sum(n for (r, code), n in counts.items() if r == route and code != "200") >= 20
-        # Cohere v2's and TEI's routes too (TEI's name no model: the synthetic one serves).
-        for route in ("cohere_embed", "cohere_rerank", "tei_embed", "tei_root", "tei_rerank"):
-            assert counts.get((route, "200"), 0) >= 5, counts
-            assert sum(n for (r, code), n in counts.items() if r == route and code != "200") >= 5
         assert counts.get(("tei_info", "200"), 0) >= 1, counts
         assert counts.get(("admin", "200"), 0) >= 1, counts
         for route in ("usage", "admin_usage"):
-            assert counts.get((route, "200"), 0) >= 5, counts
+            assert counts.get((route, "200"), 0) >= 1, counts
             assert counts.get((route, "422"), 0) >= 5, counts
     finally:
         up.stop(signal.SIGTERM)

@@ -1,6 +1,7 @@
 """The OpenAPI document states what the server enforces (the e2e fuzzer holds it to that)."""
 
 from tests.service.conftest import TEST_LIMITS, auth
+from tests.service.fuzzing import full_gateway
 
 
 async def spec_of(stack) -> dict:
@@ -54,3 +55,23 @@ async def test_whole_numbers_written_with_a_fraction_are_accepted_as_json_schema
     refused = await stack.client.post("/v1/embeddings", headers=auth(), json=body)
     assert refused.status_code == 422
     assert "whole number" in refused.json()["error"]["message"]
+
+
+async def test_the_headers_and_bodies_a_route_reads_are_described_for_a_fuzzer(tmp_path):
+    """What a route reads beyond its key is a parameter or a body in the document, so a
+    schema fuzzer sends it: the executor's line routes take the public bodies and name the
+    tenant, key and request in headers; a weights file takes a Range."""
+    gateway = await full_gateway(tmp_path)
+    try:
+        spec = (await gateway.client.get("/openapi.json")).json()
+    finally:
+        await gateway.close()
+    for endpoint, body in (("embeddings", "EmbeddingsRequest"), ("rerank", "RerankRequest")):
+        line = spec["paths"][f"/internal/batches/v1/{endpoint}"]["post"]
+        schema = line["requestBody"]["content"]["application/json"]["schema"]
+        assert schema["$ref"].endswith(f"/{body}")
+        headers = {p["name"] for p in line["parameters"] if p["in"] == "header"}
+        assert {"x-headway-tenant-id", "x-headway-key-id", "x-headway-request-id"} <= headers
+        assert "X-Timeout-Ms" in headers
+    weights = spec["paths"]["/v1/weights/{version}/{file}"]["get"]
+    assert [p["name"] for p in weights["parameters"] if p["in"] == "header"] == ["Range"]

@@ -165,8 +165,10 @@ async def test_the_routes_are_in_the_openapi_document(weights) -> None:
     listing = spec["paths"]["/v1/weights/{version}"]["get"]
     assert set(listing["responses"]) == {"200", "401", "403", "404", "429", "500"}
     file = spec["paths"]["/v1/weights/{version}/{file}"]["get"]
-    assert set(file["responses"]) == {"200", "401", "403", "404", "416", "429", "500"}
-    assert "application/octet-stream" in file["responses"]["200"]["content"]
+    assert set(file["responses"]) == {"200", "206", "401", "403", "404", "416", "429", "500"}
+    for status in ("200", "206"):
+        assert "application/octet-stream" in file["responses"][status]["content"]
+    assert [p["name"] for p in file["parameters"] if p["in"] == "header"] == ["Range"]
 
 
 @pytest.fixture

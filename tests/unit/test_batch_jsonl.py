@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headway.batches.inputs import body_parser
@@ -26,6 +26,7 @@ from headway.batches.model import LineError
 from headway.errors import InvalidRequest, PayloadTooLarge, ValidationFailed
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.settings import LimitsSettings
+from tests import hostile
 
 SECRET = "patient Jane Roe, diagnosis"
 """Input text no message may ever contain."""
@@ -521,3 +522,34 @@ def test_the_rerank_attack_line_is_refused_at_upload() -> None:
     with pytest.raises(InvalidRequest, match=r"^line 1 nests JSON") as caught:
         check_line(1, line)
     assert "Jane" not in caught.value.message
+
+
+# Whatever a tenant uploads
+
+
+PARSERS = {
+    endpoint: body_parser(endpoint, LimitsSettings())
+    for endpoint in ("/v1/embeddings", "/v1/rerank")
+}
+hostile_files = st.lists(hostile.jsonl_lines(), min_size=1, max_size=6).map(b"\n".join)
+
+
+@settings(hostile.FIXED, max_examples=30)
+@given(hostile_files)
+def test_any_upload_is_its_line_count_or_a_client_error_naming_a_line(data: bytes) -> None:
+    counted = hostile.value_or_client_error(
+        lambda: check_upload(data, max_bytes=1 << 20, max_lines=100, parsers=PARSERS.get)
+    )
+    if isinstance(counted, int):
+        assert 1 <= counted <= data.count(b"\n") + 1
+
+
+@settings(hostile.FIXED, max_examples=30)
+@given(hostile_files, st.sampled_from(sorted(PARSERS)))
+def test_any_file_reads_as_lines_and_line_errors_and_never_raises(
+    data: bytes, endpoint: str
+) -> None:
+    lines, errors = read_lines(data, endpoint, PARSERS[endpoint], max_inputs=None)
+    numbers = [line.number for line in lines] + [error.line for error in errors]
+    assert len(numbers) == len(set(numbers))
+    assert set(numbers) <= set(range(1, data.count(b"\n") + 2))

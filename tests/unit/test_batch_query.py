@@ -1,4 +1,5 @@
-"""Whole numbers from query strings and form fields: ASCII digits only, bounded, 422 else."""
+"""Numbers and parameters from query strings, form fields, paths and headers
+(``gateway/query.py``): ASCII digits only, capped before ``int``, bounded, 422 else."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headway.errors import ValidationFailed
-from headway.gateway.query import query_limit, whole_number
+from headway.gateway.query import decimal, one_each, query_limit, whole_number
+from tests import hostile
 
 
 @pytest.mark.parametrize(
@@ -52,3 +54,48 @@ def test_a_missing_limit_is_the_default() -> None:
     assert query_limit("100", default=20, most=100) == 100
     with pytest.raises(ValidationFailed, match="limit must be a whole number from 1 to 100"):
         query_limit("101", default=20, most=100)
+
+
+@hostile.FIXED
+@given(hostile.client_values, st.integers(min_value=0, max_value=2**64))
+def test_decimal_is_the_value_of_ascii_digits_capped_and_none_for_anything_else(
+    text: str, cap: int
+) -> None:
+    number = decimal(text, cap=cap)
+    if not text or not all(c in "0123456789" for c in text):
+        assert number is None
+    elif len(text.lstrip("0")) > 25:  # far above any cap here: no int() needed to know
+        assert number == cap
+    else:
+        assert number == min(int(text.lstrip("0") or "0"), cap)
+
+
+@hostile.FIXED
+@given(hostile.client_values, st.integers(0, 10**6), st.integers(0, 10**20))
+def test_whole_number_of_any_text_is_in_range_or_a_422(text: str, least: int, span: int) -> None:
+    value = hostile.value_or_client_error(
+        lambda: whole_number(text, "n", least=least, most=least + span)
+    )
+    assert isinstance(value, ValidationFailed) or least <= value <= least + span
+
+
+@hostile.FIXED
+@given(
+    st.dictionaries(hostile.texts, st.lists(hostile.client_values, max_size=3), max_size=6),
+    st.frozensets(hostile.texts, max_size=4),
+)
+def test_one_each_of_any_query_is_its_values_or_a_422_naming_the_parameter(
+    params: dict[str, list[str]], allowed: frozenset[str]
+) -> None:
+    one = hostile.value_or_client_error(lambda: one_each(params, allowed))
+    if isinstance(one, ValidationFailed):
+        assert any(
+            name not in allowed or len(v) != 1 or "\x00" in v[0] for name, v in params.items()
+        )
+    else:
+        assert one == {name: values[0] for name, values in params.items()}
+
+
+def test_a_value_holding_a_nul_is_a_422_naming_it() -> None:
+    with pytest.raises(ValidationFailed, match="after holds a NUL"):
+        one_each({"after": ["file-\x00"]}, {"after"})

@@ -11,7 +11,7 @@ import urllib3
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from headway.errors import InvalidRequest, UnsupportedMediaType
+from headway.errors import HeadwayError, InvalidRequest, UnsupportedMediaType
 from headway.http.multipart import (
     FormPart,
     FormReader,
@@ -20,6 +20,7 @@ from headway.http.multipart import (
     PartStart,
     parse_form,
 )
+from tests import hostile
 
 JSONL = b'{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {}}\n'
 B = "xYz-123"
@@ -387,3 +388,40 @@ def test_round_trip_with_quoted_pairs_and_near_miss_boundaries(
     body = body_of(*parts, boundary=boundary)
     parsed = parse_form(f"multipart/form-data; boundary={quoted(boundary)}", body, max_parts=8)
     assert {name: (bytes(p.data), p.filename) for name, p in parsed.items()} == sent
+
+
+# Whatever a client sends
+
+
+def outcome(content_type: str, body: bytes, cuts: list[int]) -> object:
+    """The parts ``body`` read in the pieces ``cuts`` makes, or the client's error it gives
+    (its class and message), or anything else raised (which fails the test)."""
+    read = hostile.value_or_client_error(lambda: as_dict(read_in_pieces(content_type, body, cuts)))
+    return (type(read), read.message) if isinstance(read, HeadwayError) else read
+
+
+@hostile.FIXED
+@given(
+    st.one_of(hostile.multipart_forms(), st.tuples(hostile.header_values, st.binary())),
+    st.lists(st.integers(min_value=0, max_value=2_000), max_size=8),
+)
+def test_any_body_in_any_pieces_reads_as_it_does_whole_or_is_refused_the_same(
+    form: tuple[str, bytes], cuts: list[int]
+) -> None:
+    content_type, body = form
+    cuts = [cut for cut in cuts if cut <= len(body)]
+    assert outcome(content_type, body, cuts) == outcome(content_type, body, [])
+
+
+@pytest.mark.parametrize(
+    "disposition",
+    [
+        'name="fi\x00le"',
+        'name="file"; filename="in\x00.jsonl"',
+        "name=\"file\"; filename*=UTF-8''in%00",
+    ],
+)
+def test_a_nul_in_a_name_or_filename_is_refused(disposition: str) -> None:
+    part = f"Content-Disposition: form-data; {disposition}\r\n\r\n".encode() + JSONL
+    with pytest.raises(InvalidRequest, match="NUL"):
+        parse_form(CT, body_of(part))

@@ -1,10 +1,12 @@
 """The router: exact paths, templates with parameters, 404 and 405, bounded names."""
 
 import pytest
+from hypothesis import given
 
 from headway.errors import MethodNotAllowed, NotFound
 from headway.http.asgi import Request, Response, json_response
 from headway.http.router import UNMATCHED, Route, Router, parameters_of
+from tests import hostile
 
 
 async def ok(request: Request) -> Response:
@@ -94,3 +96,17 @@ def test_every_route_is_listed_once():
 def test_parameters_of_a_template_in_order():
     assert parameters_of("/admin/tenants/{name}/keys/{key_id}") == ["name", "key_id"]
     assert parameters_of("/v1/embeddings") == []
+
+
+@hostile.FIXED
+@given(hostile.client_values)
+def test_any_segment_matches_its_parameter_but_one_holding_a_nul_names_nothing(
+    value: str,
+) -> None:
+    path = f"/admin/tenants/{value}/keys"
+    if not value or "/" in value or "\x00" in value:
+        with pytest.raises(NotFound):
+            ROUTER.match("GET", path)
+    else:
+        found, params = ROUTER.match("GET", path)
+        assert (found.name, dict(params)) == ("keys_list", {"name": value})

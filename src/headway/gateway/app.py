@@ -38,7 +38,11 @@ from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.auth.kinds import ADMIN_KEY, ANY_KEY, EXECUTOR_TOKEN, TENANT_KEY
 from headway.gateway.batches import batches as batches_api
 from headway.gateway.batches import files
+from headway.gateway.batches.lines import KEY_ID as LINE_KEY_ID
+from headway.gateway.batches.lines import MAX_TENANT_ID
 from headway.gateway.batches.lines import PATHS as LINE_PATHS
+from headway.gateway.batches.lines import REQUEST_ID as LINE_REQUEST_ID
+from headway.gateway.batches.lines import TENANT_ID as LINE_TENANT_ID
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.batches.tenants import FINISH_EVERY_S, TenantData
 from headway.gateway.console import routes as console
@@ -399,11 +403,42 @@ def compat_routes(
     ]
 
 
+_LINE_BODIES: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
+    "embeddings": (schemas.EmbeddingsRequest, schemas.EmbeddingsResponse),
+    "rerank": (schemas.RerankRequest, schemas.RerankResponse),
+}
+_HEX_ID = {"type": "string", "pattern": "^[0-9a-f]{16,64}$"}
+_LINE_HEADERS = [
+    {
+        "name": LINE_TENANT_ID,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TENANT_ID},
+        "description": "The id of the tenant the line is run for (its batch's).",
+    },
+    {
+        "name": LINE_KEY_ID,
+        "in": "header",
+        "required": True,
+        "schema": _HEX_ID,
+        "description": "The id of the key that created the batch (the usage event names it).",
+    },
+    {
+        "name": LINE_REQUEST_ID,
+        "in": "header",
+        "required": True,
+        "schema": _HEX_ID,
+        "description": "The line's own request id, the same on every attempt (billed once).",
+    },
+]
+
+
 def batch_routes(
     batches: BatchParts, endpoints: Sequence[Endpoint], parts: PathParts
 ) -> list[DocumentedRoute]:
     """The Batch API's, and the executor's: each model endpoint again, for a line run as
-    batch work."""
+    batch work (its body the endpoint's; the executor's token, and headers naming whom it
+    runs the line for)."""
     lines = [
         DocumentedRoute(
             _model_route(
@@ -416,10 +451,12 @@ def batch_routes(
             Operation(
                 f"One batch line of /v1/{endpoint.route}, run as batch-tier work (the batch "
                 "executor's token)",
-                "application/json",
+                _LINE_BODIES[endpoint.route][1],
+                _LINE_BODIES[endpoint.route][0],
                 errors=MODEL_ERRORS,
                 authenticated=True,
                 deadline=True,
+                headers=_LINE_HEADERS,
             ),
         )
         for endpoint in endpoints

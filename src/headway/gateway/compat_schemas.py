@@ -39,8 +39,9 @@ class CohereEmbedRequest(msgspec.Struct, forbid_unknown_fields=True):
     """None: ``END``, the only one served (the model truncates each text at its end)."""
     max_tokens: int | float | None = None
     output_dimension: int | float | None = None
-    priority: int | None = None
-    """Accepted; the tenant's tier decides priority (interactive before batch)."""
+    priority: int | float | None = None
+    """Accepted (a whole number); the tenant's tier decides priority (interactive before
+    batch)."""
 
 
 class CohereRerankRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -51,8 +52,9 @@ class CohereRerankRequest(msgspec.Struct, forbid_unknown_fields=True):
     documents: list[str]
     top_n: int | float | None = None
     max_tokens_per_doc: int | float | None = None
-    priority: int | None = None
-    """Accepted; the tenant's tier decides priority (interactive before batch)."""
+    priority: int | float | None = None
+    """Accepted (a whole number); the tenant's tier decides priority (interactive before
+    batch)."""
 
 
 class CohereEmbeddingsByType(msgspec.Struct, omit_defaults=True):

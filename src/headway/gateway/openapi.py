@@ -46,10 +46,14 @@ class Operation:
     authenticated: bool = False
     deadline: bool = False
     """Takes ``X-Timeout-Ms``."""
-    other_answers: Mapping[int, type[msgspec.Struct]] = field(default_factory=dict)
-    """Non-error answers with a body of their own (``/readyz``'s 503)."""
+    other_answers: Mapping[int, type[msgspec.Struct] | str] = field(default_factory=dict)
+    """Non-error answers with a body of their own: a struct (``/readyz``'s 503) or the media
+    type of a body described elsewhere (a weights file's 206)."""
     query: Sequence[Mapping[str, Any]] = ()
     """Query parameters, as OpenAPI parameter objects."""
+    headers: Sequence[Mapping[str, Any]] = ()
+    """Header parameters the route reads beyond the key and ``X-Timeout-Ms`` (a ``Range``,
+    the names the batch executor sends), as OpenAPI parameter objects."""
     status: int = 200
     """The status of a success (201: created)."""
     path: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -81,7 +85,7 @@ def openapi_document(
     for documented in routes:
         op = documented.operation
         bodies.update(b for b in (op.request, op.response) if not isinstance(b, str | None))
-        bodies.update(op.other_answers.values())
+        bodies.update(b for b in op.other_answers.values() if not isinstance(b, str))
         bodies.add(op.error_body)
     ordered = sorted(bodies, key=repr)
     described, components = msgspec.json.schema_components(
@@ -115,8 +119,14 @@ def _operation(documented: DocumentedRoute, schema_of: Mapping[Any, Any]) -> dic
         "content": {content: {"schema": {}}} if isinstance(content, str) else json_body(content),
     }
     responses: dict[str, Any] = {str(op.status): ok}
-    for status, struct in op.other_answers.items():
-        responses[str(status)] = {"description": struct.__doc__ or "", "content": json_body(struct)}
+    for status, body in op.other_answers.items():
+        if isinstance(body, str):
+            responses[str(status)] = {
+                "description": HTTPStatus(status).phrase,
+                "content": {body: {"schema": {}}},
+            }
+        else:
+            responses[str(status)] = {"description": body.__doc__ or "", "content": json_body(body)}
     by_status: dict[int, list[str]] = {500: [_INTERNAL_ERROR]}
     # A route that checks a key can refuse an address or prefix with too many failures.
     errors: tuple[type[HeadwayError], ...] = (
@@ -140,7 +150,7 @@ def _operation(documented: DocumentedRoute, schema_of: Mapping[Any, Any]) -> dic
         {"name": name, "in": "path", "required": True, "schema": op.path.get(name, _STRING)}
         for name in parameters_of(documented.route.path)
     ]
-    parameters += [dict(parameter) for parameter in op.query]
+    parameters += [dict(parameter) for parameter in (*op.query, *op.headers)]
     if op.deadline:
         parameters.append(
             {
@@ -208,6 +218,7 @@ def _state_compat_limits(
     only_end = {"anyOf": [{"enum": ["END"]}, {"type": "null"}], "default": None}
     only_true = {"anyOf": [{"const": True}, {"type": "null"}], "default": None}
     right = {"enum": ["Right", "right"], "default": "Right"}
+    priority = {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}
     text_types = ["search_document", "search_query", "classification", "clustering"]
     stated: dict[str, dict[str, Any]] = {
         "CohereEmbedRequest": {
@@ -216,12 +227,14 @@ def _state_compat_limits(
             "truncate": only_end,
             "output_dimension": width,
             "max_tokens": tokens,
+            "priority": priority,
         },
         "CohereRerankRequest": {
             "query": text,
             "documents": texts,
             "top_n": top_n,
             "max_tokens_per_doc": tokens,
+            "priority": priority,
         },
         "CohereEmbeddingsByType": {"float": {"type": "array", "items": floats}},
         "TeiEmbedRequest": {

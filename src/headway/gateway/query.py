@@ -1,10 +1,7 @@
-"""A query string read strictly: only the parameters a route takes, each at most once,
-and whole numbers read as ASCII digits only.
-
-``str.isdigit`` is no test for a number a client sent: it takes ``²`` and ``٣``, which
-``int`` then refuses or reads as another number, and ``int`` refuses more than 4,300
-digits outright. ``whole_number`` is the one reading of a decimal integer from a query
-or a form field on the Batch API's routes: anything else is a 422 naming the range.
+"""Numbers and parameters as clients send them, read strictly: only the parameters a route
+takes, each at most once, and whole numbers read as ASCII digits only (``http/numbers.py``'s
+``decimal``, the one reading of a number a client wrote). ``whole_number`` is that reading
+for a query or form field, anything else a 422 naming the range.
 """
 
 from __future__ import annotations
@@ -12,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from headway.errors import ValidationFailed
-
-_ASCII_DIGITS = frozenset("0123456789")
+from headway.http.numbers import decimal as decimal
 
 
 def one_each(params: Mapping[str, Sequence[str]], allowed: Collection[str]) -> dict[str, str]:
-    """Each parameter's one value; ``ValidationFailed`` naming an unknown or repeated one."""
+    """Each parameter's one value; ``ValidationFailed`` naming an unknown or repeated one,
+    or one holding a NUL (no cursor, id or name does, and Postgres cannot store one)."""
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValidationFailed(
@@ -26,21 +23,18 @@ def one_each(params: Mapping[str, Sequence[str]], allowed: Collection[str]) -> d
     for name, values in params.items():
         if len(values) != 1:
             raise ValidationFailed(f"{name} is given {len(values)} times; give it once")
+        if "\x00" in values[0]:
+            raise ValidationFailed(f"{name} holds a NUL character; no value here may")
     return {name: values[0] for name, values in params.items()}
 
 
 def whole_number(value: str, name: str, *, least: int, most: int) -> int:
     """``value`` as an int from ``least`` to ``most``: ASCII digits only (leading zeros
     allowed, no sign, no blanks); else ``ValidationFailed`` naming ``name`` and the range."""
-    significant = value.lstrip("0")
-    if (
-        not value
-        or not _ASCII_DIGITS.issuperset(value)
-        or len(significant) > len(str(most))
-        or not least <= int(significant or "0") <= most
-    ):
+    number = decimal(value, cap=most + 1)
+    if number is None or not least <= number <= most:
         raise ValidationFailed(f"{name} must be a whole number from {least} to {most}")
-    return int(significant or "0")
+    return number
 
 
 def query_limit(value: str | None, *, default: int, most: int) -> int:

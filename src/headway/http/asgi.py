@@ -22,6 +22,7 @@ from urllib.parse import parse_qs
 import msgspec
 
 from headway.errors import HeadwayError, PayloadTooLarge, error_body
+from headway.http.numbers import decimal
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ def check_declared_length(headers: Mapping[str, str], limit: int) -> None:
     """413 for a ``Content-Length`` past ``limit``, before a byte of the body is read (a
     route that streams its body is held to it too)."""
     declared = headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
+    length = None if declared is None else decimal(declared, cap=limit + 1)
+    if length is not None and length > limit:
         raise PayloadTooLarge(f"request body exceeds {limit} bytes")
 
 

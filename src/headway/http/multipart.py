@@ -27,7 +27,8 @@ filename, and nothing in the body says which, so none of it is undone.
 
 Refusals say what is wrong: ``UnsupportedMediaType`` for another content type, and
 ``InvalidRequest`` for a missing boundary, a malformed or truncated body, a part
-without ``Content-Disposition`` or name, a field given twice, or too many parts.
+without ``Content-Disposition`` or name, a NUL in a name or filename (a filename is kept,
+and Postgres cannot store one), a field given twice, or too many parts.
 """
 
 from __future__ import annotations
@@ -343,6 +344,8 @@ def _part(headers: dict[str, str], number: int) -> PartStart:
     if not name:
         raise InvalidRequest(f"part {number} of the form has no name (Content-Disposition)")
     filename = params.get("filename*", params.get("filename"))
+    if "\x00" in name or (filename is not None and "\x00" in filename):
+        raise InvalidRequest(f"part {number} of the form has a NUL in its name or filename")
     return PartStart(name, filename, headers.get("content-type") or None)
 
 

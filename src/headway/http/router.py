@@ -1,7 +1,8 @@
 """Routes by path, each with a name: the label its answers are counted under.
 
 A route's path is exact (``/v1/embeddings``) or a template whose ``{name}`` segments
-each match one non-empty path segment (``/admin/tenants/{name}/keys``). Exact paths
+each match one non-empty path segment without a NUL (``/admin/tenants/{name}/keys``; no id
+or name holds one, and a lookup of one fails in Postgres, which cannot store it). Exact paths
 are one dict lookup, so the model endpoints pay nothing for templates; only a path
 that is not exact is matched against the templates, segment by segment, among those
 with as many segments, literal segments preferred over parameters from the left
@@ -74,7 +75,7 @@ class _Template:
         values: list[str] = []
         for literal, part in zip(self.segments, parts, strict=True):
             if literal is None:
-                if not part:
+                if not part or "\x00" in part:
                     return None
                 values.append(part)
             elif literal != part:

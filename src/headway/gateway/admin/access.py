@@ -27,6 +27,7 @@ from headway.errors import (
     ValidationFailed,
 )
 from headway.gateway.admin.refusals import refusal
+from headway.gateway.query import decimal, one_each
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import key_principal
 from headway.http.asgi import Request
@@ -94,20 +95,12 @@ async def in_thread(store: RegistryStore, call: Callable[[RegistryStore], T]) ->
 def path_id(request: Request, name: str = "id") -> int:
     """A numeric path parameter; anything else names no object (404)."""
     value = request.path_params[name]
-    if not (value.isascii() and value.isdigit()) or int(value) > MAX_ID:
+    number = decimal(value, cap=MAX_ID + 1)
+    if number is None or number > MAX_ID:
         raise NotFound(f"no {name} {value[:40]!r}: ids are whole numbers up to {MAX_ID}")
-    return int(value)
+    return number
 
 
 def query_values(request: Request, allowed: frozenset[str]) -> dict[str, str]:
     """The query's parameters, each given at most once and each one ``allowed`` (else 422)."""
-    values: dict[str, str] = {}
-    for name, given in request.query().items():
-        if name not in allowed:
-            raise ValidationFailed(
-                f"unknown parameter {name[:40]!r}; use {', '.join(sorted(allowed))}"
-            )
-        if len(given) != 1:
-            raise ValidationFailed(f"{name} is given {len(given)} times; give it once")
-        values[name] = given[0]
-    return values
+    return one_each(request.query(), allowed)

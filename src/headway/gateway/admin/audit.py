@@ -17,6 +17,7 @@ from headway.errors import ValidationFailed
 from headway.gateway.admin.access import ADMIN_ONLY, MAX_ID, AdminParts, query_values, read
 from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
+from headway.gateway.query import query_limit, whole_number
 from headway.gateway.usage import parse_time
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
@@ -47,10 +48,9 @@ def audit_query(params: dict[str, str]) -> AuditQuery:
     """The query of ``params``, checked (``ValidationFailed`` says what is wrong)."""
     since = parse_time(params["since"], "since") if "since" in params else None
     until = parse_time(params["until"], "until") if "until" in params else None
-    limit = _whole(params["limit"], "limit") if "limit" in params else DEFAULT_LIMIT
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ValidationFailed(f"limit must be from 1 to {MAX_LIMIT}, not {limit}")
-    before_id = _whole(params["before_id"], "before_id") if "before_id" in params else None
+    limit = query_limit(params.get("limit"), default=DEFAULT_LIMIT, most=MAX_LIMIT)
+    before = params.get("before_id")
+    before_id = None if before is None else whole_number(before, "before_id", least=0, most=MAX_ID)
     return AuditQuery(
         actor=params.get("actor") or None,
         action=params.get("action") or None,
@@ -60,12 +60,6 @@ def audit_query(params: dict[str, str]) -> AuditQuery:
         limit=limit,
         before_id=before_id,
     )
-
-
-def _whole(value: str, name: str) -> int:
-    if not (value.isascii() and value.isdigit()) or int(value) > MAX_ID:
-        raise ValidationFailed(f"{name} {value[:20]!r} is not a whole number up to {MAX_ID}")
-    return int(value)
 
 
 def audit_answer(entry: AuditEntry) -> AuditAnswer:

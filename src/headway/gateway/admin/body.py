@@ -11,8 +11,8 @@ from typing import TypeVar
 
 import msgspec
 
-from headway.errors import InvalidRequest, ValidationFailed
-from headway.gateway.stages.parse import check_media_type
+from headway.errors import ValidationFailed
+from headway.gateway.stages.parse import check_media_type, decode_stored
 from headway.http.asgi import Request
 
 T = TypeVar("T")
@@ -31,15 +31,14 @@ _TYPE = re.compile(r"`([^`]+)`")
 
 
 def decode_body(request: Request, decoder: msgspec.json.Decoder[T]) -> T:
+    """The body as the decoder's type, read as every stored JSON body is
+    (``parse.decode_stored``: empty, not JSON, nested too deeply: 400; a NUL: 422), its
+    schema's refusal led by the field (422)."""
     check_media_type(request.headers)
-    if not request.body.strip():
-        raise InvalidRequest("request body is empty; expected a JSON object")
     try:
-        return decoder.decode(request.body)
-    except msgspec.ValidationError as exc:
-        raise ValidationFailed(field_message(str(exc))) from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"body is not valid JSON: {exc}") from exc
+        return decode_stored(decoder, request.body)
+    except ValidationFailed as exc:
+        raise ValidationFailed(field_message(exc.message)) from exc
 
 
 def field_message(message: str) -> str:

@@ -32,7 +32,7 @@ from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit
 from headway.gateway.stages.authenticate import caller_of
-from headway.gateway.stages.parse import decode
+from headway.gateway.stages.parse import decode_stored
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.tracing.spans import current_traceparent
@@ -103,7 +103,7 @@ def create(parts: BatchParts) -> Handler:
         caller = caller_of(request)
         tenant = caller.tenant
         request.tenant = tenant.name
-        body = decode(schemas.batch_create_decoder, request.body)
+        body = decode_stored(schemas.batch_create_decoder, request.body)
         record = await off_loop(parts.store.file, tenant.id, body.input_file_id)
         if record is None:
             raise NotFound(f"no file {body.input_file_id[:64]!r}")

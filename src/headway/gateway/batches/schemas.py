@@ -12,15 +12,18 @@ import msgspec
 
 from headway.batches.model import Batch, BatchEndpoint, FileObject
 
-MetadataKey = Annotated[str, msgspec.Meta(max_length=64)]
-MetadataValue = Annotated[str, msgspec.Meta(max_length=512)]
+NO_NUL = "^[^\x00]*$"
+"""What the store keeps may not hold a NUL (Postgres cannot): stated, so a client knows."""
+MetadataKey = Annotated[str, msgspec.Meta(max_length=64, pattern=NO_NUL)]
+MetadataValue = Annotated[str, msgspec.Meta(max_length=512, pattern=NO_NUL)]
+FileId = Annotated[str, msgspec.Meta(pattern=NO_NUL)]
 
 
 class BatchCreate(msgspec.Struct, forbid_unknown_fields=True):
     """OpenAI's ``POST /v1/batches``: metadata of at most 16 pairs, keys of at most 64
     characters and values of at most 512, as OpenAI's."""
 
-    input_file_id: str
+    input_file_id: FileId
     endpoint: BatchEndpoint
     completion_window: Literal["24h"]
     metadata: Annotated[dict[MetadataKey, MetadataValue], msgspec.Meta(max_length=16)] | None = None

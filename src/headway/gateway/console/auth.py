@@ -41,7 +41,7 @@ import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from headway.errors import AuthThrottled, Forbidden, HeadwayError, Unauthorized
+from headway.errors import AuthThrottled, Forbidden, HeadwayError, InvalidRequest, Unauthorized
 from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.console.pages import login_html
 from headway.gateway.console.session import Session, SessionSigner
@@ -247,12 +247,20 @@ def cookies(request: Request) -> dict[str, str]:
     return found
 
 
+MAX_FORM_FIELDS = 20
+
+
 def form_of(request: Request) -> dict[str, list[str]]:
     """A form-encoded body's fields (nothing for another media type)."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != FORM:
         return {}
-    return parse_qs(request.body.decode("utf-8", "replace"), max_num_fields=20)
+    try:
+        return parse_qs(request.body.decode("utf-8", "replace"), max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:  # parse_qs's way of saying there were more fields
+        raise InvalidRequest(
+            f"the form has more than {MAX_FORM_FIELDS} fields; the console's have a few"
+        ) from None
 
 
 def csrf_of(request: Request) -> str | None:

@@ -58,6 +58,7 @@ class CohereEmbed:
         answer = EmbedAnswer(parsed.texts, tuple(parsed.embedding_types or ("float",)))
         width = whole_number(parsed.output_dimension, "output_dimension")
         max_tokens = whole_number(parsed.max_tokens, "max_tokens")
+        whole_number(parsed.priority, "priority")
         return EmbedWork((parsed.model,), parsed.texts, None, answer, width, max_tokens, EMBED)
 
 
@@ -87,6 +88,7 @@ class CohereRerank:
         check_texts(parsed.documents, limits, "documents")
         top_n = top_n_of(parsed.top_n)
         max_tokens = whole_number(parsed.max_tokens_per_doc, "max_tokens_per_doc")
+        whole_number(parsed.priority, "priority")
         answer = rerank_answer
         return RankWork(
             (parsed.model,), parsed.query, parsed.documents, answer, top_n, max_tokens, RERANK

@@ -32,6 +32,7 @@ from headway.errors import (
 )
 from headway.gateway.auth.kinds import WEIGHTS_TOKEN
 from headway.gateway.openapi import DocumentedRoute, Operation
+from headway.gateway.query import decimal
 from headway.gateway.snapshots import Snapshots
 from headway.http.asgi import FileResponse, Handler, Request, Response, json_response
 from headway.http.router import Route
@@ -43,9 +44,17 @@ from headway.models.weights.directory import artifact_file, store_listing
 LISTING_PATH = "/v1/weights/{version}"
 FILE_PATH = "/v1/weights/{version}/{file}"
 MAX_CACHED_LISTINGS = 256
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 _VERSION_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _FILE_SCHEMA = {"type": "string", "enum": sorted(ARTIFACT_FILES)}
+_RANGE_HEADER = {
+    "name": "Range",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": "^bytes=([0-9]+-[0-9]*|-[0-9]+)$"},
+    "description": "One byte range (absent: the whole file); one that starts at or past the "
+    "end is a 416.",
+}
 
 
 @dataclass
@@ -90,13 +99,15 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
             f"not {header[:60]!r}",
             headers=unsatisfiable,
         )
-    first, last = match.group(1), match.group(2)
-    if first == "":
-        start, end = max(0, size - int(last)), size
+    # Any number past the end reads as size + 1: a range of 5,000 digits is past it too.
+    first, last = (decimal(group, cap=size + 1) for group in match.group(1, 2))
+    if first is None:
+        assert last is not None
+        start, end = max(0, size - last), size
     else:
-        start = int(first)
-        end = size if last == "" else min(int(last) + 1, size)
-        if last != "" and int(last) < start:
+        start = first
+        end = size if last is None else min(last + 1, size)
+        if last is not None and last < start:
             raise RangeNotSatisfiable(
                 f"Range {header[:60]!r} ends before it starts", headers=unsatisfiable
             )
@@ -164,6 +175,8 @@ def routes(parts: WeightsParts) -> list[DocumentedRoute]:
                 errors=(*refusals, RangeNotSatisfiable),
                 authenticated=True,
                 path={"version": _VERSION_SCHEMA, "file": _FILE_SCHEMA},
+                headers=[_RANGE_HEADER],
+                other_answers={206: "application/octet-stream"},
             ),
         ),
     ]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from headway.errors import ValidationFailed
 from headway.gateway.context import Clock, Deadline
+from headway.gateway.query import decimal
 from headway.settings import TierTimeouts
 
 
@@ -23,8 +24,7 @@ def deadline_from_headers(
 
 
 def _positive_ms(raw: str, max_ms: int) -> int:
-    digits = raw.strip()
-    if not (digits.isascii() and digits.isdigit()) or not digits.strip("0"):
+    timeout_ms = decimal(raw.strip(), cap=max_ms)
+    if not timeout_ms:  # not a number, or 0
         raise ValidationFailed("X-Timeout-Ms must be a positive integer of milliseconds")
-    significant = digits.lstrip("0")
-    return max_ms if len(significant) > len(str(max_ms)) else min(int(significant), max_ms)
+    return timeout_ms

@@ -7,6 +7,7 @@ OpenAPI document states the same ones (``gateway/openapi.py``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
@@ -46,6 +47,23 @@ def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
             "body is nested too deeply: arrays and objects within one another, hundreds of "
             "levels down; no field of this API needs more than a few"
         ) from None
+
+
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+"""``\\u0000`` in a JSON text: an escape (an odd run of backslashes before ``u0000``), the
+only way a JSON string holds a NUL."""
+
+
+def decode_stored(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """``decode``, for a body whose strings are stored (the admin API's, a batch's): one
+    holding a NUL is a 422, since Postgres cannot store it (a lookup of it fails too)."""
+    value = decode(decoder, body)
+    if _NUL_ESCAPE.search(body):
+        raise ValidationFailed(
+            "a string in the body holds a NUL character (\\u0000); no name, id or value "
+            "kept here may"
+        )
+    return value
 
 
 def check_texts(texts: Sequence[str], limits: LimitsSettings, field: str) -> None:
