@@ -65,13 +65,21 @@ def test_the_section_shows_each_attack_its_verdict_and_the_goals():
         ("line_flood",), (Outcome("line_flood", None, "queued"),), figures(batch_s=None)
     )
     broke = AttackRun(("bad_inputs",), (Outcome("bad_inputs", False, "500"),), figures())
-    results = IsolationResults(300.0, 37.5, alone, (held, hurt, broke), 120.0)
+    together = AttackRun(
+        ("metrics_scrape", "bad_inputs", "line_flood"),
+        (Outcome("metrics_scrape", True, "404"), Outcome("bad_inputs", False, "a 500")),
+        figures(),
+    )
+    results = IsolationResults(300.0, 37.5, alone, (held, hurt, broke, together), 120.0)
     section = isolation_report.render(results, MACHINE, "headway bench isolation")
     rows = {line.split(" | ")[0].strip("| "): line for line in section.splitlines()}
     assert "| yes |" in rows["metrics_scrape"] and rows["metrics_scrape"].endswith("met |")
     assert "**missed**: batch never" in rows["line_flood"]
     assert "| **no** |" in rows["bad_inputs"]
     assert "- `metrics_scrape`: 404" in section
+    assert "| all at once | **no** |" in section
+    assert "- `bad_inputs`, beside every other attack: **a 500**" in section
+    assert "metrics_scrape`, beside" not in section  # only what did not hold
 
 
 def test_every_attack_is_named_as_the_bench_and_the_e2e_test_call_it():

@@ -60,6 +60,13 @@ def render(results: IsolationResults, machine: Machine, command: str) -> str:
         if len(run.attacks) == 1
         for outcome in run.outcomes
     ]
+    seen += [
+        f"- `{outcome.attack}`, beside every other attack: **{outcome.seen}**"
+        for run in results.runs
+        if len(run.attacks) > 1
+        for outcome in run.outcomes
+        if outcome.held is False
+    ]
     return "\n\n".join(
         [
             "## Isolation: a victim tenant beside a hostile tenant and an anonymous client",
