@@ -35,6 +35,7 @@ def test_no_attack_stalls_starves_or_observes_the_victim(tmp_path):
         _, _, alone, (run,) = asyncio.run(
             isolation(
                 processes.gateway_url,
+                processes.gateway_url,
                 victim_key,
                 attacker_key,
                 burst,

@@ -96,3 +96,11 @@ def test_every_attack_is_named_as_the_bench_and_the_e2e_test_call_it():
         "bad_inputs",
         "quota_flood",
     ]
+
+
+def test_the_shared_mode_is_said_in_its_own_section():
+    results = IsolationResults(300.0, 37.5, figures(), (), 60.0, shared=True)
+    section = isolation_report.render(results, MACHINE, "headway bench isolation --shared")
+    assert section.startswith("## Isolation: a victim tenant beside a hostile tenant and an")
+    assert ", in the shared mode" in section.splitlines()[0]
+    assert "Redis, Postgres and NATS JetStream" in section

@@ -20,10 +20,11 @@ the attacker's unfinished batches are cancelled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,11 +42,16 @@ from headway.loadgen import RequestClass, Schedule, Step, Summary, Workload, run
 from headway.registry.model import Actor
 from headway.registry.open import open_registry
 from headway.settings import Settings
+from headway.testing.nats_server import NatsServer
+from headway.testing.postgres_server import PostgresServer
+from headway.testing.redis_server import RedisServer
 
 VICTIM, ATTACKER = "victim", "mallory"
 MODEL = SYNTHETIC_ALIAS
 SYNTHETIC = {"call_ms": 50.0, "text_ms": 5.0}
 REPLICAS = 2
+SHARED_GATEWAYS = 2
+"""In the shared mode the victim calls the first gateway and the attacker the second."""
 TEXTS_PER_REQUEST = 4
 LINE_TEXTS = 2
 BATCH_LINES = 1000
@@ -93,6 +99,8 @@ class IsolationResults:
     alone: VictimFigures
     runs: tuple[AttackRun, ...]
     seconds: float
+    shared: bool = False
+    """On Redis, Postgres and NATS with two gateways (the attacker on the second)."""
 
 
 def within_goals(alone: VictimFigures, beside: VictimFigures) -> list[str]:
@@ -114,16 +122,33 @@ def within_goals(alone: VictimFigures, beside: VictimFigures) -> list[str]:
     return missed
 
 
-def isolation_settings(data_dir: Path) -> Settings:
+def isolation_settings(data_dir: Path, shared: Mapping[str, str] | None = None) -> Settings:
     """As ``up`` ships, but synthetic workers and the bench's quiet, one-address defaults;
-    quotas back on (``bench_settings`` turns them off): the attacker must meet its own."""
+    quotas back on (``bench_settings`` turns them off): the attacker must meet its own.
+    ``shared``: the Redis, Postgres and NATS URLs of the shared mode, two gateways on them."""
     settings = bench_settings(
         data_dir,
         {"backend": "synthetic", "synthetic": SYNTHETIC},
         {"quota": {"enabled": True}},
         embed_replicas=REPLICAS,
     )
-    return settings
+    if shared is None:
+        return settings
+    up = settings.up.model_copy(update={"gateways": SHARED_GATEWAYS})
+    return settings.model_copy(update={**shared, "up": up})
+
+
+@contextmanager
+def shared_services() -> Iterator[dict[str, str]]:
+    """Throw-away Redis, Postgres and NATS JetStream servers: the shared mode's, as
+    settings (``redis_url``, ``postgres_url``, ``nats_url``)."""
+    with RedisServer() as redis, PostgresServer() as postgres, NatsServer() as nats:
+        postgres.psql("CREATE DATABASE isolation")
+        yield {
+            "redis_url": redis.url,
+            "postgres_url": postgres.url_of("isolation"),
+            "nats_url": nats.url,
+        }
 
 
 def stall_allowance_s(settings: Settings) -> float:
@@ -313,17 +338,19 @@ def attacker_pool() -> Iterator[ProcessPoolExecutor]:
 
 async def isolation(
     url: str,
+    attacker_url: str,
     victim_key: str,
     attacker_key: str,
     burst: int,
     plan: Sequence[Sequence[str]],
     slow_within_s: float,
 ) -> tuple[float, float, VictimFigures, list[AttackRun]]:
-    """Capacity, the victim alone, then one run per entry of ``plan`` (attacks at once)."""
+    """Capacity, the victim alone (on ``url``), then one run per entry of ``plan`` (attacks at
+    once, on ``attacker_url``)."""
     measured = await capacity(url, victim_key)
     rate = LOAD_X * measured / TEXTS_PER_REQUEST
     texts = await probe_texts(url, victim_key)
-    target = Target(url, attacker_key, burst, tuple(texts), slow_within_s, MODEL)
+    target = Target(attacker_url, attacker_key, burst, tuple(texts), slow_within_s, MODEL)
     alone = await victim_run(url, victim_key, rate, ARRIVAL_SEED)
     runs = []
     with attacker_pool() as pool:
@@ -339,23 +366,35 @@ def _quiet_clients() -> None:
 
 
 def run_isolation_bench(
-    data_dir: Path, plan: Sequence[Sequence[str]] | None = None
+    data_dir: Path, plan: Sequence[Sequence[str]] | None = None, *, shared: bool = False
 ) -> IsolationResults:
-    """``plan``: the attacks of each run (default: each attack alone, then all at once)."""
+    """``plan``: the attacks of each run (default: each attack alone, then all at once);
+    ``shared``: on throw-away Redis, Postgres and NATS, two gateways."""
     plan = plan or [*([name] for name in ATTACKS), list(ATTACKS)]
     unknown = sorted({name for names in plan for name in names} - set(ATTACKS))
     if unknown:
         raise BenchError(f"unknown attack {unknown[0]!r}; known: {', '.join(ATTACKS)}")
     _quiet_clients()
-    settings = isolation_settings(data_dir)
-    victim_key, attacker_key, burst = prepare(settings)
-    slow_within_s = stall_allowance_s(settings)
     started = time.perf_counter()
-    with serving(settings) as processes:
-        measured, rate, alone, runs = asyncio.run(
-            isolation(processes.gateway_url, victim_key, attacker_key, burst, plan, slow_within_s)
-        )
+    with contextlib.ExitStack() as services:
+        urls = services.enter_context(shared_services()) if shared else None
+        settings = isolation_settings(data_dir, urls)
+        victim_key, attacker_key, burst = prepare(settings)
+        with serving(settings) as processes:
+            victim_url = processes.gateway_urls[0]
+            attacker_url = processes.gateway_urls[-1]
+            measured, rate, alone, runs = asyncio.run(
+                isolation(
+                    victim_url,
+                    attacker_url,
+                    victim_key,
+                    attacker_key,
+                    burst,
+                    plan,
+                    stall_allowance_s(settings),
+                )
+            )
     seconds = time.perf_counter() - started
     if not math.isfinite(measured):
         raise BenchError("capacity could not be measured")
-    return IsolationResults(measured, rate, alone, tuple(runs), seconds)
+    return IsolationResults(measured, rate, alone, tuple(runs), seconds, shared)

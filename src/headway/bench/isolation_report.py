@@ -13,6 +13,7 @@ from headway.bench.isolation import (
     LOAD_X,
     P95_GOAL,
     REPLICAS,
+    SHARED_GATEWAYS,
     SYNTHETIC,
     TEXTS_PER_REQUEST,
     WINDOW_S,
@@ -24,6 +25,7 @@ from headway.bench.isolation import (
 from headway.bench.stats import fmt_latency, markdown_table
 
 SECTION = "isolation"
+SHARED_SECTION = "isolation-shared"
 
 
 def _held(run: AttackRun) -> str:
@@ -69,12 +71,20 @@ def render(results: IsolationResults, machine: Machine, command: str) -> str:
     ]
     return "\n\n".join(
         [
-            "## Isolation: a victim tenant beside a hostile tenant and an anonymous client",
+            "## Isolation: a victim tenant beside a hostile tenant and an anonymous client"
+            + (", in the shared mode" if results.shared else ""),
             f"Command: `{command}`  \nDate: {machine.date}  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; 1-minute load average "
             f"{machine.load_average:.2f} at start; the victim's client, the attacker's and "
             f"every process on the same machine. {results.seconds:.0f} s in all.",
-            f"`headway up` as shipped (quotas, admission and the results cache on) with "
+            (
+                f"The shared mode: Redis, Postgres and NATS JetStream (throw-away servers), "
+                f"{SHARED_GATEWAYS} gateways, the victim on the first and the attacker on the "
+                "second. "
+                if results.shared
+                else ""
+            )
+            + f"`headway up` as shipped (quotas, admission and the results cache on) with "
             f"{REPLICAS} synthetic workers ({SYNTHETIC['call_ms']:g} ms a call + "
             f"{SYNTHETIC['text_ms']:g} ms a text, spent waiting), the batch executor, and two "
             "tenants: the victim (interactive, a quota far above its load) and the attacker "

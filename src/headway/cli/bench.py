@@ -316,6 +316,10 @@ def bench_isolation(
         list[str] | None,
         typer.Option(help="Only these attacks, one run each (default: each, then all at once)."),
     ] = None,
+    shared: Annotated[
+        bool,
+        typer.Option("--shared", help="On throw-away Redis, Postgres and NATS, with two gateways."),
+    ] = False,
     out: BenchOut = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
@@ -323,9 +327,9 @@ def bench_isolation(
     """A victim tenant's interactive figures and batch time, alone and beside each attack."""
     settings = settings_from(config, data_dir=data_dir)
     from headway.bench.isolation import run_isolation_bench
-    from headway.bench.isolation_report import SECTION, render
+    from headway.bench.isolation_report import SECTION, SHARED_SECTION, render
 
     plan = [[name] for name in attack] if attack else None
     with _running() as machine:
-        results = run_isolation_bench(settings.data_dir, plan)
-    _publish(render(results, machine, _command()), SECTION, out)
+        results = run_isolation_bench(settings.data_dir, plan, shared=shared)
+    _publish(render(results, machine, _command()), SHARED_SECTION if shared else SECTION, out)
