@@ -117,6 +117,25 @@ async def _until_final(
     return None
 
 
+async def _run_batch(
+    target: Target, name: str, data: bytes, endpoint: str
+) -> dict[str, object] | Outcome:
+    """Upload ``data`` and run it as a batch until it ends (30 s at most): the final batch,
+    or the attack's outcome where the upload or the create already told it (a 4xx held,
+    a 5xx did not)."""
+    async with _client(target) as client:
+        uploaded = await _upload(client, target.key, data)
+        if uploaded.status_code != 200:
+            held = 400 <= uploaded.status_code < 500
+            return Outcome(name, held, f"upload answered {uploaded.status_code}")
+        created = await _batch(client, target.key, uploaded.json()["id"], endpoint)
+        if created.status_code != 200:
+            held = 400 <= created.status_code < 500
+            return Outcome(name, held, f"create answered {created.status_code}")
+        final = await _until_final(client, target.key, created.json()["id"], 30.0)
+    return final if final is not None else Outcome(name, False, "its batch ran on past 30 s")
+
+
 async def nested_line(target: Target) -> Outcome:
     """A rerank line whose document carries an extra field nested ``NESTING`` deep: it used
     to pass the upload and then stop the Batch API for everyone. Held: refused at upload,
@@ -128,20 +147,9 @@ async def nested_line(target: Target) -> Outcome:
         + body.encode()
         + b"}\n"
     )
-    async with _client(target) as client:
-        uploaded = await _upload(client, target.key, data)
-        if uploaded.status_code >= 500:
-            return Outcome("nested_line", False, f"upload answered {uploaded.status_code}")
-        if uploaded.status_code != 200:
-            return Outcome("nested_line", True, f"upload refused {uploaded.status_code}")
-        created = await _batch(client, target.key, uploaded.json()["id"], "/v1/rerank")
-        if created.status_code != 200:
-            return Outcome(
-                "nested_line", created.status_code < 500, f"create {created.status_code}"
-            )
-        final = await _until_final(client, target.key, created.json()["id"], 30.0)
-    if final is None:
-        return Outcome("nested_line", False, "uploaded; its batch did not end within 30 s")
+    final = await _run_batch(target, "nested_line", data, "/v1/rerank")
+    if isinstance(final, Outcome):
+        return final
     return Outcome("nested_line", True, f"uploaded; its batch ended {final['status']}")
 
 
@@ -154,19 +162,9 @@ async def burst_lines(target: Target, lines: int = 40) -> Outcome:
         _line(f"big-{n}", "/v1/embeddings", {"model": target.model, "input": texts}) + b"\n"
         for n in range(lines)
     )
-    async with _client(target) as client:
-        uploaded = await _upload(client, target.key, data)
-        if uploaded.status_code != 200:
-            held = 400 <= uploaded.status_code < 500
-            return Outcome("burst_lines", held, f"upload answered {uploaded.status_code}")
-        created = await _batch(client, target.key, uploaded.json()["id"], "/v1/embeddings")
-        if created.status_code != 200:
-            return Outcome(
-                "burst_lines", created.status_code < 500, f"create {created.status_code}"
-            )
-        final = await _until_final(client, target.key, created.json()["id"], 30.0)
-    if final is None:
-        return Outcome("burst_lines", False, f"{lines} lines still held after 30 s")
+    final = await _run_batch(target, "burst_lines", data, "/v1/embeddings")
+    if isinstance(final, Outcome):
+        return final
     counts = final.get("request_counts") or {}
     ran = counts.get("completed", 0) if isinstance(counts, dict) else 0
     errors = final.get("errors") or {}
