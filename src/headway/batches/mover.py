@@ -263,8 +263,7 @@ class Mover:
         store = self._store
         for record in await off_loop(store.expired_files, self.now()):
             await off_loop(store.delete_file_by_id, record.id)
-            if not await off_loop(store.digest_in_use, record.sha256):
-                await off_loop(self._files.delete, record.sha256)
+            await off_loop(store.release_content, record.sha256, self._files.delete)
             log.info("file %s expired and was deleted", record.id)
 
     async def _page(self, statuses: tuple[BatchStatus, ...]) -> list[Batch]:
@@ -381,9 +380,9 @@ class Mover:
     ) -> str:
         store = self._store
         file_id = derived_file_id(batch.id, which)
-        digest = await off_loop(written.commit)
+        digest = await off_loop(written.seal)
         if await off_loop(store.file, batch.tenant_id, file_id) is not None:
-            return file_id
+            return file_id  # recorded by another executor, or before a crash: the same bytes
         now = self.now()
         record = FileObject(
             id=file_id,
@@ -398,7 +397,7 @@ class Mover:
             lines=lines,
         )
         try:
-            await off_loop(store.add_file, record)
+            await off_loop(store.add_file, record, place=written.place)
         except BatchStoreError:  # another executor recorded it first: the same file
             if await off_loop(store.file, batch.tenant_id, file_id) is None:
                 raise
