@@ -274,3 +274,20 @@ def test_placing_over_a_stored_copy_of_another_size_replaces_it(tmp_path: Path) 
     writer.write(CONTENT)
     writer.place()
     assert files.read(DIGEST) == CONTENT and leftovers(tmp_path) == []
+
+
+def test_stored_lists_the_contents_older_than_a_cutoff_and_nothing_else(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    other = b"another content\n"
+    files.put(CONTENT)
+    files.put(other)
+    partial = files.writer()
+    partial.write(b"a partial file")  # under .partial: never listed
+    past = time.time() - 7200
+    os.utime(files.path_of(DIGEST), (past, past))
+    assert list(files.stored(3600)) == [DIGEST]
+    assert sorted(files.stored(0, now=time.time() + 1)) == sorted(
+        [DIGEST, hashlib.sha256(other).hexdigest()]
+    )
+    assert list(DirectoryFileStore(tmp_path / "never-made").stored(0)) == []
+    partial.discard()

@@ -36,12 +36,15 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from headway.durable import fsync_dir
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_DIGEST_PART = re.compile(r"[0-9a-f]{2}")
+"""A level of ``root/ab/cd/``: two hex characters of the digest."""
 PARTIAL_DIR = ".partial"
 """Under the root: files being written (no digest directory starts with a dot)."""
 PARTIAL_FILE_AGE_S = 86400.0
@@ -115,6 +118,11 @@ class FileStore(Protocol):
 
     def writer(self) -> FileWriter:
         """A new, empty temporary file (``FileWriter``): commit or discard it."""
+        ...
+
+    def stored(self, older_than_s: float, now: float | None = None) -> Iterator[str]:
+        """The digests of the contents stored, last written more than ``older_than_s``
+        ago (those a sweep for unnamed copies may look at), in no particular order."""
         ...
 
     def path_of(self, digest: str) -> Path:
@@ -202,6 +210,21 @@ class DirectoryFileStore:
                     removed += 1
         return removed
 
+    def stored(self, older_than_s: float, now: float | None = None) -> Iterator[str]:
+        cutoff = (time.time() if now is None else now) - older_than_s
+        for first in _entries(self.root):
+            if _DIGEST_PART.fullmatch(first.name) is None:
+                continue  # .partial, or anything not put here
+            for second in _entries(Path(first.path)):
+                if _DIGEST_PART.fullmatch(second.name) is None:
+                    continue
+                for entry in _entries(Path(second.path)):
+                    if _DIGEST.fullmatch(entry.name) is None:
+                        continue  # a temporary file of a put in progress
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.is_file() and entry.stat().st_mtime < cutoff:
+                            yield entry.name
+
     def place(self, temporary: str, digest: str, size: int) -> None:
         """Rename a durable temporary file of ``size`` bytes into place as ``digest``, the
         new directory entry fsynced. When a copy of that size is stored already the
@@ -229,6 +252,15 @@ class DirectoryFileStore:
         for level in reversed(missing):
             level.mkdir(exist_ok=True)
             fsync_dir(level.parent)
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    """The directory's entries; none if it is gone (deleted meanwhile, or never made)."""
+    try:
+        with os.scandir(directory) as found:
+            return list(found)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _holds(target: Path, size: int) -> bool:
