@@ -241,3 +241,53 @@ def test_sweep_removes_partial_files_older_than_any_write_in_progress(tmp_path: 
     assert not old_path.exists() and len(leftovers(tmp_path)) == 1
     assert fresh.commit() == hashlib.sha256(b"still being written").hexdigest()
     old.discard()
+
+
+def test_a_sealed_writer_keeps_its_bytes_aside_until_placed(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    writer = files.writer()
+    writer.write(CONTENT)
+    assert writer.seal() == DIGEST and writer.seal() == DIGEST
+    assert not files.exists(DIGEST)  # sealed: fsynced, still the temporary file
+    with pytest.raises(ValueError, match="sealed"):
+        writer.write(b"more")
+    writer.place()
+    assert files.read(DIGEST) == CONTENT and leftovers(tmp_path) == []
+    with pytest.raises(ValueError, match="committed or discarded"):
+        writer.place()
+
+
+def test_a_sealed_writer_discarded_leaves_nothing(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    writer = files.writer()
+    writer.write(CONTENT)
+    writer.seal()
+    writer.discard()
+    assert not files.exists(DIGEST) and leftovers(tmp_path) == []
+
+
+def test_placing_over_a_stored_copy_of_another_size_replaces_it(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    files.put(CONTENT)
+    files.path_of(DIGEST).write_bytes(CONTENT[:10])  # cut short, as on a failing disk
+    writer = files.writer()
+    writer.write(CONTENT)
+    writer.place()
+    assert files.read(DIGEST) == CONTENT and leftovers(tmp_path) == []
+
+
+def test_stored_lists_the_contents_older_than_a_cutoff_and_nothing_else(tmp_path: Path) -> None:
+    files = DirectoryFileStore(tmp_path)
+    other = b"another content\n"
+    files.put(CONTENT)
+    files.put(other)
+    partial = files.writer()
+    partial.write(b"a partial file")  # under .partial: never listed
+    past = time.time() - 7200
+    os.utime(files.path_of(DIGEST), (past, past))
+    assert list(files.stored(3600)) == [DIGEST]
+    assert sorted(files.stored(0, now=time.time() + 1)) == sorted(
+        [DIGEST, hashlib.sha256(other).hexdigest()]
+    )
+    assert list(DirectoryFileStore(tmp_path / "never-made").stored(0)) == []
+    partial.discard()

@@ -15,10 +15,15 @@ can name a path outside the root.
 
 Content too large to hold (an upload streamed as it arrives, an output file written line
 by line) goes through a ``writer``: a temporary file in ``root/.partial/`` (a name no
-digest directory can have), hashed as it is written; ``commit`` fsyncs it and renames it
-into place under its digest (or drops it, when that content is stored already), and
-``discard`` removes it. A process killed mid-write leaves a partial file that
-``sweep_partial`` removes once it is older than any write in progress can be.
+digest directory can have), hashed as it is written; ``seal`` fsyncs it (its digest
+known, the bytes still in the temporary file), ``place`` renames it into place under its
+digest and fsyncs the directory (or drops it, when a copy of that size is stored already:
+that copy's directory entry is fsynced instead), and ``discard`` removes it. The batch
+store places a record's bytes inside the transaction that commits the record, holding the
+content's lock (``BatchStore.add_file``), so a delete of the same content
+(``release_content``) cannot fall between the reuse of a stored copy and the commit. A
+process killed mid-write leaves a partial file that ``sweep_partial`` removes once it is
+older than any write in progress can be.
 """
 
 from __future__ import annotations
@@ -27,15 +32,19 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from headway.durable import fsync_dir
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_DIGEST_PART = re.compile(r"[0-9a-f]{2}")
+"""A level of ``root/ab/cd/``: two hex characters of the digest."""
 PARTIAL_DIR = ".partial"
 """Under the root: files being written (no digest directory starts with a dot)."""
 PARTIAL_FILE_AGE_S = 86400.0
@@ -66,12 +75,23 @@ class FileWriter(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    def seal(self) -> str:
+        """No more writes: the bytes fsynced, still in the temporary file; the content's
+        SHA-256 hex digest (the same digest if sealed again)."""
+        ...
+
+    def place(self) -> None:
+        """Seal, then put the bytes in place under their digest, durable (renamed, the
+        directory fsynced; dropped when that content is stored already); the writer is
+        closed."""
+        ...
+
     def commit(self) -> str:
-        """The content's SHA-256 hex digest, stored and durable; the writer is closed."""
+        """``seal`` then ``place``: the content's SHA-256 hex digest, stored and durable."""
         ...
 
     def discard(self) -> None:
-        """Remove what was written; after ``commit``, or twice, it does nothing."""
+        """Remove what was written; after ``place``, or twice, it does nothing."""
         ...
 
 
@@ -100,6 +120,11 @@ class FileStore(Protocol):
         """A new, empty temporary file (``FileWriter``): commit or discard it."""
         ...
 
+    def stored(self, older_than_s: float, now: float | None = None) -> Iterator[str]:
+        """The digests of the contents stored, last written more than ``older_than_s``
+        ago (those a sweep for unnamed copies may look at), in no particular order."""
+        ...
+
     def path_of(self, digest: str) -> Path:
         """Where the content lies on this machine's disk (a download is sent from it)."""
         ...
@@ -126,7 +151,8 @@ class DirectoryFileStore:
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
         target = self.path_of(digest)
-        if target.is_file():
+        if _holds(target, len(data)):
+            fsync_dir(target.parent)  # as in ``place``: the copy's entry durable too
             return digest
         self._make_dirs(target.parent)
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{digest}.", suffix=".tmp")
@@ -184,12 +210,32 @@ class DirectoryFileStore:
                     removed += 1
         return removed
 
-    def place(self, temporary: str, digest: str) -> None:
-        """Rename a durable temporary file into place as ``digest`` (dropped instead when
-        that content is stored already), the new directory entry fsynced."""
+    def stored(self, older_than_s: float, now: float | None = None) -> Iterator[str]:
+        cutoff = (time.time() if now is None else now) - older_than_s
+        for first in _entries(self.root):
+            if _DIGEST_PART.fullmatch(first.name) is None:
+                continue  # .partial, or anything not put here
+            for second in _entries(Path(first.path)):
+                if _DIGEST_PART.fullmatch(second.name) is None:
+                    continue
+                for entry in _entries(Path(second.path)):
+                    if _DIGEST.fullmatch(entry.name) is None:
+                        continue  # a temporary file of a put in progress
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.is_file() and entry.stat().st_mtime < cutoff:
+                            yield entry.name
+
+    def place(self, temporary: str, digest: str, size: int) -> None:
+        """Rename a durable temporary file of ``size`` bytes into place as ``digest``, the
+        new directory entry fsynced. When a copy of that size is stored already the
+        temporary file is dropped and the copy's directory fsynced: its writer may not have
+        done so yet, and the caller is about to commit a record that names it. A copy of
+        another size (cut short on a failing disk) is replaced: these bytes are the
+        digest's."""
         target = self.path_of(digest)
-        if target.is_file():
+        if _holds(target, size):
             os.unlink(temporary)
+            fsync_dir(target.parent)
             return
         self._make_dirs(target.parent)
         os.replace(temporary, target)
@@ -208,6 +254,24 @@ class DirectoryFileStore:
             fsync_dir(level.parent)
 
 
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    """The directory's entries; none if it is gone (deleted meanwhile, or never made)."""
+    try:
+        with os.scandir(directory) as found:
+            return list(found)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _holds(target: Path, size: int) -> bool:
+    """Whether ``target`` is a regular file of ``size`` bytes."""
+    try:
+        found = target.stat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(found.st_mode) and found.st_size == size
+
+
 class PartialFile:
     """``FileWriter`` on a temporary file in ``directory``, placed by ``store``."""
 
@@ -215,10 +279,12 @@ class PartialFile:
         self._store = store
         fd, path = tempfile.mkstemp(dir=directory, prefix=".write.", suffix=".tmp")
         self._path: str | None = path
-        """None once committed or discarded: nothing of this writer is left to remove."""
+        """None once placed or discarded: nothing of this writer is left to remove."""
         self._out: BinaryIO = os.fdopen(fd, "wb")
         self._hash = hashlib.sha256()
         self._size = 0
+        self._digest: str | None = None
+        """Set by ``seal``: the bytes are fsynced and no more may be written."""
         self._lock = threading.Lock()
 
     @property
@@ -229,30 +295,52 @@ class PartialFile:
         with self._lock:
             if self._path is None:
                 raise ValueError("this file was committed or discarded already")
+            if self._digest is not None:
+                raise ValueError("this file was sealed: nothing more can be written to it")
             self._out.write(data)
             self._hash.update(data)
             self._size += len(data)
 
-    def commit(self) -> str:
+    def seal(self) -> str:
         with self._lock:
+            return self._sealed()
+
+    def place(self) -> None:
+        with self._lock:
+            digest = self._sealed()
             path = self._path
-            if path is None:
-                raise ValueError("this file was committed or discarded already")
+            assert path is not None  # _sealed raised otherwise
             try:
-                self._out.flush()
-                os.fsync(self._out.fileno())
-                self._out.close()
-                digest = self._hash.hexdigest()
-                self._store.place(path, digest)
+                self._store.place(path, digest, self._size)
             except BaseException:
                 self._remove()
                 raise
             self._path = None
-            return digest
+
+    def commit(self) -> str:
+        self.place()
+        digest = self._digest
+        assert digest is not None  # place sealed it
+        return digest
 
     def discard(self) -> None:
         with self._lock:
             self._remove()
+
+    def _sealed(self) -> str:
+        """The digest, sealing first if need be (the lock held)."""
+        if self._path is None:
+            raise ValueError("this file was committed or discarded already")
+        if self._digest is None:
+            try:
+                self._out.flush()
+                os.fsync(self._out.fileno())
+                self._out.close()
+            except BaseException:
+                self._remove()
+                raise
+            self._digest = self._hash.hexdigest()
+        return self._digest
 
     def _remove(self) -> None:
         with contextlib.suppress(OSError):

@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Literal
 
 from headway.batches import output
-from headway.batches.filestore import FileStore, FileWriter
+from headway.batches.filestore import PARTIAL_FILE_AGE_S, FileStore, FileWriter
 from headway.batches.inputs import InputMissing, Inputs, ParsedInput
 from headway.batches.jsonl import Line
 from headway.batches.metrics import ExecutorMetrics
@@ -81,6 +81,9 @@ AWAY = (BatchStoreUnavailable, WorkQueueUnavailable, RegistryUnavailable)
 """Failures that are not the batch's: waited out, never counted against it."""
 MAX_ERRORS = 100
 """Most line errors a batch object lists in ``errors`` (all are in the error file)."""
+UNNAMED_AGE_S = PARTIAL_FILE_AGE_S
+"""Stored bytes no record names are swept once this old (``sweep_unnamed``): a record being
+committed now, through any path, names bytes written well within a day."""
 NOT_RUN_MESSAGE = {
     "expired": ("batch_expired", output.EXPIRED_MESSAGE),
     "cancelled": ("batch_cancelled", output.CANCELLED_MESSAGE),
@@ -263,9 +266,23 @@ class Mover:
         store = self._store
         for record in await off_loop(store.expired_files, self.now()):
             await off_loop(store.delete_file_by_id, record.id)
-            if not await off_loop(store.digest_in_use, record.sha256):
-                await off_loop(self._files.delete, record.sha256)
+            await off_loop(store.release_content, record.sha256, self._files.delete)
             log.info("file %s expired and was deleted", record.id)
+
+    async def sweep_unnamed(self) -> int:
+        """Remove stored bytes that no record names and that were last written over
+        ``UNNAMED_AGE_S`` ago: left by a process killed between placing an upload's bytes
+        and committing its record, or between deleting a record and releasing its bytes.
+        Each is released under its content's lock (``release_content``), so a copy an
+        upload is reusing now stays. How many went."""
+        store, files = self._store, self._files
+        removed = 0
+        for digest in await off_loop(lambda: list(files.stored(UNNAMED_AGE_S, self.now()))):
+            if await off_loop(store.release_content, digest, files.delete):
+                removed += 1
+        if removed:
+            log.info("%d stored files no record named were removed", removed)
+        return removed
 
     async def _page(self, statuses: tuple[BatchStatus, ...]) -> list[Batch]:
         """Up to ``page_size`` batches in ``statuses``, going on from where the last tick's
@@ -381,9 +398,9 @@ class Mover:
     ) -> str:
         store = self._store
         file_id = derived_file_id(batch.id, which)
-        digest = await off_loop(written.commit)
+        digest = await off_loop(written.seal)
         if await off_loop(store.file, batch.tenant_id, file_id) is not None:
-            return file_id
+            return file_id  # recorded by another executor, or before a crash: the same bytes
         now = self.now()
         record = FileObject(
             id=file_id,
@@ -398,7 +415,7 @@ class Mover:
             lines=lines,
         )
         try:
-            await off_loop(store.add_file, record)
+            await off_loop(store.add_file, record, place=written.place)
         except BatchStoreError:  # another executor recorded it first: the same file
             if await off_loop(store.file, batch.tenant_id, file_id) is None:
                 raise

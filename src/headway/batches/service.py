@@ -40,6 +40,9 @@ from headway.tls.hops import gateway_client
 log = logging.getLogger(__name__)
 
 REAP_INTERVAL_S = 60.0
+UNNAMED_INTERVAL_S = 3600.0
+"""How often stored bytes are walked for copies no record names (``Mover.sweep_unnamed``):
+a walk of every stored file, for what only a crash leaves."""
 DEPTH_INTERVAL_S = 5.0
 
 
@@ -89,6 +92,7 @@ class ExecutorService:
         lines = Executor(store, queue, inputs, self._submitter, executor, self.metrics)
         self._background.every("mover", executor.poll_s, mover.tick)
         self._background.every("files", REAP_INTERVAL_S, mover.reap_files)
+        self._background.every("unnamed", UNNAMED_INTERVAL_S, mover.sweep_unnamed)
         self._background.every("depth", DEPTH_INTERVAL_S, self._depth)
         self._background.essential("lines", lines.run)
         log.info(

@@ -20,6 +20,17 @@ by single statements and row locks, never by a read followed by a write:
   tenant_id mod 2^31)``, so the count of the second of two racing uploads sees the first's
   row (READ COMMITTED: each statement after the lock sees every commit before it). Two
   tenants whose ids agree mod 2^31 share a lock, which only serializes them.
+- A content's bytes and the records naming it: ``add_file`` with ``place`` and
+  ``release_content`` hold the content's lock (SQLite: the write lock again; Postgres:
+  ``pg_advisory_xact_lock(CONTENT_LOCK_CLASS, crc32(sha256) mod 2^31)``). The bytes are
+  placed in the file store inside the transaction that inserts the record, before its
+  commit; a release checks, under the lock, that no record names the digest and deletes
+  the bytes before its own (empty) commit. So a reaper's delete and a re-upload's reuse
+  of the same bytes are one before the other, never interleaved.
+- Every commit is durable when it returns: the embedded file is opened with
+  ``synchronous=FULL`` (``open.py``), and on Postgres a session whose
+  ``synchronous_commit`` is ``off`` is raised to ``local`` for the transaction (off, a
+  commit returns before its WAL is flushed: a crash of Postgres loses it after the 200).
 - ``delete_tenant`` deletes the batches before their results: a ``record`` that
   locked a batch first commits before the delete sees its results; one that comes
   after finds no batch.
@@ -32,6 +43,7 @@ or locked past the timeout) becomes ``BatchStoreUnavailable``, any other refusal
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
@@ -76,6 +88,7 @@ _INSERT_CHUNK = 200
 """Most result rows in one multi-row ``INSERT`` (four parameters each)."""
 _BEFORE_ALL_LINES = -(2**63)
 TENANT_LOCK_CLASS = 0x6877_4254  # "hwBT": the first key of a tenant's advisory lock
+CONTENT_LOCK_CLASS = 0x6877_4243  # "hwBC": the first key of a content's (a digest's) lock
 _OPEN = ", ".join(f"'{status}'" for status in RUNNING)
 """The statuses of a batch not yet final, as SQL."""
 
@@ -121,7 +134,13 @@ class SqlBatchStore:
 
     # files -------------------------------------------------------------------------
 
-    def add_file(self, file: FileObject, bounds: TenantBounds | None = None) -> OverLimit | None:
+    def add_file(
+        self,
+        file: FileObject,
+        bounds: TenantBounds | None = None,
+        *,
+        place: Callable[[], None] | None = None,
+    ) -> OverLimit | None:
         with self._write() as tx:
             if bounds is not None:
                 self._lock_tenant(tx, file.tenant_id)
@@ -134,6 +153,9 @@ class SqlBatchStore:
                     return OverLimit("max_files", bounds.max_files, files)
                 if stored + file.bytes > bounds.max_stored_bytes:
                     return OverLimit("max_stored_bytes", bounds.max_stored_bytes, stored)
+            if place is not None:
+                self._lock_content(tx, file.sha256)
+                place()  # the bytes durable in place before the record can commit
             tx.execute(
                 f"INSERT INTO batch_files ({FILE_COLUMNS}) VALUES ({_marks(10)})"
                 " ON CONFLICT (id) DO NOTHING",
@@ -211,6 +233,14 @@ class SqlBatchStore:
                 f"DELETE FROM batch_files WHERE id = ? RETURNING {FILE_COLUMNS}", (file_id,)
             )
         return None if row is None else _file_of(row)
+
+    def release_content(self, sha256: str, delete: Callable[[str], None]) -> bool:
+        with self._write() as tx:
+            self._lock_content(tx, sha256)
+            if tx.one("SELECT 1 FROM batch_files WHERE sha256 = ? LIMIT 1", (sha256,)) is not None:
+                return False
+            delete(sha256)  # still holding the lock: no record can name it meanwhile
+        return True
 
     def digest_in_use(self, sha256: str) -> bool:
         with self._read() as tx:
@@ -457,6 +487,14 @@ class SqlBatchStore:
                 (TENANT_LOCK_CLASS, tenant_id % _LOCKS),
             )
 
+    def _lock_content(self, tx: Tx, sha256: str) -> None:
+        """Hold the content's lock until ``tx`` ends (SQLite: its write lock is held already)."""
+        if self._dialect.name == "postgres":
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(CAST(? AS integer), CAST(? AS integer))",
+                (CONTENT_LOCK_CLASS, zlib.crc32(sha256.encode()) % _LOCKS),
+            )
+
     @contextmanager
     def _read(self) -> Iterator[Tx]:
         with batch_store_errors(), self._dialect.read() as tx:
@@ -465,6 +503,13 @@ class SqlBatchStore:
     @contextmanager
     def _write(self) -> Iterator[Tx]:
         with batch_store_errors(), self._dialect.write(lock=False) as tx:
+            if self._dialect.name == "postgres":
+                # A client is answered once this commits: flushed first, whatever the
+                # server's or role's default (only ``off`` returns before the flush).
+                tx.execute(
+                    "SELECT set_config('synchronous_commit', 'local', true)"
+                    " WHERE current_setting('synchronous_commit') = 'off'"
+                )
             yield tx
 
 

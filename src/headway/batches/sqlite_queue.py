@@ -29,9 +29,11 @@ executor that now holds it. An ack after the lease ran out but before anyone cla
 row again still deletes it: the line is done and nobody else holds it.
 
 ``visible_at`` is unix time (``clock``, ``time.time`` by default), since several
-processes share the file. WAL with ``synchronous=FULL``: a ``put`` or an ``ack`` has
-reached the disk when it returns. Every SQLite call runs in a thread, one at a time on
-this object's connection (opened on first use); ``pull`` polls, every ``poll_s`` at
+processes share the file. WAL with ``synchronous=NORMAL``: a ``put`` or an ``ack`` is
+fsynced with the next FULL commit of the batch store in the same file (the mover's move
+to ``in_progress`` after its puts, the executor's results before their acks), or at a
+checkpoint; no client is answered on a queue commit. Every SQLite call runs in a thread,
+one at a time on this object's connection (opened on first use); ``pull`` polls, every ``poll_s`` at
 first and backing off to ``max_poll_s``, until ``wait_s`` has passed.
 
 **The write lock.** A call that finds another connection holding it tries again every
@@ -251,8 +253,8 @@ class SqliteWorkQueue:
         )
         try:
             enable_wal(conn, self._busy_timeout_s)
-            # As the batch store in this file (``batches/open.py``): the WAL's order keeps
-            # an ack after the result it follows, even across a power loss.
+            # The batch store in this file commits FULL (``batches/open.py``); the WAL's
+            # order keeps an ack after the result it follows, even across a power loss.
             conn.execute("PRAGMA synchronous=NORMAL")
             deadline = time.monotonic() + self._busy_timeout_s
             _retrying_while_locked(conn, _migrate, deadline)

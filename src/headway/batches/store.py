@@ -25,7 +25,7 @@ them to a tenant (``migrations.py``, version 3). Times are unix seconds (ints).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Literal, Protocol
 
 from headway.batches.model import (
@@ -59,14 +59,33 @@ class UnknownBatch(BatchStoreError):
 class BatchStore(Protocol):
     # files -------------------------------------------------------------------------
 
-    def add_file(self, file: FileObject, bounds: TenantBounds | None = None) -> OverLimit | None:
+    def add_file(
+        self,
+        file: FileObject,
+        bounds: TenantBounds | None = None,
+        *,
+        place: Callable[[], None] | None = None,
+    ) -> OverLimit | None:
         """Add a record; one whose id exists already is left as it is (a batch's output
         and error files have derived ids, and finalizing twice adds them twice).
 
         With ``bounds`` (an upload's), the record is added only if the tenant then keeps at
         most ``max_files`` files of at most ``max_stored_bytes`` bytes in all; else nothing
         is written and the bound it would break is returned. The check and the insert hold
-        the tenant's lock, so two uploads racing for the last slot cannot both pass."""
+        the tenant's lock, so two uploads racing for the last slot cannot both pass.
+
+        ``place`` (a ``FileWriter``'s) puts the record's bytes under ``file.sha256`` in the
+        file store: it is called inside the transaction, once the bounds passed, holding
+        the content's lock, and the record commits only after it returned, so no
+        ``release_content`` of that digest falls between the bytes found in place and the
+        commit. Not called when a bound refuses the record."""
+        ...
+
+    def release_content(self, sha256: str, delete: Callable[[str], None]) -> bool:
+        """If no file record names the content, ``delete(sha256)`` (the file store's)
+        inside a transaction holding the content's lock; whether it was called. An
+        ``add_file`` of the same content either committed before (its record is seen, and
+        nothing is deleted) or places its bytes after (finds them gone and puts its own)."""
         ...
 
     def usage(self, tenant_id: int) -> TenantUse:
@@ -103,7 +122,8 @@ class BatchStore(Protocol):
         ...
 
     def digest_in_use(self, sha256: str) -> bool:
-        """Whether any file record still names this content."""
+        """Whether any file record still names this content (a read: to delete content,
+        ``release_content``, which decides under the content's lock)."""
         ...
 
     # batches -----------------------------------------------------------------------

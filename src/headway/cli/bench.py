@@ -333,3 +333,20 @@ def bench_isolation(
     with _running() as machine:
         results = run_isolation_bench(settings.data_dir, plan, shared=shared)
     _publish(render(results, machine, _command()), SHARED_SECTION if shared else SECTION, out)
+
+
+@bench_app.command("batch-commits")
+def bench_batch_commits(
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds, the settings interleaved.")] = 20,
+    per_round: Annotated[int, typer.Option(min=1, help="Commits per call and round.")] = 50,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """The embedded batch store's commit with synchronous=FULL (durable) against NORMAL."""
+    settings = settings_from(config, data_dir=data_dir)
+    from headway.bench.batch_commits import SECTION, render, run_batch_commits_bench
+
+    with _running() as machine:
+        results = run_batch_commits_bench(settings.data_dir, rounds=rounds, per_round=per_round)
+    _publish(render(results, machine, _command()), SECTION, out)

@@ -14,9 +14,10 @@ directory, hashed as it is written, its lines checked as they complete (``jsonl.
 UploadCheck``, with the executor's own reading of each line and the strict parser of its
 url); the byte limits (``batches.max_file_bytes``, the tenant's room left) are enforced
 at the chunk that passes them. The first problem answers at once (4xx) and the temporary
-file is removed, as when the client disconnects mid-upload. A file fully checked is moved
-into place by its digest and recorded, the tenant's bounds checked again in the record's
-own transaction. Memory is a megabyte or two per upload whatever the file's size.
+file is removed, as when the client disconnects mid-upload. A file fully checked is
+fsynced, then moved into place by its digest inside the transaction that records it (the
+tenant's bounds checked again there, the content's lock held): the 200 comes after both
+are durable. Memory is a megabyte or two per upload whatever the file's size.
 
 Every route reads only the caller's own files: another tenant's id is a 404, exactly as an
 unknown one. A download is sent from the file a chunk at a time (``FileResponse``). A file
@@ -217,7 +218,7 @@ async def _keep(
     keep_s = _expiry_s(form, parts.settings.file_retention_s)
     lines = await upload.finish()
     size = upload.size
-    digest = await upload.commit()  # checked first: nothing kept on a 4xx
+    digest = await upload.seal()  # checked first: nothing kept on a 4xx
     now = parts.now()
     record = FileObject(
         id=new_file_id(),
@@ -231,11 +232,11 @@ async def _keep(
         expires_at=now + keep_s,
         lines=lines,
     )
-    over = await off_loop(parts.store.add_file, record, bounds)
+    # The bytes are placed in the record's own transaction, under the content's lock:
+    # durable before the record commits, and never a reused copy a reaper deletes meanwhile.
+    over = await off_loop(parts.store.add_file, record, bounds, place=upload.place)
     if over is not None:  # another upload of the tenant's took the room meanwhile
-        if not await off_loop(parts.store.digest_in_use, digest):
-            await off_loop(parts.files.delete, digest)
-        raise refusal(over, file_bytes=size)
+        raise refusal(over, file_bytes=size)  # not placed: the temporary file is discarded
     return json_response(schemas.file_of(record))
 
 
@@ -273,15 +274,21 @@ class _Upload:
     async def finish(self) -> int:
         return await off_loop(self._check.finish)
 
-    async def commit(self) -> str:
+    async def seal(self) -> str:
+        """The file's bytes fsynced in its temporary file; their digest."""
         writer = self._writer
         assert writer is not None
-        digest = await off_loop(writer.commit)
-        self._writer = None
-        return digest
+        return await off_loop(writer.seal)
+
+    def place(self) -> None:
+        """The sealed bytes put in place by their digest (``BatchStore.add_file`` calls it
+        in its transaction, in a thread)."""
+        writer = self._writer
+        assert writer is not None
+        writer.place()
 
     async def discard(self) -> None:
-        """Remove the temporary file, if it was not committed. Run in a thread even when
+        """Remove the temporary file, if it was not placed. Run in a thread even when
         the request was cancelled: a write still running there finishes first."""
         writer, self._writer = self._writer, None
         if writer is not None:
@@ -447,10 +454,9 @@ def delete_file(parts: BatchParts) -> Handler:
 
 async def remove_file(parts: BatchParts, record: FileObject) -> None:
     """The record, then its bytes if no other record (another tenant's upload of the same
-    content, say) still points at them."""
+    content, say) still points at them, decided under the content's lock."""
     await off_loop(parts.store.delete_file, record.tenant_id, record.id)
-    if not await off_loop(parts.store.digest_in_use, record.sha256):
-        await off_loop(parts.files.delete, record.sha256)
+    await off_loop(parts.store.release_content, record.sha256, parts.files.delete)
 
 
 async def _own_file(parts: BatchParts, request: Request) -> FileObject:

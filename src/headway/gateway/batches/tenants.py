@@ -133,8 +133,7 @@ class TenantData:
         if store is None or files is None:
             return
         for digest in blobs:
-            if not await off_loop(store.digest_in_use, digest):
-                await off_loop(files.delete, digest)
+            await off_loop(store.release_content, digest, files.delete)
 
 
 def _contents_of(store: BatchStore, tenant_id: int) -> tuple[str, ...]:
