@@ -141,6 +141,8 @@ def test_the_plan_is_seeded_spread_over_the_window_and_mixes_actions() -> None:
     assert all(2.0 <= gap <= 5.0 for gap in gaps)
     assert {step.action for step in plan} == {"kill", "restart"}
     assert {step.target for step in plan} <= set(targets)
+    for start in range(0, len(plan) - len(targets) + 1, len(targets)):  # rounds of all
+        assert {step.target for step in plan[start : start + len(targets)]} == set(targets)
     assert all(0.2 <= step.down_s <= 2.0 for step in plan)
     with pytest.raises(ValueError, match="targets"):
         chaos_plan(3, 120.0, ())

@@ -258,18 +258,23 @@ def chaos_plan(
     down_s: tuple[float, float] = (0.2, 2.0),
 ) -> list[ChaosStep]:
     """A seeded plan: one step every ``every_s`` (uniform) while inside ``window_s``, each
-    a random target, killed or restarted (even odds), down ``down_s`` (uniform). The same
-    seed and targets give the same plan: a failing run is replayed by its seed."""
+    killed or restarted (even odds), down ``down_s`` (uniform). Targets come in rounds,
+    each a random order of all of them, so a plan of ``len(targets)`` steps has hit every
+    one. The same seed and targets give the same plan: a failing run is replayed by its
+    seed."""
     if not targets:
         raise ValueError("a chaos plan needs targets")
     if window_s <= 0 or min(*every_s, *down_s) < 0 or every_s[1] <= 0:
         raise ValueError("the chaos window and intervals must be positive")
     rng = random.Random(seed)
     steps: list[ChaosStep] = []
+    turn: list[str] = []
     at_s = rng.uniform(*every_s)
     while at_s < window_s:
+        if not turn:
+            turn = rng.sample(list(targets), len(targets))
         action: Action = "kill" if rng.random() < 0.5 else "restart"
-        steps.append(ChaosStep(at_s, rng.choice(list(targets)), action, rng.uniform(*down_s)))
+        steps.append(ChaosStep(at_s, turn.pop(), action, rng.uniform(*down_s)))
         at_s += rng.uniform(*every_s)
     return steps
 
