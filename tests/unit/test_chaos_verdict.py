@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -12,6 +13,8 @@ from pydantic import ValidationError
 from headway import plants
 from headway.background import Background
 from headway.batches.model import LineResult
+from headway.bench import chaos_report
+from headway.bench.chaos import ChaosReport, ChaosSpec
 from headway.bench.chaos_verdict import (
     LedgerRow,
     billing_verdict,
@@ -21,6 +24,7 @@ from headway.bench.chaos_verdict import (
     quota_allowance,
     quota_verdict,
 )
+from headway.bench.host import Machine
 from headway.billing.sources.base import Delivery
 from headway.metering.event import UsageEvent
 from headway.metering.sink import MemorySink
@@ -230,3 +234,61 @@ def test_the_duplicator_writes_the_first_answer_twice() -> None:
     results = [LineResult(1, False, b"e"), LineResult(2, True, b"a"), LineResult(3, True, b"b")]
     lines = [r.line for r in plants.duplicating_first_answer(results)]
     assert lines == [1, 2, 2, 3]
+
+
+def test_no_deployment_file_sets_a_plant() -> None:
+    root = Path(__file__).parents[2]
+    files = [root / "compose.yaml", root / "Dockerfile", *sorted((root / "deploy").rglob("*"))]
+    rigged = [
+        str(path.relative_to(root))
+        for path in files
+        if path.is_file() and "TEST_FAULT" in path.read_text(errors="replace").upper()
+    ]
+    assert rigged == []
+
+
+# The section ---------------------------------------------------------------------------
+
+
+def _report(lost: tuple[str, ...] = ()) -> ChaosReport:
+    spec = ChaosSpec(chaos_s=30.0, lines=3, seed=3)
+    billing = billing_verdict(
+        {"a": 2, **{f"l{n}": 1 for n in range(3)}},
+        [],
+        [_row(i) for i in ("l0", "l1", "l2") if i not in lost] + [_row("a", 2)],
+        4,
+    )
+    return ChaosReport(
+        spec=spec,
+        plan=tuple(spec.steps()),
+        steps_done={"kill postgres": 1, "restart gw-a": 2},
+        unexpected_exits=("executor-0 (life 2) exited at start, status 3: startup failed",),
+        settled=True,
+        settle_s=1.5,
+        load_s=32.0,
+        batch_status="completed",
+        batch_s=20.0,
+        billing=billing,
+        lines=line_verdict(
+            {"c0": "l0", "c1": "l1", "c2": "l2"}, ["c0", "c1", "c2"], [], ["l0", "l1", "l2"]
+        ),
+        quota=quota_verdict("chaos-a", 500, 12, 20, 40, 30.0, 1, 0, 2),
+        deadlines=(deadline_share("chaos-a", [(200, 0.1), (429, 0.0)], 2.0),),
+        statuses={0: 3, 200: 1, 429: 1},
+        aggregate_problems=(),
+    )
+
+
+def test_the_section_shows_the_verdict_the_checks_and_the_plan_to_replay() -> None:
+    machine = Machine("2026-01-01 00:00 UTC", 2, "AMD EPYC", "Linux", "3.11.7", 0.5)
+    section = chaos_report.render(_report(), machine, "headway bench chaos")
+    assert section.startswith("## Chaos:")
+    assert "Verdict: **held**" in section
+    assert "| quota over-admission (chaos-a) |" in section
+    assert "| chaos-a | 2 | 1 | 1 | 100.0% |" in section
+    assert "executor-0 (life 2) exited at start" in section
+    assert "--seed 3" in section
+    assert all(step.describe() in section for step in _report().plan)
+    failed = chaos_report.render(_report(lost=("l1",)), machine, "headway bench chaos")
+    assert "Verdict: **did not hold**: lost 200s: 1" in failed
+    assert "| every 200 billed (lost) | 4 200s (lines included) | **1** |" in failed
