@@ -276,6 +276,7 @@ def _report(lost: tuple[str, ...] = ()) -> ChaosReport:
         deadlines=(deadline_share("chaos-a", [(200, 0.1), (429, 0.0)], 2.0),),
         statuses={0: 3, 200: 1, 429: 1},
         aggregate_problems=(),
+        outbox_left=(("kill", "gw-a", 3), ("restart", "gw-b", 0)),
     )
 
 
@@ -287,6 +288,7 @@ def test_the_section_shows_the_verdict_the_checks_and_the_plan_to_replay() -> No
     assert "| quota over-admission (chaos-a) |" in section
     assert "| chaos-a | 2 | 1 | 1 | 100.0% |" in section
     assert "executor-0 (life 2) exited at start" in section
+    assert "kill gw-a: 3; restart gw-b: 0" in section
     assert "--seed 3" in section
     assert all(step.describe() in section for step in _report().plan)
     failed = chaos_report.render(_report(lost=("l1",)), machine, "headway bench chaos")

@@ -170,6 +170,9 @@ class ChaosReport:
     statuses: Mapping[int, int]
     """Interactive answers by status (0: no answer)."""
     aggregate_problems: tuple[str, ...]
+    outbox_left: tuple[tuple[str, str, int], ...] = ()
+    """Each gateway step: (action, gateway, events left in its outbox once it was down,
+    relayed by the same id after its restart)."""
     examples: Mapping[str, Sequence[str]] = field(default_factory=dict)
     log_tails: Mapping[str, str] = field(default_factory=dict)
 
@@ -240,6 +243,8 @@ class ChaosReport:
             f"  in deadline {d.tenant}: {d.share:.3f} ({d.in_deadline}/{d.sent - d.over_quota})"
             for d in self.deadlines
         ]
+        left = ", ".join(f"{a} {g}: {n}" for a, g, n in self.outbox_left)
+        out.append(f"  events left in a stopped gateway's outbox: {left or 'no gateway step'}")
         out += [f"  aggregate: {problem}" for problem in self.aggregate_problems[:10]]
         out += [f"  unexpected exit: {exit_}" for exit_ in self.unexpected_exits]
         out += [f"  {kind}: {', '.join(ids)}" for kind, ids in self.examples.items() if ids]
@@ -294,6 +299,8 @@ class _Run:
         self.steps_done: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.redis_outages = 0
+        self.outbox_left: list[tuple[str, str, int]] = []
+        """(kill or restart, gateway, events its outbox held once it was down)."""
         self.gateway_starts_in_outage = 0
         self.stopping = False
         self.session: aiohttp.ClientSession | None = None
@@ -642,6 +649,9 @@ class _Run:
                 await process.kill()
             else:
                 await self._terminate(process)
+            if process.name in GATEWAYS:
+                depth = await self._outbox_depth(self.outbox_dir / f"{process.name}.sqlite3")
+                self.outbox_left.append((step.action, process.name, depth))
             await asyncio.sleep(step.down_s)  # the chaos: how long it stays down
             await self._bring_up(process)
 
@@ -706,13 +716,17 @@ class _Run:
 
     async def _outboxes_empty(self) -> bool:
         for path in sorted(self.outbox_dir.glob("*.sqlite3")):
-            outbox = OutboxFile(path)
-            try:
-                if await outbox.depth():
-                    return False
-            finally:
-                await outbox.close()
+            if await self._outbox_depth(path):
+                return False
         return True
+
+    async def _outbox_depth(self, path: Path) -> int:
+        """Events in a gateway's outbox file (it made the file at its first start)."""
+        outbox = OutboxFile(path)
+        try:
+            return await outbox.depth()
+        finally:
+            await outbox.close()
 
     async def _usage_consumed(self) -> bool:
         if self.js is None:
@@ -802,6 +816,7 @@ class _Run:
             deadlines=deadlines,
             statuses=dict(self.statuses),
             aggregate_problems=problems,
+            outbox_left=tuple(self.outbox_left),
             examples={
                 "lost": billing.lost[:5],
                 "double billed lines": lines.duplicated[:5],

@@ -67,6 +67,7 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
         else "none"
     )
     plan = "\n".join(step.describe() for step in report.plan)
+    left = "; ".join(f"{action} {gateway}: {n:,}" for action, gateway, n in report.outbox_left)
     return "\n\n".join(
         [
             "## Chaos: the whole shared stack, every process killed or restarted in turn",
@@ -97,7 +98,8 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
             + (f" in {report.batch_s:.1f} s" if report.batch_s is not None else "")
             + f". Interactive answers: {statuses}; billed without a 200 (a client that "
             f"timed out, a gateway killed after the event was durable): "
-            f"{b.billed_without_200:,}.",
+            f"{b.billed_without_200:,}. Events left in a gateway's outbox once it was down "
+            f"(relayed by the same id after its restart): {left or 'no gateway step'}.",
             markdown_table(["check", "of", "found"], checks, "llr"),
             "Interactive tenants (429s are the tenant's own quota and left out of the share):",
             markdown_table(
