@@ -275,6 +275,7 @@ def _report(lost: tuple[str, ...] = ()) -> ChaosReport:
         quota=quota_verdict("chaos-a", 500, 12, 20, 40, 30.0, 1, 0, 2),
         deadlines=(deadline_share("chaos-a", [(200, 0.1), (429, 0.0)], 2.0),),
         statuses={0: 3, 200: 1, 429: 1},
+        no_answer={"timed out": 2, "no gateway reachable": 1},
         aggregate_problems=(),
         outbox_left=(("kill", "gw-a", 3), ("restart", "gw-b", 0)),
     )
@@ -289,6 +290,7 @@ def test_the_section_shows_the_verdict_the_checks_and_the_plan_to_replay() -> No
     assert "| chaos-a | 2 | 1 | 1 | 100.0% |" in section
     assert "executor-0 (life 2) exited at start" in section
     assert "kill gw-a: 3; restart gw-b: 0" in section
+    assert "(no answer: no gateway reachable 1, timed out 2)" in section
     assert "--seed 3" in section
     assert all(step.describe() in section for step in _report().plan)
     failed = chaos_report.render(_report(lost=("l1",)), machine, "headway bench chaos")

@@ -169,6 +169,9 @@ class ChaosReport:
     deadlines: tuple[DeadlineShare, ...]
     statuses: Mapping[int, int]
     """Interactive answers by status (0: no answer)."""
+    no_answer: Mapping[str, int]
+    """The requests without an answer, by why: ``no gateway reachable`` (both refused the
+    connection), ``timed out`` (the client's deadline + 3 s), ``cut off``."""
     aggregate_problems: tuple[str, ...]
     outbox_left: tuple[tuple[str, str, int], ...] = ()
     """Each gateway step: (action, gateway, events left in its outbox once it was down,
@@ -226,7 +229,8 @@ class ChaosReport:
             + ("OK" if self.ok else "FAILED: " + "; ".join(self.failures)),
             f"  chaos {spec.chaos_s:.0f} s, {len(self.plan)} steps planned: {steps or 'none'}",
             f"  unexpected exits (restarted): {len(self.unexpected_exits)}",
-            f"  interactive: {dict(sorted(self.statuses.items()))} over {self.load_s:.1f} s",
+            f"  interactive: {dict(sorted(self.statuses.items()))} over {self.load_s:.1f} s; "
+            f"no answer: {dict(sorted(self.no_answer.items()))}",
             f"  batch: {lines.lines} lines, {self.batch_status}"
             + (f" in {self.batch_s:.1f} s" if self.batch_s is not None else "")
             + f"; {lines.in_output} in the output, {lines.in_errors} in the errors",
@@ -296,6 +300,8 @@ class _Run:
         """Request id → texts, of every interactive 200."""
         self.errors: set[str] = set()
         self.statuses: Counter[int] = Counter()
+        self.no_answer: Counter[str] = Counter()
+        """Requests without an answer, by why."""
         self.steps_done: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.redis_outages = 0
@@ -595,6 +601,7 @@ class _Run:
             tenant.first_sent = sent
         status: int | None = None
         request_id = None
+        missed = "no gateway reachable"
         for turn in range(len(GATEWAYS)):
             url = self.processes[GATEWAYS[(first + turn) % len(GATEWAYS)]].url
             try:
@@ -605,12 +612,16 @@ class _Run:
                     status, request_id = answer.status, answer.headers.get("x-request-id")
             except aiohttp.ClientConnectorError:
                 continue  # not reached: the next gateway
+            except TimeoutError:
+                missed = "timed out"
             except _HTTP_ERRORS:
-                pass  # reached, and no answer (a timeout, a gateway killed mid-request)
+                missed = "cut off"  # a gateway killed mid-request
             break
         now = time.monotonic()
         tenant.outcomes.append((status, now - sent))
         self.statuses[status or 0] += 1
+        if status is None:
+            self.no_answer[missed] += 1
         if status is not None:
             tenant.last_answer = now
         if request_id is None:
@@ -815,6 +826,7 @@ class _Run:
             quota=quota,
             deadlines=deadlines,
             statuses=dict(self.statuses),
+            no_answer=dict(self.no_answer),
             aggregate_problems=problems,
             outbox_left=tuple(self.outbox_left),
             examples={

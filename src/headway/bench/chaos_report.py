@@ -61,6 +61,7 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
         f"{'no answer' if status == 0 else status}: {count:,}"
         for status, count in sorted(report.statuses.items())
     )
+    missed = ", ".join(f"{why} {count:,}" for why, count in sorted(report.no_answer.items()))
     exits = (
         "\n".join(f"- {exit_}" for exit_ in report.unexpected_exits)
         if report.unexpected_exits
@@ -96,7 +97,9 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
             f"{'in' if report.settled else 'NOT, after'} {report.settle_s:.1f} s; the batch "
             f"{report.batch_status}"
             + (f" in {report.batch_s:.1f} s" if report.batch_s is not None else "")
-            + f". Interactive answers: {statuses}; billed without a 200 (a client that "
+            + f". Interactive answers: {statuses}"
+            + (f" (no answer: {missed})" if missed else "")
+            + f"; billed without a 200 (a client that "
             f"timed out, a gateway killed after the event was durable): "
             f"{b.billed_without_200:,}. Events left in a gateway's outbox once it was down "
             f"(relayed by the same id after its restart): {left or 'no gateway step'}.",
