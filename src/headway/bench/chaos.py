@@ -279,7 +279,8 @@ class _Tenant:
 
 
 class _Server:
-    """A throw-away server as a chaos target: its own lock, and a count of outages."""
+    """A throw-away server as a chaos target: its lock (one step at a time) and whether
+    a step has it down."""
 
     def __init__(self, name: str, server: ServerProcess) -> None:
         self.name, self.server = name, server
