@@ -16,6 +16,7 @@ from headway.batches.model import LineResult
 from headway.bench import chaos_report
 from headway.bench.chaos import ChaosReport, ChaosSpec
 from headway.bench.chaos_verdict import (
+    ChaosStep,
     LedgerRow,
     billing_verdict,
     chaos_plan,
@@ -23,6 +24,7 @@ from headway.bench.chaos_verdict import (
     line_verdict,
     quota_allowance,
     quota_verdict,
+    timeline,
 )
 from headway.bench.host import Machine
 from headway.billing.sources.base import Delivery
@@ -129,6 +131,28 @@ def test_the_deadline_share_leaves_out_the_tenants_own_429s() -> None:
     assert (share.sent, share.in_deadline, share.over_quota) == (5, 1, 1)
     assert share.share == pytest.approx(1 / 4)
     assert deadline_share("t", [], 2.0).share == 0.0
+
+
+# The timeline --------------------------------------------------------------------------
+
+
+def test_the_timeline_counts_each_window_beside_the_steps_begun_in_it() -> None:
+    steps = [ChaosStep(3.0, "redis", "kill", 1.0), ChaosStep(25.0, "gw-a", "restart", 1.0)]
+    sends: list[tuple[float, int | None, float]] = [
+        (0.5, 200, 0.1),
+        (4.0, None, 5.0),
+        (9.9, 429, 0.0),
+        (21.0, 200, 3.0),  # late
+        (29.0, 200, 0.2),
+    ]
+    windows = timeline(sends, steps, 2.0)
+    assert [w.start_s for w in windows] == [0.0, 10.0, 20.0]
+    first, empty, last = windows
+    assert (first.sent, first.in_deadline, first.over_quota, first.no_answer) == (3, 1, 1, 1)
+    assert first.steps == ("kill redis",) and first.share == pytest.approx(0.5)
+    assert (empty.sent, empty.steps, empty.share) == (0, (), 0.0)
+    assert (last.sent, last.in_deadline, last.steps) == (2, 1, ("restart gw-a",))
+    assert timeline([], steps, 2.0) == []
 
 
 # The plan ------------------------------------------------------------------------------
@@ -274,6 +298,7 @@ def _report(lost: tuple[str, ...] = ()) -> ChaosReport:
         ),
         quota=quota_verdict("chaos-a", 500, 12, 20, 40, 30.0, 1, 0, 2),
         deadlines=(deadline_share("chaos-a", [(200, 0.1), (429, 0.0)], 2.0),),
+        timeline=tuple(timeline([(1.0, 200, 0.1), (12.0, None, 5.0)], spec.steps(), 2.0)),
         statuses={0: 3, 200: 1, 429: 1},
         no_answer={"timed out": 2, "no gateway reachable": 1},
         aggregate_problems=(),
@@ -291,6 +316,7 @@ def test_the_section_shows_the_verdict_the_checks_and_the_plan_to_replay() -> No
     assert "executor-0 (life 2) exited at start" in section
     assert "kill gw-a: 3; restart gw-b: 0" in section
     assert "(no answer: no gateway reachable 1, timed out 2)" in section
+    assert "| 10–20 |" in section
     assert "--seed 3" in section
     assert all(step.describe() in section for step in _report().plan)
     failed = chaos_report.render(_report(lost=("l1",)), machine, "headway bench chaos")

@@ -59,11 +59,13 @@ from headway.bench.chaos_verdict import (
     LedgerRow,
     LineVerdict,
     QuotaVerdict,
+    Window,
     billing_verdict,
     chaos_plan,
     deadline_share,
     line_verdict,
     quota_verdict,
+    timeline,
 )
 from headway.bench.checker import _HTTP_ERRORS, _NATS_ERRORS, DURABLE, STREAM, _Process, tail
 from headway.bench.errors import ServingFailed
@@ -98,6 +100,8 @@ QUOTA_OVERLOAD = 2.0
 """``chaos-a`` is offered this many times its rate."""
 TEXTS = 2
 DEADLINE_MS = 2000
+WINDOW_S = 10.0
+"""The report's timeline: one row per this many seconds."""
 STOP_TIMEOUT_S = 30.0
 """A restart's SIGTERM waits this long for the exit before a SIGKILL."""
 RETRY_START_S = 0.5
@@ -167,6 +171,8 @@ class ChaosReport:
     lines: LineVerdict
     quota: QuotaVerdict
     deadlines: tuple[DeadlineShare, ...]
+    timeline: tuple[Window, ...]
+    """All interactive tenants, by ``WINDOW_S`` of the run, beside the steps begun."""
     statuses: Mapping[int, int]
     """Interactive answers by status (0: no answer)."""
     no_answer: Mapping[str, int]
@@ -303,6 +309,10 @@ class _Run:
         self.statuses: Counter[int] = Counter()
         self.no_answer: Counter[str] = Counter()
         """Requests without an answer, by why."""
+        self.started = 0.0
+        """When the chaos began (``time.monotonic``)."""
+        self.sends: list[tuple[float, int | None, float]] = []
+        """(sent, seconds after ``started``; status or None; seconds to the answer)."""
         self.steps_done: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.redis_outages = 0
@@ -474,7 +484,7 @@ class _Run:
         batch_id, created = await self._create_batch()
         plan = self.spec.steps()
         stop = asyncio.Event()
-        started = loop.time()
+        started = self.started = loop.time()  # time.monotonic, as the clients read it
         steps = [loop.create_task(self._step(step, started)) for step in plan]
         loads = [loop.create_task(self._tenant_load(t, stop)) for t in self.tenants.values()]
         watch = loop.create_task(self._watch())
@@ -620,6 +630,7 @@ class _Run:
             break
         now = time.monotonic()
         tenant.outcomes.append((status, now - sent))
+        self.sends.append((sent - self.started, status, now - sent))
         self.statuses[status or 0] += 1
         if status is None:
             self.no_answer[missed] += 1
@@ -826,6 +837,7 @@ class _Run:
             lines=lines,
             quota=quota,
             deadlines=deadlines,
+            timeline=tuple(timeline(self.sends, plan, DEADLINE_MS / 1000, WINDOW_S)),
             statuses=dict(self.statuses),
             no_answer=dict(self.no_answer),
             aggregate_problems=problems,

@@ -12,6 +12,7 @@ from headway.bench.chaos import (
     QUOTA_RATE,
     QUOTA_TENANT,
     TEXTS,
+    WINDOW_S,
     WORKERS,
     ChaosReport,
 )
@@ -61,6 +62,16 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
         f"{'no answer' if status == 0 else status}: {count:,}"
         for status, count in sorted(report.statuses.items())
     )
+    windows = [
+        [
+            f"{w.start_s:.0f}–{w.start_s + WINDOW_S:.0f}",
+            ", ".join(w.steps),
+            f"{w.sent:,}",
+            f"{w.no_answer:,}",
+            f"{w.share:.0%}",
+        ]
+        for w in report.timeline
+    ]
     missed = ", ".join(f"{why} {count:,}" for why, count in sorted(report.no_answer.items()))
     exits = (
         "\n".join(f"- {exit_}" for exit_ in report.unexpected_exits)
@@ -109,6 +120,13 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
                 ["tenant", "sent", "429", "200 within deadline", "share within deadline"],
                 deadlines,
                 "lrrrr",
+            ),
+            f"The interactive requests by {WINDOW_S:g} s of the run (all tenants; the steps "
+            "that began in each window; a step's effect can last into the next):",
+            markdown_table(
+                ["seconds", "steps begun", "sent", "no answer", "within deadline"],
+                windows,
+                "llrrr",
             ),
             "Processes that exited on their own (started again, as a supervisor would):\n\n"
             + exits,

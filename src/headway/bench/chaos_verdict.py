@@ -233,6 +233,56 @@ def deadline_share(
     return DeadlineShare(tenant, sent, in_deadline, over_quota)
 
 
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One slice of the run: the interactive requests sent in it and the steps begun."""
+
+    start_s: float
+    sent: int
+    in_deadline: int
+    over_quota: int
+    no_answer: int
+    steps: tuple[str, ...]
+
+    @property
+    def share(self) -> float:
+        counted = self.sent - self.over_quota
+        return self.in_deadline / counted if counted else 0.0
+
+
+def timeline(
+    sends: Iterable[tuple[float, int | None, float]],
+    steps: Sequence[ChaosStep],
+    deadline_s: float,
+    window_s: float = 10.0,
+) -> list[Window]:
+    """``sends``: (seconds after the chaos began, status or None, seconds to the answer)
+    of every interactive request, all tenants; one ``Window`` per ``window_s`` from 0 to the
+    last send, each with the steps that began in it (``"kill redis"``)."""
+    if window_s <= 0:
+        raise ValueError("window_s must be positive")
+    counts: dict[int, list[int]] = {}
+    for at_s, status, seconds in sends:
+        row = counts.setdefault(int(max(0.0, at_s) // window_s), [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += status == 200 and seconds <= deadline_s
+        row[2] += status == 429
+        row[3] += status is None
+    if not counts:
+        return []
+    named: dict[int, list[str]] = {}
+    for step in steps:
+        named.setdefault(int(step.at_s // window_s), []).append(f"{step.action} {step.target}")
+    windows = []
+    for index in range(max(counts) + 1):
+        sent, in_deadline, over_quota, no_answer = counts.get(index, [0, 0, 0, 0])
+        steps_begun = tuple(named.get(index, ()))
+        windows.append(
+            Window(index * window_s, sent, in_deadline, over_quota, no_answer, steps_begun)
+        )
+    return windows
+
+
 Action = Literal["kill", "restart"]
 
 
@@ -286,10 +336,12 @@ __all__ = [
     "LedgerRow",
     "LineVerdict",
     "QuotaVerdict",
+    "Window",
     "billing_verdict",
     "chaos_plan",
     "deadline_share",
     "line_verdict",
     "quota_allowance",
     "quota_verdict",
+    "timeline",
 ]
