@@ -44,6 +44,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Literal
 
+from headway import plants
 from headway.batches import output
 from headway.batches.filestore import PARTIAL_FILE_AGE_S, FileStore, FileWriter
 from headway.batches.inputs import InputMissing, Inputs, ParsedInput
@@ -113,11 +114,14 @@ class Mover:
         bursts: Bursts = no_bursts,
         metrics: ExecutorMetrics | None = None,
         page_size: int = PAGE_SIZE,
+        duplicate_a_line: bool = False,
     ) -> None:
+        """``duplicate_a_line``: a planted bug for the chaos checker's tests (``plants.py``)."""
         self._store, self._queue, self._files = store, queue, files
         self._inputs, self._retention_s, self._clock = inputs, retention_s, wall_clock
         self._bursts = bursts
         self._page_size = page_size
+        self._duplicate_a_line = duplicate_a_line
         self._cursors: dict[tuple[BatchStatus, ...], tuple[int, str] | None] = {}
         """Where each status group's next page starts (``_page``)."""
         self._metrics = metrics or ExecutorMetrics()
@@ -380,11 +384,17 @@ class Mover:
         """The batch's output and error files (each only if it has a line): their lines
         streamed to temporary files as the results are read, hashed as written, then moved
         into place and recorded once under the batch's own ids; those ids."""
+
+        def lines() -> Iterable[LineResult]:
+            if self._duplicate_a_line:
+                return plants.duplicating_first_answer(results())
+            return results()
+
         answers = await off_loop(self._files.writer)
         try:
             errors = await off_loop(self._files.writer)
             try:
-                written = await off_loop(lambda: output.write_lines(results(), answers, errors))
+                written = await off_loop(lambda: output.write_lines(lines(), answers, errors))
                 out = await self._keep(batch, "output", answers, written[0]) if written[0] else None
                 err = await self._keep(batch, "error", errors, written[1]) if written[1] else None
             finally:

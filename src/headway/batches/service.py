@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
+from headway import plants
 from headway.background import Background
 from headway.batches.bursts import RegistryBursts
 from headway.batches.executor import Executor
@@ -88,6 +89,7 @@ class ExecutorService:
             time.time,
             bursts=bursts,
             metrics=self.metrics,
+            duplicate_a_line=plants.planted(settings, "duplicate_line"),
         )
         lines = Executor(store, queue, inputs, self._submitter, executor, self.metrics)
         self._background.every("mover", executor.poll_s, mover.tick)

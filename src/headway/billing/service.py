@@ -18,6 +18,7 @@ import time
 
 import aiohttp
 
+from headway import plants
 from headway.background import Background
 from headway.billing.consumer import Consumer
 from headway.billing.export import HttpMeterClient, export_closed_hours
@@ -57,7 +58,7 @@ class BillingService:
         self.ledger = await open_ledger(settings.postgres_url, settings.ledger_path)
         self.source = event_source(settings)
         consumer = Consumer(
-            self.source,
+            plants.consumer_source(settings, self.source),  # the real one unless a test
             self.ledger,
             batch_events=billing.batch_events,
             fetch_wait_s=billing.fetch_wait_s,

@@ -350,3 +350,34 @@ def bench_batch_commits(
     with _running() as machine:
         results = run_batch_commits_bench(settings.data_dir, rounds=rounds, per_round=per_round)
     _publish(render(results, machine, _command()), SECTION, out)
+
+
+@bench_app.command("chaos")
+def bench_chaos(
+    chaos_s: Annotated[
+        float, typer.Option(help="Seconds of chaos (and interactive load).")
+    ] = 120.0,
+    lines: Annotated[int, typer.Option(help="Lines of the batch.")] = 5000,
+    seed: Annotated[int, typer.Option(help="The chaos plan's seed: the same one replays it.")] = 0,
+    rate: Annotated[float, typer.Option(help="Requests/s of each unbound tenant.")] = 8.0,
+    out: BenchOut = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """The whole shared stack under a seeded kill/restart loop: every 200 billed once, every
+    batch line once, no quota over-admission; exits 1 if anything did not hold."""
+    import time
+
+    from headway.bench.chaos import ChaosSpec, run_chaos
+    from headway.bench.chaos_report import SECTION, render
+
+    settings = settings_from(config, data_dir=data_dir)
+    spec = ChaosSpec(chaos_s=chaos_s, lines=lines, seed=seed, rate_rps=rate)
+    workdir = settings.data_dir / f"chaos-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    with _running() as machine:
+        report = run_chaos(spec, workdir)
+    _publish(render(report, machine, _command()), SECTION, out)
+    if not report.ok:
+        typer.echo(report.describe(), err=True)
+        typer.echo(f"logs in {workdir / 'logs'}", err=True)
+        raise typer.Exit(1)

@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
+from headway import plants
 from headway.batches.filestore import PARTIAL_FILE_AGE_S, DirectoryFileStore
 from headway.batches.open import open_batch_store
 from headway.billing.ledger.base import Ledger
@@ -126,7 +127,7 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         discovery(settings.gateway, "https" if settings.tls.internal else "http"),
         quota=quota,
         quota_heartbeat=heartbeat,
-        metering=metering,
+        metering=plants.gateway_metering(settings, metering),  # the real one unless a test
         open_ledger=usage_ledger,
         gateway_id=name,
         metrics=metrics,
