@@ -10,12 +10,14 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
 
 import aiohttp
+import msgspec
 import pytest
 
 from headway.billing.export import (
     ExportReport,
     HttpMeterClient,
     ProviderUnavailable,
+    Rejected,
     export_closed_hours,
     meter_event_form,
 )
@@ -318,3 +320,30 @@ async def test_the_fake_provider_keeps_stripes_rules(provider: BillingProvider) 
         assert status == 400 and body["error"]["param"] == "identifier"  # type: ignore[index]
     assert [e.identifier for e in provider.events] == [intent.key]
     assert provider.sums == {(intent.tenant, f"headway_{intent.meter}"): intent.quantity}
+
+
+@pytest.mark.parametrize("name", ["n" * 300, "Ünïcødé 客户 🚀 " * 12])
+async def test_any_tenant_name_is_exported_under_keys_the_provider_takes(
+    provider: BillingProvider, client: HttpMeterClient, name: str
+) -> None:
+    """Usage recorded by name (legacy rows, no tenant id) once made keys of the name:
+    over ~75 characters Stripe refused them, and a non-ASCII one cannot be a header."""
+    legacy = msgspec.structs.replace(
+        event("long", H0 + 10, texts=3, tokens=30), tenant_id=0, tenant=name
+    )
+    ledger = await ledger_with([legacy])
+    report = await export(ledger, client, NOW)
+    assert (report.sent, report.rejected, report.failed) == (2, 0, 0), report.problems
+    assert all(len(key or "") <= 100 and (key or "").isascii() for key in provider.attempts)
+    assert {e.value for e in provider.events} == {3, 30}
+
+
+async def test_the_fake_provider_refuses_keys_over_stripes_limits(
+    provider: BillingProvider, client: HttpMeterClient
+) -> None:
+    ledger = await ledger_with(EVENTS[:1])
+    [intent, _] = await ledger.plan_exports(NOW - GRACE)
+    too_long = replace(intent, key="k" * 101)
+    result = await client.send(too_long)
+    assert result == Rejected(400, "invalid_request_error", "At most 100 characters")
+    assert provider.events == []
