@@ -26,6 +26,7 @@ import aiohttp
 
 from headway.background import Background
 from headway.billing.consumer import Consumer
+from headway.billing.customers import customers_of
 from headway.billing.export import HttpMeterClient, export_closed_hours
 from headway.billing.ledger.base import Ledger
 from headway.billing.ledger.open import open_ledger
@@ -107,8 +108,14 @@ class BillingService:
             return  # the consumer is waiting for the ledger; the next interval tries again
         assert billing.export_url and self._export_session
         client = HttpMeterClient(billing.export_url, billing.export_api_key, self._export_session)
-        report = await export_closed_hours(self.ledger, client, time.time(), billing.export_grace_s)
-        if report.sent or report.failed or report.rejected:
+        report = await export_closed_hours(
+            self.ledger,
+            client,
+            time.time(),
+            billing.export_grace_s,
+            customers=await customers_of(self.settings),
+        )
+        if report.sent or report.failed or report.rejected or report.unmapped:
             log.info("billing export: %s", report)
 
     async def stop(self) -> None:

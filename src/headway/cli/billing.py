@@ -142,11 +142,13 @@ def export(
     typer.echo(
         f"intents {report.planned}: sent {report.sent}, already recorded "
         f"{report.already_sent}, failed {report.failed}, rejected {report.rejected}, "
-        f"deferred {report.deferred}"
+        f"deferred {report.deferred}, no billing customer {report.unmapped}"
     )
     for problem in report.problems:
         typer.echo(f"  {problem}", err=True)
-    raise typer.Exit(0 if not (report.failed or report.rejected or report.deferred) else 1)
+    raise typer.Exit(
+        0 if not (report.failed or report.rejected or report.deferred or report.unmapped) else 1
+    )
 
 
 @billing_app.command("adopt-legacy")
@@ -229,6 +231,7 @@ async def _hours(
 async def _export(settings: Settings) -> ExportReport:
     import aiohttp
 
+    from headway.billing.customers import customers_of
     from headway.billing.export import HttpMeterClient, export_closed_hours
     from headway.billing.ledger.open import open_ledger
 
@@ -238,6 +241,12 @@ async def _export(settings: Settings) -> ExportReport:
     try:
         async with aiohttp.ClientSession() as session:
             client = HttpMeterClient(billing.export_url, billing.export_api_key, session)
-            return await export_closed_hours(ledger, client, time.time(), billing.export_grace_s)
+            return await export_closed_hours(
+                ledger,
+                client,
+                time.time(),
+                billing.export_grace_s,
+                customers=await customers_of(settings),
+            )
     finally:
         await ledger.close()

@@ -98,9 +98,10 @@ class ExportIntent:
     ``name-{sha256(name)[:32]}:…`` for legacy rows (no tenant id); at most 100 ASCII
     characters whatever the name (``memory.intent_key``), within Stripe's limits.
     Intents recorded before tenant ids keep their ``{tenant}:…`` keys; one too long or
-    not ASCII was refused by the provider, so it is rekeyed before it is sent. The first report of a closed hour is revision 0; events that arrive after
-    it (late) make a further revision with only the difference, so the provider's sum
-    is the ledger's. A revision is the number of intents its (tenant, hour, meter) had.
+    not ASCII was refused by the provider, so it is rekeyed before it is sent. The
+    first report of a closed hour is revision 0; events that arrive after it (late)
+    make a further revision with only the difference, so the provider's sum is the
+    ledger's. A revision is the number of intents its (tenant, hour, meter) had.
     """
 
     key: str
