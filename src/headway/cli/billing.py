@@ -1,5 +1,6 @@
-"""``headway billing run | invoice | export | adopt-legacy``: the consumer, invoices, the
-provider export, and giving usage recorded before tenant ids to a tenant."""
+"""``headway billing run | invoice | export | adopt-legacy | backup | restore``: the
+consumer, invoices, the provider export, giving usage recorded before tenant ids to a
+tenant, and backing up and restoring the embedded ledger."""
 
 from __future__ import annotations
 
@@ -169,6 +170,80 @@ def adopt_legacy(
         tenant_id = _tenant_id(settings, tenant, refuse_reused=True)
     moved = asyncio.run(_adopt(settings, tenant, tenant_id))
     typer.echo(f"{moved} usage events recorded as {tenant!r} now belong to tenant id {tenant_id}")
+
+
+@billing_app.command()
+def backup(
+    to: Annotated[
+        Path | None,
+        typer.Option(help="The backup file (default: <data-dir>/backups/ledger-<time>.sqlite3)."),
+    ] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Back up the embedded ledger while the consumer runs (SQLite's online backup: one
+    consistent copy, checked before it gets its name). A Postgres ledger is backed up
+    with pg_dump (docs/billing.md)."""
+    settings = settings_from(config, data_dir=data_dir, log_level="warning")
+    _refuse_postgres(settings, "backup")
+    from headway.billing.ledger.backup import BackupError, default_target
+    from headway.billing.ledger.backup import backup as back_up
+
+    target = to or default_target(settings.data_dir / "backups")
+    try:
+        summary = back_up(settings.ledger_path, target)
+    except BackupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(
+        f"backed up {settings.ledger_path} to {summary.path}: {summary.processed} events, "
+        f"{summary.intents} export intents ({summary.sent} sent), schema "
+        f"{max(summary.versions)}; integrity checked"
+    )
+
+
+@billing_app.command()
+def restore(
+    source: Annotated[Path, typer.Argument(help="A file `headway billing backup` wrote.")],
+    force: Annotated[
+        bool,
+        typer.Option(help="Restore over a ledger with writes newer than the backup."),
+    ] = False,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Make the embedded ledger the backup's. Refused while the ledger is open in another
+    process (stop the consumer first) and, unless --force, when the ledger holds writes
+    newer than the backup; what it replaces is backed up first, to
+    <data-dir>/backups/ledger-replaced-<time>.sqlite3."""
+    settings = settings_from(config, data_dir=data_dir, log_level="warning")
+    _refuse_postgres(settings, "restore")
+    from headway.billing.ledger.backup import BackupError
+    from headway.billing.ledger.backup import restore as restore_from
+
+    try:
+        restored, kept = restore_from(
+            source, settings.ledger_path, keep_dir=settings.data_dir / "backups", force=force
+        )
+    except BackupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    if kept is not None:
+        typer.echo(f"the ledger it replaced is kept in {kept.path} ({kept.processed} events)")
+    typer.echo(
+        f"restored {settings.ledger_path} from {source}: {restored.processed} events, "
+        f"{restored.intents} export intents ({restored.sent} sent); integrity checked"
+    )
+
+
+def _refuse_postgres(settings: Settings, what: str) -> None:
+    if settings.postgres_url:
+        typer.echo(
+            f"error: the ledger is on Postgres: {what} it with pg_dump / pg_restore"
+            " (docs/billing.md); this command is for the embedded SQLite ledger",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 def _tenant_id(settings: Settings, name: str, *, refuse_reused: bool = False) -> int:

@@ -18,6 +18,7 @@ watermark) are recorded as late, for the next plan (``migrations.py``, migration
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from headway.billing.ledger.backup import LedgerInUse, hold_shared
 from headway.billing.ledger.base import (
     Applied,
     DeadLetter,
@@ -107,8 +109,14 @@ class SQLiteLedger:
     """The ``Ledger`` protocol on one SQLite file; build it with ``await open(path)``."""
 
     def __init__(
-        self, executor: ThreadPoolExecutor, db: sqlite3.Connection, clock: Callable[[], float]
+        self,
+        executor: ThreadPoolExecutor,
+        db: sqlite3.Connection,
+        clock: Callable[[], float],
+        lock_fd: int | None = None,
     ) -> None:
+        """``lock_fd``: the ledger's shared lock (``backup.hold_shared``), let go on close."""
+        self._lock_fd = lock_fd
         self._executor = executor
         self._db = db
         """Used only on the executor's thread, which created it."""
@@ -117,17 +125,27 @@ class SQLiteLedger:
 
     @classmethod
     async def open(cls, path: Path, clock: Callable[[], float] = time.time) -> SQLiteLedger:
-        """Open (creating) the file at ``path`` and apply the missing migrations."""
+        """Open (creating) the file at ``path`` and apply the missing migrations, holding
+        its lock shared while open (a restore waits for it; ``LedgerUnavailable`` while
+        a restore holds it)."""
+        try:
+            lock_fd = hold_shared(path)
+        except LedgerInUse as exc:
+            raise LedgerUnavailable(str(exc)) from exc
+        except OSError as exc:
+            raise LedgerUnavailable(f"cannot lock the SQLite ledger at {path}: {exc}") from exc
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headway-ledger")
         try:
             db = await asyncio.get_running_loop().run_in_executor(executor, _connect, path, clock)
         except (sqlite3.Error, OSError) as exc:
             executor.shutdown()
+            os.close(lock_fd)
             raise LedgerUnavailable(f"cannot open the SQLite ledger at {path}: {exc}") from exc
         except BaseException:
             executor.shutdown()
+            os.close(lock_fd)
             raise
-        return cls(executor, db, clock)
+        return cls(executor, db, clock, lock_fd)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -310,6 +328,9 @@ class SQLiteLedger:
         await self._run(lambda db: db.close())
         self._closed = True
         self._executor.shutdown()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def _connect(path: Path, clock: Callable[[], float]) -> sqlite3.Connection:
