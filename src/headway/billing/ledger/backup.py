@@ -79,8 +79,8 @@ def ledger_lock(ledger: Path, *, exclusive: bool) -> Iterator[None]:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             raise LedgerInUse(
-                f"the ledger {ledger} is open in another process (the billing consumer or a gateway:"
-                " headway up runs both); stop it first"
+                f"the ledger {ledger} is open in another process (the billing consumer or a"
+                " gateway: headway up runs both); stop it first"
             ) from exc
         yield
     finally:
