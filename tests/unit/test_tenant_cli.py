@@ -127,3 +127,17 @@ def test_a_billing_customer_is_set_and_removed_and_a_bad_one_is_refused(cli, reg
     removed = cli("set", "acme", "--billing-customer", "none")
     assert removed.exit_code == 0 and last_line(removed.output) == "billing customer: none"
     assert registry.billing_customers() == {}
+
+
+def test_billing_customers_lists_each_tenant_and_exits_1_while_one_has_none(cli, tmp_path):
+    cli("add", "acme")
+    cli("add", "beta")
+    cli("set", "acme", "--billing-customer", "cus_A")
+    args = ["billing", "customers", "--data-dir", str(tmp_path)]
+    listed = CliRunner().invoke(app, args)
+    lines = listed.output.strip().splitlines()
+    assert listed.exit_code == 1
+    assert any(line.endswith("acme  cus_A") for line in lines)
+    assert any(line.endswith("beta  none: exports refused") for line in lines)
+    cli("set", "beta", "--billing-customer", "cus_B")
+    assert CliRunner().invoke(app, args).exit_code == 0

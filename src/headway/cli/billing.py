@@ -1,6 +1,7 @@
-"""``headway billing run | invoice | export | adopt-legacy | backup | restore``: the
-consumer, invoices, the provider export, giving usage recorded before tenant ids to a
-tenant, and backing up and restoring the embedded ledger."""
+"""``headway billing run | invoice | export | customers | adopt-legacy | backup |
+restore``: the consumer, invoices, the provider export and whom it bills, giving usage
+recorded before tenant ids to a tenant, and backing up and restoring the embedded
+ledger."""
 
 from __future__ import annotations
 
@@ -150,6 +151,35 @@ def export(
     raise typer.Exit(
         0 if not (report.failed or report.rejected or report.deferred or report.unmapped) else 1
     )
+
+
+@billing_app.command()
+def customers(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    postgres_url: PostgresOpt = None,
+) -> None:
+    """Each tenant's customer at the billing provider, as the export reads it; a tenant
+    without one is refused by the export (set it with headway tenants set NAME
+    --billing-customer ID). Exits 1 if any tenant has none and billing.export_unmapped
+    is refuse."""
+    settings = settings_from(config, data_dir=data_dir, postgres_url=postgres_url)
+    from headway.registry.open import open_registry
+
+    registry = open_registry(settings)
+    try:
+        tenants, mapping = registry.tenants(), registry.billing_customers()
+    finally:
+        registry.close()
+    fallback = settings.billing.export_unmapped == "tenant_name"
+    missing = 0
+    for tenant in tenants:
+        customer = mapping.get(tenant.id)
+        if customer is None:
+            missing += 1
+            customer = "none: exported under its name" if fallback else "none: exports refused"
+        typer.echo(f"{tenant.id}  {tenant.name}  {customer}")
+    raise typer.Exit(1 if missing and not fallback else 0)
 
 
 @billing_app.command("adopt-legacy")
