@@ -97,5 +97,34 @@ test-fast: prerequisites $(TEST_STAMP) $(TOOLS_STAMP) $(SUPPLY_STAMP)
 bench: $(RUN_STAMP)
 	$(BIN)/headway bench $(ARGS)
 
+# `make clean` removes the venv and what headway rebuilds in .headway/ (models, run files),
+# never its data: the billing ledger, the gateways' outboxes (events not yet billed), the
+# registry (tenants, keys, billing customers), batches and their files, backups. Those go
+# only with `make clean-all CONFIRM=yes`, or typing yes when it asks; back up first with
+# `headway billing backup` (docs/billing.md).
+KEEP := ledger.sqlite3* outbox registry.sqlite3* batches.sqlite3* files backups
+.PHONY: clean-all
+
 clean:
+	rm -rf $(VENV)
+	@if [ -d .headway ]; then \
+	  find .headway -mindepth 1 -maxdepth 1 $(foreach k,$(KEEP),! -name '$(k)') -exec rm -rf {} +; \
+	  kept=$$(cd .headway && ls -d $(KEEP) 2>/dev/null | tr '\n' ' '); \
+	  if [ -n "$$kept" ]; then \
+	    echo "make clean kept the data in .headway/: $$kept"; \
+	    echo "  (the billing ledger among it; make clean-all CONFIRM=yes deletes it)"; \
+	  fi; \
+	fi
+
+clean-all:
+	@if [ "$(CONFIRM)" != yes ]; then \
+	  if [ -t 0 ]; then \
+	    printf 'Delete .headway/ with its billing ledger, outboxes and registry? Type yes: '; \
+	    read answer; \
+	    if [ "$$answer" != yes ]; then echo "kept .headway/"; exit 1; fi; \
+	  else \
+	    echo "make clean-all deletes .headway/ and its billing ledger: run it with CONFIRM=yes"; \
+	    exit 1; \
+	  fi; \
+	fi
 	rm -rf $(VENV) .headway

@@ -457,6 +457,27 @@ class BillingSettings(_Section):
     export_grace_s: float = Field(
         900.0, ge=0, description="An hour is exported this long after it ends (late events)."
     )
+    ledger_retry_initial_s: float = Field(
+        0.1,
+        gt=0,
+        description="First pause of the consumer when the ledger is unreachable (at start or "
+        "mid-stream); doubled, with jitter, up to ledger_retry_max_s.",
+    )
+    ledger_retry_max_s: float = Field(
+        30.0, gt=0, description="Longest pause between the consumer's tries of the ledger."
+    )
+    export_unmapped: Literal["refuse", "tenant_name"] = Field(
+        "refuse",
+        description="An export for a tenant with no billing customer id in the registry: "
+        "refuse it (logged, left unsent, other tenants go on) or send it under the tenant's "
+        "name as the customer id (the behaviour before the mapping).",
+    )
+
+    @model_validator(mode="after")
+    def _ledger_retry_bounds(self) -> BillingSettings:
+        if self.ledger_retry_initial_s > self.ledger_retry_max_s:
+            raise ValueError("billing.ledger_retry_initial_s must not exceed ledger_retry_max_s")
+        return self
 
 
 class SyntheticSettings(_Section):

@@ -7,6 +7,7 @@ connection they opened) comes from ``tests/postgres_fixtures.py``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +38,11 @@ _IDS = {"acme": ACME, "beta": BETA, "gamma": GAMMA}
 def tenant_id_of(tenant: str) -> int:
     """A test's stand-in for the registry's id of a tenant first created with this name."""
     return _IDS.get(tenant) or 1000 + zlib.crc32(tenant.encode()) % 1_000_000
+
+
+def by_name(tenant: str) -> str:
+    """What names a legacy row's intents: a hash of its name, short and ASCII."""
+    return "name-" + hashlib.sha256(tenant.encode()).hexdigest()[:32]
 
 
 def usage_event(

@@ -10,12 +10,15 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
 
 import aiohttp
+import msgspec
 import pytest
 
 from headway.billing.export import (
+    Customers,
     ExportReport,
     HttpMeterClient,
     ProviderUnavailable,
+    Rejected,
     export_closed_hours,
     meter_event_form,
 )
@@ -98,8 +101,23 @@ async def ledger_with(events: list[UsageEvent]) -> MemoryLedger:
     return ledger
 
 
-async def export(ledger: MemoryLedger, client: HttpMeterClient, now: float) -> ExportReport:
-    return await export_closed_hours(ledger, client, now, GRACE)
+CUSTOMERS = Customers({1: "cus_acme", 2: "cus_beta"})
+"""The registry's mapping in these tests: tenant id → customer at the provider."""
+NAMES = {"cus_acme": "acme", "cus_beta": "beta"}
+
+
+async def export(
+    ledger: MemoryLedger,
+    client: HttpMeterClient,
+    now: float,
+    customers: Customers = CUSTOMERS,
+) -> ExportReport:
+    return await export_closed_hours(ledger, client, now, GRACE, customers=customers)
+
+
+def sums_by_tenant(provider: BillingProvider) -> dict[tuple[str, str], int]:
+    """The provider's sums, its customers named by the tenants they stand for."""
+    return {(NAMES[customer], meter): value for (customer, meter), value in provider.sums.items()}
 
 
 async def test_each_closed_hour_is_reported_once_per_meter_and_the_open_hour_not(
@@ -110,14 +128,14 @@ async def test_each_closed_hour_is_reported_once_per_meter_and_the_open_hour_not
     hours = {(usage.tenant, usage.hour) for usage in EVENTS if usage.hour + HOUR <= NOW - GRACE}
     assert report.planned == report.sent == 2 * len(hours)
     assert (report.failed, report.rejected, report.deferred, report.problems) == (0, 0, 0, ())
-    reported = Counter((e.customer, e.timestamp, e.event_name) for e in provider.events)
+    reported = Counter((NAMES[e.customer], e.timestamp, e.event_name) for e in provider.events)
     assert reported == Counter(
         (tenant, hour, meter)
         for tenant, hour in hours
         for meter in ("headway_texts", "headway_tokens")
     )
     assert H2 not in {e.timestamp for e in provider.events}
-    assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
     assert all(e.identifier == e.idempotency_key for e in provider.events)
     assert {intent.sent_at for intent in ledger.intents.values()} == {NOW}
 
@@ -141,7 +159,7 @@ async def test_a_rerun_reports_nothing_new(
     again = await export(ledger, client, NOW + 600)
     assert first.sent > 0 and again == ExportReport(0, 0, 0, 0, 0, 0, ())
     assert len(provider.attempts) == attempts
-    assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
 
 
 async def test_a_late_event_is_a_revision_with_only_the_difference(
@@ -158,7 +176,7 @@ async def test_a_late_event_is_a_revision_with_only_the_difference(
         (f"id=1:{H0}:texts:1", late.texts),
         (f"id=1:{H0}:tokens:1", late.tokens),
     ]
-    assert provider.sums == expected_sums([*EVENTS, late], NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums([*EVENTS, late], NOW - GRACE)
 
 
 @pytest.mark.parametrize("status", [500, 503, 429])
@@ -172,7 +190,7 @@ async def test_failed_tries_are_retried_with_the_same_key_and_counted_once(
     first = f"id=1:{H0}:texts:0"
     assert provider.attempts[:4] == [first, first, first, f"id=1:{H0}:tokens:0"]
     assert len(provider.events) == report.planned
-    assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
 
 
 async def test_a_lost_answer_is_retried_with_the_same_key_and_counted_once(
@@ -185,7 +203,7 @@ async def test_a_lost_answer_is_retried_with_the_same_key_and_counted_once(
     assert provider.attempts[:3] == [first, first, f"id=1:{H0}:tokens:0"]
     assert (report.already_sent, report.sent) == (1, report.planned - 1)
     assert Counter(e.identifier for e in provider.events)[first] == 1
-    assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
     assert all(intent.sent_at is not None for intent in ledger.intents.values())
 
 
@@ -203,7 +221,7 @@ async def test_while_the_provider_is_down_intents_wait_and_a_later_run_sends_the
     up = await export(ledger, client, NOW + 600)
     assert up.sent == up.planned == len(planned)
     assert {e.identifier: e.value for e in provider.events} == planned
-    assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
 
 
 @pytest.mark.parametrize("keys_expired", [False, True])
@@ -214,13 +232,13 @@ async def test_an_event_sent_but_never_marked_counts_as_already_sent(
     recognises the resend by its key, or by its identifier once the key has expired."""
     ledger = await ledger_with(EVENTS)
     intents = await ledger.plan_exports(closed_before=NOW - GRACE)
-    await client.send(intents[0])
+    await client.send(intents[0], "cus_acme")
     if keys_expired:
         provider.expire_idempotency_keys()
     report = await export(ledger, client, NOW)
     assert (report.already_sent, report.sent) == (1, len(intents) - 1)
     assert len(provider.events) == len(intents)
-    assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
     assert ledger.intents[intents[0].key].sent_at == NOW
 
 
@@ -239,7 +257,7 @@ async def test_a_rejection_is_logged_counted_and_left_for_the_next_run(
     assert all(intent.sent_at is None for intent in ledger.intents.values())
     async with meter_client(provider) as right:
         assert (await export(ledger, right, NOW + 600)).sent == report.planned
-    assert provider.sums == expected_sums(EVENTS, NOW - GRACE)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
 
 
 async def test_a_key_reused_with_another_quantity_is_refused_not_counted_again(
@@ -248,7 +266,7 @@ async def test_a_key_reused_with_another_quantity_is_refused_not_counted_again(
     ledger = await ledger_with(EVENTS)
     intents = await ledger.plan_exports(closed_before=NOW - GRACE)
     tampered = replace(intents[0], quantity=intents[0].quantity + 1)
-    await client.send(tampered)
+    await client.send(tampered, "cus_acme")
     report = await export(ledger, client, NOW)
     assert (report.rejected, report.sent) == (1, len(intents) - 1)
     assert "idempotency_error" in report.problems[0] and intents[0].key in report.problems[0]
@@ -263,7 +281,7 @@ async def test_one_send_gives_up_after_its_tries(
     intent = (await ledger.plan_exports(closed_before=NOW - GRACE))[0]
     provider.fail_next(10)
     with pytest.raises(ProviderUnavailable, match="4 tries; last: HTTP 500"):
-        await client.send(intent)
+        await client.send(intent, "cus_acme")
     assert provider.attempts == [intent.key] * 4 and provider.events == []
 
 
@@ -283,7 +301,7 @@ async def test_a_provider_that_never_answers_times_out() -> None:
             f"http://127.0.0.1:{port}", "sk", attempts=2, timeout_s=0.05, backoff_s=0.001
         ) as silent:
             with pytest.raises(ProviderUnavailable, match="2 tries; last: timed out"):
-                await silent.send(intent)
+                await silent.send(intent, "cus_acme")
     finally:
         server.close()
         for writer in held:
@@ -296,7 +314,7 @@ async def test_a_provider_that_never_answers_times_out() -> None:
 async def test_the_fake_provider_keeps_stripes_rules(provider: BillingProvider) -> None:
     ledger = await ledger_with(EVENTS)
     intent = (await ledger.plan_exports(closed_before=NOW - GRACE))[0]
-    form = meter_event_form(intent)
+    form = meter_event_form(intent, "cus_acme")
     url = provider.base_url + METER_EVENTS_PATH
     bearer = {"Authorization": f"Bearer {provider.api_key}"}
 
@@ -317,4 +335,71 @@ async def test_the_fake_provider_keeps_stripes_rules(provider: BillingProvider) 
         status, body, _ = await post({**bearer, "Idempotency-Key": "another"}, form)
         assert status == 400 and body["error"]["param"] == "identifier"  # type: ignore[index]
     assert [e.identifier for e in provider.events] == [intent.key]
-    assert provider.sums == {(intent.tenant, f"headway_{intent.meter}"): intent.quantity}
+    assert provider.sums == {("cus_acme", f"headway_{intent.meter}"): intent.quantity}
+
+
+@pytest.mark.parametrize("name", ["n" * 300, "Ünïcødé 客户 🚀 " * 12])
+async def test_any_tenant_name_is_exported_under_keys_the_provider_takes(
+    provider: BillingProvider, client: HttpMeterClient, name: str
+) -> None:
+    """Usage recorded by name (legacy rows, no tenant id) once made keys of the name:
+    over ~75 characters Stripe refused them, and a non-ASCII one cannot be a header."""
+    legacy = msgspec.structs.replace(
+        event("long", H0 + 10, texts=3, tokens=30), tenant_id=0, tenant=name
+    )
+    ledger = await ledger_with([legacy])
+    report = await export(ledger, client, NOW, Customers({}, fall_back_to_name=True))
+    assert (report.sent, report.rejected, report.failed) == (2, 0, 0), report.problems
+    assert all(len(key or "") <= 100 and (key or "").isascii() for key in provider.attempts)
+    assert {e.value for e in provider.events} == {3, 30}
+
+
+async def test_the_fake_provider_refuses_keys_over_stripes_limits(
+    provider: BillingProvider, client: HttpMeterClient
+) -> None:
+    ledger = await ledger_with(EVENTS[:1])
+    [intent, _] = await ledger.plan_exports(NOW - GRACE)
+    too_long = replace(intent, key="k" * 101)
+    result = await client.send(too_long, "cus_acme")
+    assert result == Rejected(400, "invalid_request_error", "At most 100 characters")
+    assert provider.events == []
+
+
+async def test_a_tenant_with_no_customer_waits_and_the_others_go(
+    provider: BillingProvider, client: HttpMeterClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = await ledger_with(EVENTS)
+    only_beta = Customers({2: "cus_beta"})
+    report = await export(ledger, client, NOW, only_beta)
+    acme = [i for i in ledger.intents.values() if i.tenant_id == 1]
+    assert (report.sent, report.unmapped, report.failed) == (2, len(acme), 0)
+    assert {e.customer for e in provider.events} == {"cus_beta"}
+    [problem] = report.problems  # one line for the tenant, not one per intent
+    assert "tenant id 1" in problem and "--billing-customer" in problem
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "tenant id 1" in errors[0].getMessage()
+    assert all(i.sent_at is None for i in acme)
+
+    later = await export(ledger, client, NOW + 60)  # the operator mapped acme meanwhile
+    assert (later.sent, later.unmapped) == (len(acme), 0)
+    assert sums_by_tenant(provider) == expected_sums(EVENTS, NOW - GRACE)
+
+
+async def test_the_fallback_setting_sends_an_unmapped_tenant_under_its_name(
+    provider: BillingProvider, client: HttpMeterClient
+) -> None:
+    ledger = await ledger_with(EVENTS)
+    report = await export(ledger, client, NOW, Customers({2: "cus_beta"}, fall_back_to_name=True))
+    assert report.unmapped == 0 and report.sent == report.planned
+    assert {e.customer for e in provider.events} == {"acme", "cus_beta"}
+
+
+async def test_legacy_usage_has_no_customer_unless_it_falls_back_to_its_name(
+    provider: BillingProvider, client: HttpMeterClient
+) -> None:
+    legacy = msgspec.structs.replace(event("old", H0 + 10), tenant_id=0)
+    ledger = await ledger_with([legacy])
+    refused = await export(ledger, client, NOW)
+    assert (refused.sent, refused.unmapped) == (0, 2) and "adopt-legacy" in refused.problems[0]
+    sent = await export(ledger, client, NOW, Customers(CUSTOMERS.ids, fall_back_to_name=True))
+    assert sent.sent == 2 and {e.customer for e in provider.events} == {"acme"}

@@ -25,6 +25,7 @@ from tests.billing.conftest import (
     DAY0,
     HOUR,
     Backend,
+    by_name,
     tenant_id_of,
     usage_event,
 )
@@ -359,8 +360,8 @@ async def test_legacy_usage_stays_apart_by_name_until_adopted_and_is_never_repor
     assert [(r.tenant_id, r.texts) for r in ours] == [(ACME, 10)]
     reported = await ledger.plan_exports(DAY0 + HOUR)
     assert [(i.key, i.quantity) for i in reported] == [
-        ("acme:8640000:texts:0", 7),  # keyed by name, as every key was before ids
-        ("beta:8640000:texts:0", 1),
+        (f"{by_name('acme')}:8640000:texts:0", 7),  # by a hash of the name: no id
+        (f"{by_name('beta')}:8640000:texts:0", 1),
         ("id=1:8640000:texts:0", 10),
     ]
     for intent in reported:

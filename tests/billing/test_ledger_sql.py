@@ -25,7 +25,15 @@ from headway.billing.ledger.sqlite import SQLiteLedger
 from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
 from headway.testing.postgres_server import PostgresServer
 from headway.testing.server import free_port
-from tests.billing.conftest import DAY0, HOUR, Backend, postgres_sql, sqlite_sql, usage_event
+from tests.billing.conftest import (
+    DAY0,
+    HOUR,
+    Backend,
+    by_name,
+    postgres_sql,
+    sqlite_sql,
+    usage_event,
+)
 
 
 def test_migrations_are_numbered_in_order_from_one() -> None:
@@ -258,7 +266,7 @@ async def test_a_ledger_of_the_old_schema_keeps_its_usage_as_legacy_rows_by_name
         assert await ledger.check_aggregates() == []
         # The old texts intent was sent: its hour's legacy tokens and the id's usage go now.
         planned = [(i.key, i.quantity) for i in await ledger.plan_exports(DAY0 + HOUR)]
-        assert planned == [(f"acme:{DAY0}:tokens:0", 30), (f"id=1:{DAY0}:texts:0", 2)]
+        assert planned == [(f"{by_name('acme')}:{DAY0}:tokens:0", 30), (f"id=1:{DAY0}:texts:0", 2)]
         assert await ledger.adopt_legacy("acme", 1) == 1
         assert [(r.tenant_id, r.texts, r.tokens) for r in await ledger.hours(*everything, 1)] == [
             (1, 5, 30)

@@ -112,3 +112,32 @@ def test_a_batch_bound_that_is_not_a_whole_number_is_a_bad_argument(cli, registr
     result = cli("add", "acme", "--max-files", value)
     assert result.exit_code == 2 and "--max-files must be a whole number" in result.output
     assert [t.name for t in registry.tenants()] == []
+
+
+def test_a_billing_customer_is_set_and_removed_and_a_bad_one_is_refused(cli, registry):
+    cli("add", "acme")
+    acme = registry.tenant("acme")
+    done = cli("set", "acme", "--billing-customer", "cus_NffrFeUfNV2Hib")
+    assert done.exit_code == 0, done.output
+    assert last_line(done.output) == "billing customer: cus_NffrFeUfNV2Hib"
+    assert registry.billing_customers() == {acme.id: "cus_NffrFeUfNV2Hib"}
+    bad = cli("set", "acme", "--billing-customer", "cus with spaces")
+    assert bad.exit_code == 2 and "printable ASCII" in bad.output
+    assert registry.billing_customers() == {acme.id: "cus_NffrFeUfNV2Hib"}
+    removed = cli("set", "acme", "--billing-customer", "none")
+    assert removed.exit_code == 0 and last_line(removed.output) == "billing customer: none"
+    assert registry.billing_customers() == {}
+
+
+def test_billing_customers_lists_each_tenant_and_exits_1_while_one_has_none(cli, tmp_path):
+    cli("add", "acme")
+    cli("add", "beta")
+    cli("set", "acme", "--billing-customer", "cus_A")
+    args = ["billing", "customers", "--data-dir", str(tmp_path)]
+    listed = CliRunner().invoke(app, args)
+    lines = listed.output.strip().splitlines()
+    assert listed.exit_code == 1
+    assert any(line.endswith("acme  cus_A") for line in lines)
+    assert any(line.endswith("beta  none: exports refused") for line in lines)
+    cli("set", "beta", "--billing-customer", "cus_B")
+    assert CliRunner().invoke(app, args).exit_code == 0

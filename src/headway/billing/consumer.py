@@ -6,7 +6,8 @@ One loop, one batch at a time:
     decode  each one; what is not a valid event becomes a dead letter, never an error
     apply   the batch in ONE ledger transaction (processed ids + hourly aggregates +
             dead letters); a failure (the database is away) retries the SAME batch,
-            with backoff, until it commits — nothing is acked meanwhile
+            with capped, jittered backoff (``ledger_link.py``), until it commits —
+            nothing is acked meanwhile, and the outage is logged once each way
     ack     synchronously, only now: a crash before this line redelivers the batch,
             and the ledger's primary key drops what was already committed
 
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from headway.billing.ledger.base import Applied, DeadLetter, Ledger
+from headway.billing.ledger_link import Backoff, LedgerLink
 from headway.billing.sources.base import Delivery, EventSource
 from headway.metering.event import MalformedEvent, UsageEvent, decode
 
@@ -74,12 +76,15 @@ class Consumer:
         observer: ConsumerObserver | None = None,
         wall_clock: Callable[[], float] = time.time,
         max_backoff_s: float = 5.0,
+        link: LedgerLink | None = None,
     ) -> None:
+        """``link``: the ledger's reachability, shared with whoever opened the ledger
+        (the service); by default one of its own backing off up to ``max_backoff_s``."""
         self._source, self._ledger = source, ledger
         self._batch_events, self._fetch_wait_s = batch_events, fetch_wait_s
         self._observer = observer or NoObserver()
         self._wall_clock = wall_clock
-        self._max_backoff_s = max_backoff_s
+        self._link = link or LedgerLink(backoff=Backoff(min(0.05, max_backoff_s), max_backoff_s))
 
     async def run(self) -> None:
         """Until cancelled."""
@@ -124,18 +129,13 @@ class Consumer:
         log.warning("usage source %s failed: %s", step, exc)
 
     async def _apply(self, events: list[UsageEvent], dead: list[DeadLetter]) -> Applied:
-        backoff_s, failing = 0.05, False
         while True:
             try:
                 applied = await self._ledger.apply(events, dead)
             except Exception as exc:  # the database is away: hold the batch, try again
                 self._observer.apply_failed()
-                if not failing:
-                    log.error("ledger write failed (%s); retrying, nothing is acked", exc)
-                    failing = True
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(self._max_backoff_s, backoff_s * 2)
+                self._link.failed(exc, "writing a batch")
+                await self._link.pause()
                 continue
-            if failing:
-                log.info("ledger write succeeded again")
+            self._link.succeeded()
             return applied

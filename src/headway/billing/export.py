@@ -3,10 +3,14 @@
 The ledger plans: ``plan_exports`` records, in one transaction, an intent per
 (tenant id, closed hour, meter) whose total exceeds what earlier intents report, with
 the difference as its quantity and ``id={tenant_id}:{hour}:{meter}:{revision}`` as its
-key (``ExportIntent``: legacy rows and intents older than tenant ids are keyed by
-name). The provider's customer is named by the tenant's name, as before: a tenant
-created with a deleted one's name reports under a key of its own, and the operator
-maps it to a customer of its own.
+key (``ExportIntent``: legacy rows by a hash of their name; every key at most 100
+ASCII characters). The provider's customer is the one the registry maps the tenant id
+to (``headway tenants set NAME --billing-customer cus_…``, ``Customers``): a tenant
+created with a deleted one's name has an id, and so a mapping, of its own. An intent
+whose tenant has no mapping is refused, logged once per tenant and counted
+(``unmapped``), and left unsent for a later run; other tenants go on. With
+``billing.export_unmapped = "tenant_name"`` it goes under the tenant's name instead,
+as before the mapping.
 This module delivers: each unsent intent is sent under that key (as both the
 ``Idempotency-Key`` and the event's ``identifier``) and marked sent only after the
 provider accepted it. An intent is never changed, so a send that failed or whose
@@ -32,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
@@ -40,6 +44,7 @@ from typing import Protocol
 import aiohttp
 
 from headway.billing.ledger.base import ExportIntent, Ledger
+from headway.metering.event import LEGACY_TENANT_ID
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +73,26 @@ class Rejected:
 
 
 class MeterClient(Protocol):
-    async def send(self, intent: ExportIntent) -> Accepted | Rejected:
-        """Report ``intent`` under its key; ``ProviderUnavailable`` when no try got an
-        answer that settles it."""
+    async def send(self, intent: ExportIntent, customer: str) -> Accepted | Rejected:
+        """Report ``intent`` for ``customer`` under its key; ``ProviderUnavailable`` when
+        no try got an answer that settles it."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Customers:
+    """Whom the provider bills for a tenant: the registry's mapping, read once a run."""
+
+    ids: Mapping[int, str]
+    """Tenant id → customer id (``RegistryStore.billing_customers``)."""
+    fall_back_to_name: bool = False
+    """An unmapped tenant (or a legacy row, which has no id) goes under its name."""
+
+    def of(self, intent: ExportIntent) -> str | None:
+        customer = self.ids.get(intent.tenant_id) if intent.tenant_id != LEGACY_TENANT_ID else None
+        if customer is None and self.fall_back_to_name:
+            return intent.tenant
+        return customer
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +106,9 @@ class ExportReport:
     deferred: int
     """Not tried: the run stopped after ``give_up_after`` failures in a row."""
     problems: tuple[str, ...]
-    """One line per failed or rejected intent."""
+    """One line per failed or rejected intent, and per tenant with no customer."""
+    unmapped: int = 0
+    """Not sent: the tenant has no billing customer in the registry."""
 
 
 async def export_closed_hours(
@@ -94,12 +117,16 @@ async def export_closed_hours(
     now: float,
     grace_s: float,
     give_up_after: int = 3,
+    *,
+    customers: Customers,
 ) -> ExportReport:
     """Send every unsent intent for the hours that ended at least ``grace_s`` before
-    ``now`` (late events after that make a further revision), oldest first."""
+    ``now`` (late events after that make a further revision), oldest first, each to
+    its tenant's customer; a tenant with none waits (``unmapped``)."""
     intents = await ledger.plan_exports(closed_before=now - grace_s)
-    sent = already = failed = rejected = failures_in_a_row = 0
+    sent = already = failed = rejected = unmapped = failures_in_a_row = 0
     problems: list[str] = []
+    refused: set[tuple[int, str]] = set()
     for index, intent in enumerate(intents):
         if failures_in_a_row >= give_up_after:
             log.warning(
@@ -109,8 +136,17 @@ async def export_closed_hours(
                 len(intents) - index,
             )
             break
+        customer = customers.of(intent)
+        if customer is None:
+            unmapped += 1
+            if (intent.tenant_id, intent.tenant) not in refused:
+                refused.add((intent.tenant_id, intent.tenant))
+                problem = _unmapped(intent)
+                problems.append(problem)
+                log.error("billing export refused: %s", problem)
+            continue
         try:
-            result = await client.send(intent)
+            result = await client.send(intent, customer)
         except ProviderUnavailable as exc:
             failed += 1
             failures_in_a_row += 1
@@ -129,18 +165,41 @@ async def export_closed_hours(
             already += 1
         else:
             sent += 1
-    tried = sent + already + failed + rejected
+    tried = sent + already + failed + rejected + unmapped
     return ExportReport(
-        len(intents), sent, already, failed, rejected, len(intents) - tried, tuple(problems)
+        len(intents),
+        sent,
+        already,
+        failed,
+        rejected,
+        len(intents) - tried,
+        tuple(problems),
+        unmapped,
     )
 
 
-def meter_event_form(intent: ExportIntent) -> dict[str, str]:
-    """The intent as Stripe's ``POST /v1/billing/meter_events`` form; the event's time is
-    the start of its hour."""
+def _unmapped(intent: ExportIntent) -> str:
+    """Why a tenant's intents wait, and what to do; the tenant by id (the name only as
+    far as it is short: it is the operator's, yet logs are no place for long input)."""
+    if intent.tenant_id == LEGACY_TENANT_ID:
+        return (
+            f"usage recorded by name {intent.tenant[:64]!r} before tenant ids has no billing"
+            " customer: give it to a tenant (headway billing adopt-legacy) or set"
+            ' billing.export_unmapped = "tenant_name"; its intents wait'
+        )
+    return (
+        f"tenant id {intent.tenant_id} ({intent.tenant[:64]!r}) has no billing customer:"
+        f" headway tenants set {intent.tenant[:64]} --billing-customer CUSTOMER_ID; its"
+        " intents wait"
+    )
+
+
+def meter_event_form(intent: ExportIntent, customer: str) -> dict[str, str]:
+    """The intent as Stripe's ``POST /v1/billing/meter_events`` form for ``customer``;
+    the event's time is the start of its hour."""
     return {
         "event_name": f"headway_{intent.meter}",
-        "payload[stripe_customer_id]": intent.tenant,
+        "payload[stripe_customer_id]": customer,
         "payload[value]": str(intent.quantity),
         "identifier": intent.key,
         "timestamp": str(intent.hour),
@@ -178,9 +237,9 @@ class HttpMeterClient:
         self._max_backoff_s = max_backoff_s
         self._sleep = sleep
 
-    async def send(self, intent: ExportIntent) -> Accepted | Rejected:
+    async def send(self, intent: ExportIntent, customer: str) -> Accepted | Rejected:
         headers = {"Authorization": f"Bearer {self._api_key}", "Idempotency-Key": intent.key}
-        form = meter_event_form(intent)
+        form = meter_event_form(intent, customer)
         last = "no try was made"
         for attempt in range(self._attempts):
             if attempt:

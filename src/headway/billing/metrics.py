@@ -1,4 +1,4 @@
-"""The billing consumer's metrics; also the consumer's observer."""
+"""The billing consumer's metrics; also the consumer's and the ledger link's observer."""
 
 from __future__ import annotations
 
@@ -46,6 +46,17 @@ class BillingMetrics:
             "Events in the source not yet committed and acknowledged (consumer lag).",
             registry=self.registry,
         )
+        self._ledger_up = Gauge(
+            "headway_billing_ledger_up",
+            "1 while the consumer's last ledger call succeeded; 0 before the ledger was first "
+            "reached and while it is unreachable (the consumer waits and retries).",
+            registry=self.registry,
+        )
+        self._ledger_retries = Counter(
+            "headway_billing_ledger_retries_total",
+            "Ledger calls (opening it, writing a batch) tried again after a failure.",
+            registry=self.registry,
+        )
         self._batches = Counter(
             "headway_billing_batches_total",
             "Batches committed to the ledger.",
@@ -68,3 +79,9 @@ class BillingMetrics:
 
     def pending(self, events: int) -> None:
         self._pending.set(events)
+
+    def ledger_up(self, up: bool) -> None:
+        self._ledger_up.set(1 if up else 0)
+
+    def ledger_retry(self) -> None:
+        self._ledger_retries.inc()

@@ -9,6 +9,12 @@ gateways' outboxes in the data dir (embedded mode, what ``headway up`` runs); th
 ledger is Postgres when ``postgres_url`` is set, else SQLite in the data dir. It
 serves ``/healthz``, ``/readyz`` (the ledger and the source are open) and
 ``/metrics`` on its own port.
+
+The ledger may be unreachable when the process starts (Postgres not up yet, or
+restarting): the consumer task waits for it with capped, jittered backoff
+(``ledger_link.py``), logging once when it starts waiting and once when it got through,
+while ``/healthz`` answers and ``/readyz`` says 503; a connection lost later is waited
+out the same way, batch held, nothing acked. ``headway_billing_ledger_up`` tells which.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import aiohttp
 from headway import plants
 from headway.background import Background
 from headway.billing.consumer import Consumer
+from headway.billing.customers import customers_of
 from headway.billing.export import HttpMeterClient, export_closed_hours
 from headway.billing.ledger.base import Ledger
 from headway.billing.ledger.open import open_ledger
+from headway.billing.ledger_link import Backoff, LedgerLink, open_when_reachable
 from headway.billing.metrics import BillingMetrics
 from headway.billing.sources.base import EventSource
 from headway.billing.sources.jetstream import JetStreamSource
@@ -45,26 +53,30 @@ def event_source(settings: Settings) -> EventSource:
 
 
 class BillingService:
-    def __init__(self, settings: Settings, metrics: BillingMetrics | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: BillingMetrics | None = None,
+        *,
+        source: EventSource | None = None,
+    ) -> None:
+        """``source``: the events to consume (default: the one the settings name)."""
         self.settings = settings
         self.metrics = metrics or BillingMetrics()
         self._background = Background()
         self.ledger: Ledger | None = None
-        self.source: EventSource | None = None
+        self.source: EventSource | None = source
         self._export_session: aiohttp.ClientSession | None = None
+        billing = settings.billing
+        self.link = LedgerLink(
+            self.metrics, Backoff(billing.ledger_retry_initial_s, billing.ledger_retry_max_s)
+        )
 
     async def start(self) -> None:
         settings, billing = self.settings, self.settings.billing
-        self.ledger = await open_ledger(settings.postgres_url, settings.ledger_path)
-        self.source = event_source(settings)
-        consumer = Consumer(
-            plants.consumer_source(settings, self.source),  # the real one unless a test
-            self.ledger,
-            batch_events=billing.batch_events,
-            fetch_wait_s=billing.fetch_wait_s,
-            observer=self.metrics,
-        )
-        self._background.essential("consumer", consumer.run)
+        if self.source is None:
+            self.source = event_source(settings)
+        self._background.essential("consumer", self._consume)
         if billing.export_url:
             self._export_session = aiohttp.ClientSession()
             self._background.every("export", EXPORT_INTERVAL_S, self.export_once)
@@ -74,12 +86,37 @@ class BillingService:
             "Postgres" if settings.postgres_url else settings.ledger_path,
         )
 
+    async def _consume(self) -> None:
+        """Open the ledger, waiting as long as it is unreachable, then consume for good."""
+        settings, billing = self.settings, self.settings.billing
+        assert self.source is not None
+        self.ledger = await open_when_reachable(
+            lambda: open_ledger(settings.postgres_url, settings.ledger_path), self.link
+        )
+        consumer = Consumer(
+            plants.consumer_source(settings, self.source),  # the real one unless a test
+            self.ledger,
+            batch_events=billing.batch_events,
+            fetch_wait_s=billing.fetch_wait_s,
+            observer=self.metrics,
+            link=self.link,
+        )
+        await consumer.run()
+
     async def export_once(self) -> None:
         billing = self.settings.billing
-        assert self.ledger is not None and billing.export_url and self._export_session
+        if self.ledger is None or not self.link.up:
+            return  # the consumer is waiting for the ledger; the next interval tries again
+        assert billing.export_url and self._export_session
         client = HttpMeterClient(billing.export_url, billing.export_api_key, self._export_session)
-        report = await export_closed_hours(self.ledger, client, time.time(), billing.export_grace_s)
-        if report.sent or report.failed or report.rejected:
+        report = await export_closed_hours(
+            self.ledger,
+            client,
+            time.time(),
+            billing.export_grace_s,
+            customers=await customers_of(self.settings),
+        )
+        if report.sent or report.failed or report.rejected or report.unmapped:
             log.info("billing export: %s", report)
 
     async def stop(self) -> None:
@@ -93,7 +130,7 @@ class BillingService:
 
     @property
     def ready(self) -> bool:
-        return self.ledger is not None and self.source is not None
+        return self.ledger is not None and self.source is not None and self.link.up is True
 
 
 def build_billing_app(service: BillingService) -> App:

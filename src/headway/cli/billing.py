@@ -1,5 +1,7 @@
-"""``headway billing run | invoice | export | adopt-legacy``: the consumer, invoices, the
-provider export, and giving usage recorded before tenant ids to a tenant."""
+"""``headway billing run | invoice | export | customers | adopt-legacy | backup |
+restore``: the consumer, invoices, the provider export and whom it bills, giving usage
+recorded before tenant ids to a tenant, and backing up and restoring the embedded
+ledger."""
 
 from __future__ import annotations
 
@@ -142,11 +144,42 @@ def export(
     typer.echo(
         f"intents {report.planned}: sent {report.sent}, already recorded "
         f"{report.already_sent}, failed {report.failed}, rejected {report.rejected}, "
-        f"deferred {report.deferred}"
+        f"deferred {report.deferred}, no billing customer {report.unmapped}"
     )
     for problem in report.problems:
         typer.echo(f"  {problem}", err=True)
-    raise typer.Exit(0 if not (report.failed or report.rejected or report.deferred) else 1)
+    raise typer.Exit(
+        0 if not (report.failed or report.rejected or report.deferred or report.unmapped) else 1
+    )
+
+
+@billing_app.command()
+def customers(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    postgres_url: PostgresOpt = None,
+) -> None:
+    """Each tenant's customer at the billing provider, as the export reads it; a tenant
+    without one is refused by the export (set it with headway tenants set NAME
+    --billing-customer ID). Exits 1 if any tenant has none and billing.export_unmapped
+    is refuse."""
+    settings = settings_from(config, data_dir=data_dir, postgres_url=postgres_url)
+    from headway.registry.open import open_registry
+
+    registry = open_registry(settings)
+    try:
+        tenants, mapping = registry.tenants(), registry.billing_customers()
+    finally:
+        registry.close()
+    fallback = settings.billing.export_unmapped == "tenant_name"
+    missing = 0
+    for tenant in tenants:
+        customer = mapping.get(tenant.id)
+        if customer is None:
+            missing += 1
+            customer = "none: exported under its name" if fallback else "none: exports refused"
+        typer.echo(f"{tenant.id}  {tenant.name}  {customer}")
+    raise typer.Exit(1 if missing and not fallback else 0)
 
 
 @billing_app.command("adopt-legacy")
@@ -167,6 +200,80 @@ def adopt_legacy(
         tenant_id = _tenant_id(settings, tenant, refuse_reused=True)
     moved = asyncio.run(_adopt(settings, tenant, tenant_id))
     typer.echo(f"{moved} usage events recorded as {tenant!r} now belong to tenant id {tenant_id}")
+
+
+@billing_app.command()
+def backup(
+    to: Annotated[
+        Path | None,
+        typer.Option(help="The backup file (default: <data-dir>/backups/ledger-<time>.sqlite3)."),
+    ] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Back up the embedded ledger while the consumer runs (SQLite's online backup: one
+    consistent copy, checked before it gets its name). A Postgres ledger is backed up
+    with pg_dump (docs/billing.md)."""
+    settings = settings_from(config, data_dir=data_dir, log_level="warning")
+    _refuse_postgres(settings, "backup")
+    from headway.billing.ledger.backup import BackupError, default_target
+    from headway.billing.ledger.backup import backup as back_up
+
+    target = to or default_target(settings.data_dir / "backups")
+    try:
+        summary = back_up(settings.ledger_path, target)
+    except BackupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(
+        f"backed up {settings.ledger_path} to {summary.path}: {summary.processed} events, "
+        f"{summary.intents} export intents ({summary.sent} sent), schema "
+        f"{max(summary.versions)}; integrity checked"
+    )
+
+
+@billing_app.command()
+def restore(
+    source: Annotated[Path, typer.Argument(help="A file `headway billing backup` wrote.")],
+    force: Annotated[
+        bool,
+        typer.Option(help="Restore over a ledger with writes newer than the backup."),
+    ] = False,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Make the embedded ledger the backup's. Refused while the ledger is open in another
+    process (stop the consumer first) and, unless --force, when the ledger holds writes
+    newer than the backup; what it replaces is backed up first, to
+    <data-dir>/backups/ledger-replaced-<time>.sqlite3."""
+    settings = settings_from(config, data_dir=data_dir, log_level="warning")
+    _refuse_postgres(settings, "restore")
+    from headway.billing.ledger.backup import BackupError
+    from headway.billing.ledger.backup import restore as restore_from
+
+    try:
+        restored, kept = restore_from(
+            source, settings.ledger_path, keep_dir=settings.data_dir / "backups", force=force
+        )
+    except BackupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    if kept is not None:
+        typer.echo(f"the ledger it replaced is kept in {kept.path} ({kept.processed} events)")
+    typer.echo(
+        f"restored {settings.ledger_path} from {source}: {restored.processed} events, "
+        f"{restored.intents} export intents ({restored.sent} sent); integrity checked"
+    )
+
+
+def _refuse_postgres(settings: Settings, what: str) -> None:
+    if settings.postgres_url:
+        typer.echo(
+            f"error: the ledger is on Postgres: {what} it with pg_dump / pg_restore"
+            " (docs/billing.md); this command is for the embedded SQLite ledger",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 def _tenant_id(settings: Settings, name: str, *, refuse_reused: bool = False) -> int:
@@ -229,6 +336,7 @@ async def _hours(
 async def _export(settings: Settings) -> ExportReport:
     import aiohttp
 
+    from headway.billing.customers import customers_of
     from headway.billing.export import HttpMeterClient, export_closed_hours
     from headway.billing.ledger.open import open_ledger
 
@@ -238,6 +346,12 @@ async def _export(settings: Settings) -> ExportReport:
     try:
         async with aiohttp.ClientSession() as session:
             client = HttpMeterClient(billing.export_url, billing.export_api_key, session)
-            return await export_closed_hours(ledger, client, time.time(), billing.export_grace_s)
+            return await export_closed_hours(
+                ledger,
+                client,
+                time.time(),
+                billing.export_grace_s,
+                customers=await customers_of(settings),
+            )
     finally:
         await ledger.close()

@@ -33,6 +33,13 @@ MaxOpenBatchesOpt = Annotated[
     str | None,
     typer.Option(help="Most unfinished batches the tenant has, or 'default': the setting."),
 ]
+BillingCustomerOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The tenant's customer id at the billing provider (such as cus_NffrFeUfNV2Hib), "
+        "or 'none' to remove it; the usage export refuses a tenant without one."
+    ),
+]
 
 
 @models_app.command("import")
@@ -167,7 +174,13 @@ def models_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
 def _refusals_exit() -> Iterator[None]:
     """The registry's refusal of a write exits: 2 for a bad --tier, --rate or --burst (a bad
     argument), 1 for the rest (a duplicate or unknown tenant, a key in use)."""
-    from headway.registry.errors import InvalidLimit, InvalidQuota, RegistryError, UnknownTier
+    from headway.registry.errors import (
+        InvalidBillingCustomer,
+        InvalidLimit,
+        InvalidQuota,
+        RegistryError,
+        UnknownTier,
+    )
     from headway.registry.model import TIERS
 
     try:
@@ -178,7 +191,7 @@ def _refusals_exit() -> Iterator[None]:
     except InvalidQuota as exc:
         typer.echo("--rate and --burst must be positive", err=True)
         raise typer.Exit(2) from exc
-    except InvalidLimit as exc:
+    except (InvalidLimit, InvalidBillingCustomer) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     except RegistryError as exc:
@@ -287,15 +300,17 @@ def tenants_set(
     max_files: MaxFilesOpt = None,
     max_stored_bytes: MaxStoredBytesOpt = None,
     max_open_batches: MaxOpenBatchesOpt = None,
+    billing_customer: BillingCustomerOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Change a tenant's tier, quota or Batch API bounds (running gateways pick it up within
-    seconds)."""
+    """Change a tenant's tier, quota, Batch API bounds or billing customer (running
+    gateways pick it up within seconds, the usage export on its next run)."""
     limits = _limit_changes(
         max_files=max_files, max_stored_bytes=max_stored_bytes, max_open_batches=max_open_batches
     )
     registry, actor = _registry(config, data_dir)
+    now: str | None = None
     with _refusals_exit():
         tenant = registry.update_tenant(
             name,
@@ -305,7 +320,12 @@ def tenants_set(
             burst_texts=burst,
             batch_limits=limits,
         )
+        if billing_customer is not None:
+            customer = None if billing_customer == "none" else billing_customer
+            _, now = registry.set_billing_customer(name, customer, actor=actor)
     typer.echo(_line(tenant, settings_from(config, data_dir=data_dir)))
+    if billing_customer is not None:
+        typer.echo(f"billing customer: {now or 'none'}")
 
 
 @tenants_app.command("list")

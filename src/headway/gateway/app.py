@@ -32,7 +32,15 @@ from headway.errors import (
     ValidationFailed,
 )
 from headway.gateway import compat_schemas, routes, schemas, usage
-from headway.gateway.admin import aliases, audit, models, rollouts, splits, tenants
+from headway.gateway.admin import (
+    aliases,
+    audit,
+    billing_customers,
+    models,
+    rollouts,
+    splits,
+    tenants,
+)
 from headway.gateway.admin.access import AdminParts
 from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.auth.kinds import ADMIN_KEY, ANY_KEY, EXECUTOR_TOKEN, TENANT_KEY
@@ -246,6 +254,7 @@ def gateway_routes(
         *(weights_routes(weights) if weights is not None else []),
         # The admin API: each resource's routes are described beside their handlers.
         *tenants.routes(admin),
+        *billing_customers.routes(admin),
         *models.routes(admin, pools),
         *aliases.routes(admin),
         *splits.routes(admin),

@@ -59,6 +59,10 @@ class InvalidLimit(InvalidTenant):
     from 0 to 2**63 - 1."""
 
 
+class InvalidBillingCustomer(InvalidTenant):
+    """A billing provider customer id is empty, too long, or not printable ASCII."""
+
+
 class DuplicateTenant(RegistryError):
     """A tenant of that name exists already."""
 

@@ -218,6 +218,19 @@ _POSTGRES_APPEND_ONLY = (
         FOR EACH ROW EXECUTE FUNCTION audit_log_append_only()""",
 )
 
+
+def _billing_customers(t: _Types) -> tuple[str, ...]:
+    """Keyed by tenant id with no foreign key on purpose: a deleted tenant's last hours
+    are still exported, to its customer, after its row is gone."""
+    return (
+        f"""CREATE TABLE billing_customers (
+            tenant_id {t.big} PRIMARY KEY,
+            customer_id TEXT NOT NULL,
+            updated_at {t.real} NOT NULL
+        )""",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -267,7 +280,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=_tenant_ids_and_deletions(SQLITE, _MAX_TENANT_ID),
         postgres=_tenant_ids_and_deletions(POSTGRES, _POSTGRES_HIGHEST_TENANT_ID),
     ),
+    Migration(
+        9,
+        "each tenant id's customer at the billing provider (the usage export's mapping)",
+        sqlite=_billing_customers(SQLITE),
+        postgres=_billing_customers(POSTGRES),
+    ),
 )
+
 
 _CREATE_RECORD = (
     "CREATE TABLE IF NOT EXISTS registry_migrations"

@@ -110,6 +110,11 @@ class RegistryReads:
             raise UnknownTenant(f"no tenant has the id {tenant_id}")
         return tenant_of(row)
 
+    def billing_customers(self) -> dict[int, str]:
+        with self._dialect.read() as tx:
+            rows = tx.all("SELECT tenant_id, customer_id FROM billing_customers")
+        return {int(row[0]): str(row[1]) for row in rows}
+
     def tenant_deletions(self, *, pending: bool = True) -> list[TenantDeletion]:
         with self._dialect.read() as tx:
             return q.deletions(tx, pending=pending)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from itertools import pairwise
 
 from headway.registry.errors import (
+    InvalidBillingCustomer,
     InvalidLimit,
     InvalidOverlap,
     InvalidQuota,
@@ -31,6 +32,24 @@ from headway.registry.model import (
 DEFAULT_RATE: dict[Tier, float] = {"interactive": 200.0, "batch": 500.0}
 DEFAULT_BURST: dict[Tier, float] = {"interactive": 400.0, "batch": 2000.0}
 """A new tenant's quota when none is given: its tier's."""
+
+
+MAX_CUSTOMER_ID_CHARS = 255
+"""Stripe's ids are far shorter (``cus_`` and 14 more); any provider's fits."""
+
+
+def billing_customer_value(value: str) -> str:
+    """``value`` as a billing provider customer id, or ``InvalidBillingCustomer``: 1 to
+    255 printable ASCII characters, no spaces (it goes into form fields and logs as is)."""
+    if not 0 < len(value) <= MAX_CUSTOMER_ID_CHARS:
+        raise InvalidBillingCustomer(
+            f"a billing customer id has 1 to {MAX_CUSTOMER_ID_CHARS} characters, not {len(value)}"
+        )
+    if not all("!" <= char <= "~" for char in value):
+        raise InvalidBillingCustomer(
+            "a billing customer id is printable ASCII without spaces (such as cus_NffrFeUfNV2Hib)"
+        )
+    return value
 
 
 def tier_of(value: str) -> Tier:

@@ -69,6 +69,7 @@ from headway.registry.reads import RegistryReads
 from headway.registry.rules import (
     DEFAULT_BURST,
     DEFAULT_RATE,
+    billing_customer_value,
     check_batch_limits,
     check_plan,
     check_split,
@@ -206,6 +207,39 @@ class SqlRegistry(RegistryReads):
             before = {**tenant_json(tenant), "key_ids": sorted(key_ids), "pins": pins}
             self._record(tx, actor, "tenant.delete", f"tenant:{name}", before, None)
         return tenant
+
+    def set_billing_customer(
+        self, name: str, customer_id: str | None, *, actor: Actor = SYSTEM
+    ) -> tuple[Tenant, str | None]:
+        """Upsert (or, with None, delete) the tenant id's row in ``billing_customers``;
+        no change, no audit entry."""
+        wanted = None if customer_id is None else billing_customer_value(customer_id)
+        with self._dialect.write() as tx:
+            tenant = q.existing_tenant(tx, name)
+            row = tx.one(
+                "SELECT customer_id FROM billing_customers WHERE tenant_id = ?", (tenant.id,)
+            )
+            before = None if row is None else str(row[0])
+            if before == wanted:
+                return tenant, before
+            if wanted is None:
+                tx.execute("DELETE FROM billing_customers WHERE tenant_id = ?", (tenant.id,))
+            else:
+                tx.execute(
+                    "INSERT INTO billing_customers (tenant_id, customer_id, updated_at)"
+                    " VALUES (?, ?, ?) ON CONFLICT (tenant_id) DO UPDATE SET"
+                    " customer_id = excluded.customer_id, updated_at = excluded.updated_at",
+                    (tenant.id, wanted, self._clock()),
+                )
+            self._record(
+                tx,
+                actor,
+                "tenant.billing_customer",
+                f"tenant:{name}",
+                None if before is None else {"tenant_id": tenant.id, "customer_id": before},
+                None if wanted is None else {"tenant_id": tenant.id, "customer_id": wanted},
+            )
+        return tenant, wanted
 
     def list_deletion_blobs(self, tenant_id: int, blobs: tuple[str, ...]) -> TenantDeletion:
         """Bookkeeping, as observations are (no audit entry, no change): the first list

@@ -89,6 +89,10 @@ class RegistryStore(Protocol):
 
     def observations(self, rollout_id: int, step: int) -> list[Observation]: ...
 
+    def billing_customers(self) -> dict[int, str]:
+        """Tenant id → its customer id at the billing provider, deleted tenants' too."""
+        ...
+
     # writes (each one audit entry) ----------------------------------------------
 
     def add_tenant(
@@ -137,6 +141,14 @@ class RegistryStore(Protocol):
     def finish_deletion(self, tenant_id: int, *, actor: Actor) -> TenantDeletion:
         """Mark the deletion finished (audited ``tenant.purge``; again: nothing changes);
         ``UnknownTenant`` for an id never deleted."""
+        ...
+
+    def set_billing_customer(
+        self, name: str, customer_id: str | None, *, actor: Actor
+    ) -> tuple[Tenant, str | None]:
+        """Map the tenant to its customer at the billing provider (None: remove the
+        mapping; its exports are then refused); audited ``tenant.billing_customer``. The
+        tenant and the customer id now (``UnknownTenant``, ``InvalidBillingCustomer``)."""
         ...
 
     def rotate_key(

@@ -13,7 +13,9 @@ It enforces what makes the export safe to retry, as Stripe does:
   counts nothing; with other parameters, 400 ``idempotency_error``. Errors are not
   kept (as Stripe keeps none for requests that never started executing);
 - the event's ``identifier`` is unique: a second event that names one already
-  accepted is refused with 400 ``resource_already_exists`` (``param: identifier``).
+  accepted is refused with 400 ``resource_already_exists`` (``param: identifier``);
+- Stripe's lengths: an ``Idempotency-Key`` over 255 characters and an ``identifier``
+  over 100 are refused with 400 ``invalid_request_error`` (nothing counted).
 
 Fault injection: ``fail_next(n, status)`` answers the next ``n`` requests with that
 status without processing them; ``lose_next_response(n)`` processes the next ``n``
@@ -46,6 +48,8 @@ DEFAULT_API_KEY = "sk_test_headway"
 _FIELDS = frozenset(
     {"event_name", "payload[stripe_customer_id]", "payload[value]", "identifier", "timestamp"}
 )
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+MAX_IDENTIFIER_CHARS = 100
 _REQUIRED = ("event_name", "payload[stripe_customer_id]", "payload[value]")
 
 Params = tuple[tuple[str, str], ...]
@@ -153,6 +157,13 @@ class BillingProvider:
         if self._failures:
             status = self._failures.pop(0)
             return _error(status, "api_error", f"injected failure ({status})")
+        if key is not None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+            return _error(
+                400,
+                "invalid_request_error",
+                f"Idempotency-Key is {len(key)} characters; the most is "
+                f"{MAX_IDEMPOTENCY_KEY_CHARS}",
+            )
         form = await request.post()
         params: Params = tuple(sorted((name, str(value)) for name, value in form.items()))
         if key is None:
@@ -197,6 +208,10 @@ class BillingProvider:
         if timestamp and not timestamp.isdigit():
             return _problem(400, "parameter_invalid_integer", "timestamp", "Not a unix time")
         identifier = params.get("identifier") or f"fake_{secrets.token_hex(8)}"
+        if len(identifier) > MAX_IDENTIFIER_CHARS:
+            return _problem(
+                400, "string_too_long", "identifier", f"At most {MAX_IDENTIFIER_CHARS} characters"
+            )
         if identifier in self._identifiers:
             return _problem(
                 400, "resource_already_exists", "identifier", "An event with it already exists"

@@ -94,12 +94,14 @@ class HourlyUsage:
 class ExportIntent:
     """One report to the external billing provider, recorded before it is sent.
 
-    ``key`` is the idempotency key: ``id={tenant_id}:{hour}:{meter}:{revision}``
-    (``{tenant}:{hour}:{meter}:{revision}``, by name, for intents recorded before
-    tenant ids, and for legacy rows; ``=`` is in no tenant name, so the two never
-    meet). The first report of a closed hour is revision 0; events that arrive after
-    it (late) make a further revision with only the difference, so the provider's sum
-    is the ledger's. A revision is the number of intents its (tenant, hour, meter) had.
+    ``key`` is the idempotency key: ``id={tenant_id}:{hour}:{meter}:{revision}``, or
+    ``name-{sha256(name)[:32]}:…`` for legacy rows (no tenant id); at most 100 ASCII
+    characters whatever the name (``memory.intent_key``), within Stripe's limits.
+    Intents recorded before tenant ids keep their ``{tenant}:…`` keys; one too long or
+    not ASCII was refused by the provider, so it is rekeyed before it is sent. The
+    first report of a closed hour is revision 0; events that arrive after it (late)
+    make a further revision with only the difference, so the provider's sum is the
+    ledger's. A revision is the number of intents its (tenant, hour, meter) had.
     """
 
     key: str
@@ -132,7 +134,12 @@ class Ledger(Protocol):
         """In one transaction, record a new intent for every (tenant_id, tenant, hour,
         meter) of an hour that ended by ``closed_before`` (``hour + 3600 <= closed_before``)
         whose aggregate exceeds what its intents already report; return every intent not
-        yet marked sent, oldest first."""
+        yet marked sent, oldest first.
+
+        Only the hours from the watermark on, and the late hours below it that ``apply``
+        added to since, are read; the watermark then moves to ``closed_before``'s hour
+        (never back). An aggregate written past ``apply`` is not seen until its hour is
+        late again (``migrations.py``, migration 3)."""
         ...
 
     async def mark_sent(self, key: str, at: float) -> None: ...

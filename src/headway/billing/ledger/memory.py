@@ -8,7 +8,9 @@ contract's arithmetic, which the SQL ledgers reuse so that the three cannot disa
 - ``hourly_sums``: the new billable events, summed per aggregate key;
 - ``new_intents``: for every closed (tenant, hour, meter), the difference between the
   hour's total and what its intents already report, as the next revision;
-- ``intent_key``: an intent's idempotency key;
+- ``intent_key``: an intent's idempotency key, within the provider's limits;
+- ``late_hours`` / ``next_watermark``: what export planning must look at again, and
+  how far it has planned;
 - ``aggregate_problems``: what differs between aggregates recomputed from events and
   the stored ones, both ways.
 
@@ -18,6 +20,7 @@ transaction would be.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -95,11 +98,42 @@ def hourly_sums(new_events: Iterable[UsageEvent]) -> dict[HourKey, Sums]:
     return dict(sorted(sums.items()))
 
 
+MAX_KEY_CHARS: Final = 100
+"""The longest key sent: Stripe's meter event ``identifier`` takes 100 characters (its
+``Idempotency-Key`` 255), and both must be ASCII to travel in a header."""
+
+
 def intent_key(tenant_id: int, tenant: str, hour: int, meter: str, revision: int) -> str:
-    """``id={tenant_id}:…`` for a tenant id, ``{tenant}:…`` by name for legacy rows (as every
-    key was before tenant ids: the provider has those)."""
-    owner = tenant if tenant_id == LEGACY_TENANT_ID else f"id={tenant_id}"
-    return f"{owner}:{hour}:{meter}:{revision}"
+    """``id={tenant_id}:{hour}:{meter}:{revision}`` for a tenant id. Legacy rows (no id)
+    are named by a hash of the name, ``name-{sha256[:32]}:…``, never the name itself: a
+    name may be long or not ASCII, and the key must stay short and ASCII whatever it
+    is. At most ``MAX_KEY_CHARS`` (46 for the largest id, hour and revision)."""
+    if tenant_id == LEGACY_TENANT_ID:
+        owner = "name-" + hashlib.sha256(tenant.encode()).hexdigest()[:32]
+    else:
+        owner = f"id={tenant_id}"
+    key = f"{owner}:{hour}:{meter}:{revision}"
+    if len(key) > MAX_KEY_CHARS:  # only a revision past 10^40 could: a bug, not data
+        raise LedgerError(f"export key {key[:60]}… is over {MAX_KEY_CHARS} characters")
+    return key
+
+
+def overlong(key: str) -> bool:
+    """A key recorded before keys were bounded (a legacy intent keyed by a long or
+    non-ASCII name): the provider refused it, so it was never counted and may be
+    rekeyed (``intent_key``) before it is sent."""
+    return len(key) > MAX_KEY_CHARS or not key.isascii()
+
+
+def late_hours(sums: Iterable[HourKey], watermark: int) -> list[int]:
+    """The hours of new aggregates that export planning already passed (below the
+    watermark): it must plan them again, and report the difference as a revision."""
+    return sorted({key[HOUR] for key in sums if key[HOUR] < watermark})
+
+
+def next_watermark(watermark: int, closed_before: float) -> int:
+    """Planned through every hour that ended by ``closed_before``; never moves back."""
+    return max(watermark, floor_hour(closed_before))
 
 
 def new_intents(
@@ -145,6 +179,13 @@ def new_intents(
                     )
                 )
     return intents
+
+
+def bounded_key(intent: ExportIntent) -> str:
+    """The key an ``overlong`` one becomes. Only legacy intents were keyed by name, so it
+    is the legacy form (by a hash of the name) whoever adopted the intent since: its
+    revision was counted by name, so no other intent has that key."""
+    return intent_key(LEGACY_TENANT_ID, intent.tenant, intent.hour, intent.meter, intent.revision)
 
 
 def unsent_order(intent: ExportIntent) -> tuple[int, int, str, str, int, str]:
@@ -216,14 +257,20 @@ class MemoryLedger:
         """Public so a test can corrupt it and watch ``check_aggregates`` notice."""
         self.dead: list[DeadLetter] = []
         self.intents: dict[str, ExportIntent] = {}
+        self.watermark = 0
+        """Every hour below it was planned (``plan_exports``)."""
+        self.late: set[int] = set()
+        """Hours below the watermark that ``apply`` added to since."""
 
     async def apply(self, events: Sequence[UsageEvent], dead: Sequence[DeadLetter]) -> Applied:
         new = [event for event in first_of_each(events) if event.request_id not in self.processed]
         for event in new:
             self.processed[event.request_id] = event
-        for key, (requests, texts, tokens) in hourly_sums(new).items():
+        sums = hourly_sums(new)
+        for key, (requests, texts, tokens) in sums.items():
             old = self.hourly.get(key, (0, 0, 0))
             self.hourly[key] = (old[0] + requests, old[1] + texts, old[2] + tokens)
+        self.late.update(late_hours(sums, self.watermark))
         self.dead.extend(dead)
         return Applied(new=len(new), duplicates=len(events) - len(new), dead=len(dead))
 
@@ -239,18 +286,30 @@ class MemoryLedger:
         ]
 
     async def plan_exports(self, closed_before: float) -> list[ExportIntent]:
+        closed = floor_hour(closed_before)
+
+        def planned(hour: int) -> bool:
+            return self.watermark <= hour < closed or hour in self.late
+
         totals: dict[Group, tuple[int, int]] = {}
         for (tenant_id, tenant, _, _, _, _, hour), (_, texts, tokens) in self.hourly.items():
-            if hour + 3600 <= closed_before:
+            if planned(hour):
                 old = totals.get((tenant_id, tenant, hour), (0, 0))
                 totals[(tenant_id, tenant, hour)] = (old[0] + texts, old[1] + tokens)
         reported: dict[tuple[int, str, int, str], tuple[int, int]] = {}
         for intent in self.intents.values():
-            group = (intent.tenant_id, intent.tenant, intent.hour, intent.meter)
-            quantity, count = reported.get(group, (0, 0))
-            reported[group] = (quantity + intent.quantity, count + 1)
+            if planned(intent.hour):
+                group = (intent.tenant_id, intent.tenant, intent.hour, intent.meter)
+                quantity, count = reported.get(group, (0, 0))
+                reported[group] = (quantity + intent.quantity, count + 1)
         for intent in new_intents(totals, reported):
             self.intents[intent.key] = intent
+        self.watermark = next_watermark(self.watermark, closed_before)
+        self.late.clear()
+        for intent in [i for i in self.intents.values() if i.sent_at is None and overlong(i.key)]:
+            del self.intents[intent.key]
+            rekeyed = replace(intent, key=bounded_key(intent))
+            self.intents[rekeyed.key] = rekeyed
         unsent = [intent for intent in self.intents.values() if intent.sent_at is None]
         return sorted(unsent, key=unsent_order)
 
@@ -276,6 +335,8 @@ class MemoryLedger:
         for name, intent in self.intents.items():
             if (intent.tenant_id, intent.tenant) == (LEGACY_TENANT_ID, tenant):
                 self.intents[name] = replace(intent, tenant_id=tenant_id)
+        adopted_hours = [k for k in self.hourly if k[:2] == (tenant_id, tenant)]
+        self.late.update(late_hours(adopted_hours, self.watermark))
         return moved
 
     async def check_aggregates(self) -> list[str]:

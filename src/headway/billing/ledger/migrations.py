@@ -23,6 +23,13 @@ recorded before keep their keys (``{tenant}:{hour}:{meter}:{revision}``); new on
 an id are ``id={tenant_id}:…``. The unique (tenant, hour, meter, revision) goes: a
 revision is now counted per key owner (``memory.new_intents``), and the key stays the
 primary key.
+
+Migration 3 gives export planning a **watermark**: ``export_watermark`` (one row) holds
+``planned_before``, an hour boundary below which every hour was planned, and
+``export_late_hours`` the hours below it that a later ``apply`` added to (a late
+event). ``plan_exports`` reads only the hours from the watermark on and the late ones,
+then moves the watermark up and clears them, where it used to rescan every closed hour.
+An existing ledger starts at 0: its first plan scans everything once, as before.
 """
 
 from __future__ import annotations
@@ -158,6 +165,13 @@ _TENANT_IDS_POSTGRES = (
     "CREATE INDEX export_intents_owner ON export_intents (tenant_id, tenant, hour, meter)",
 )
 
+_WATERMARK = (
+    "CREATE TABLE export_watermark ("
+    " id INTEGER PRIMARY KEY CHECK (id = 1), planned_before BIGINT NOT NULL)",
+    "INSERT INTO export_watermark (id, planned_before) VALUES (1, 0)",
+    "CREATE TABLE export_late_hours (hour BIGINT PRIMARY KEY)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -172,6 +186,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "usage keyed by tenant id; rows written before get the legacy id 0 and keep their name",
         sqlite=_TENANT_IDS_SQLITE,
         postgres=_TENANT_IDS_POSTGRES,
+    ),
+    Migration(
+        3,
+        "export planning keeps a watermark and the late hours below it",
+        sqlite=_WATERMARK,
+        postgres=_WATERMARK,
     ),
 )
 

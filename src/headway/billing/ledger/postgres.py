@@ -9,7 +9,9 @@ each taking whole columns as array parameters (``unnest``):
 2. the new billable ones, summed per aggregate key in Python (``hourly_sums``, keys
    sorted), are added to ``hourly_usage`` by one upsert whose ``DO UPDATE`` adds to
    the stored row (``requests = hourly_usage.requests + EXCLUDED.requests``);
-3. the dead letters are inserted.
+3. the dead letters are inserted;
+4. when new aggregates fall in hours export planning already passed (below the
+   watermark, read ``FOR SHARE``), those hours are recorded as late.
 
 READ COMMITTED is enough, and is what ``plan_exports`` needs. No decision in
 ``apply`` rests on a snapshot: whether an id is new is decided by the primary key's
@@ -21,13 +23,20 @@ then aggregate keys), so two writers cannot deadlock. ``plan_exports`` serialize
 planners with an advisory lock and must then *see* the previous planner's intents:
 each READ COMMITTED statement takes a fresh snapshot after the lock was granted,
 where REPEATABLE READ would keep the one taken when the transaction began waiting.
+
+The watermark row is the fence between the two: ``plan_exports`` locks it ``FOR
+UPDATE`` before it reads the totals, and ``apply`` reads it ``FOR SHARE`` after adding
+to them. An ``apply`` that locked it first commits before the plan reads (the plan
+sees its rows); one that comes after waits for the plan's commit and then reads the
+moved watermark (the latest committed row, under READ COMMITTED), so it marks its hour
+late. Either way no addition to an hour falls between a plan and the next.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -43,14 +52,19 @@ from headway.billing.ledger.base import (
 )
 from headway.billing.ledger.errors import LedgerError, LedgerUnavailable, UnknownIntent
 from headway.billing.ledger.memory import (
+    HourKey,
     aggregate_problems,
+    bounded_key,
     check_adoption,
     first_of_each,
     floor_hour,
     hour_range,
     hourly_sums,
     keyed_sums,
+    late_hours,
     new_intents,
+    next_watermark,
+    overlong,
 )
 from headway.billing.ledger.migrations import migrate_postgres
 from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
@@ -107,6 +121,8 @@ _ADOPT_ROWS = (
     f" FROM hourly_usage WHERE {_LEGACY} ORDER BY {_ORDER}{_ADD}"
 )
 _INTENT = "key, tenant_id, tenant, hour, meter, revision, quantity, sent_at"
+_PLANNED = "((hour >= $1 AND hour < $2) OR hour IN (SELECT hour FROM export_late_hours))"
+"""The hours a plan reads: from the watermark to the last closed one, and the late ones."""
 _INSERT_DEAD = (
     "INSERT INTO dead_letters (data, reason, source, recorded_at)"
     " SELECT *, $4::float8 FROM unnest($1::bytea[], $2::text[], $3::text[])"
@@ -193,6 +209,7 @@ class PostgresLedger:
                     await conn.execute(
                         _ADD_HOURLY, *_transpose([(*key, *row) for key, row in sums.items()])
                     )
+                    await _mark_late(conn, sums)
                 if dead:
                     rows = [(letter.data, letter.reason, letter.source) for letter in dead]
                     await conn.execute(_INSERT_DEAD, *_transpose(rows), now)
@@ -223,21 +240,26 @@ class PostgresLedger:
         return [HourlyUsage(*row) for row in rows]
 
     async def plan_exports(self, closed_before: float) -> list[ExportIntent]:
-        closed = math.floor(closed_before)
+        closed = floor_hour(closed_before)
         now = self._clock()
 
         async def plan(conn: asyncpg.Connection) -> list[ExportIntent]:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", PLAN_LOCK_KEY)
+                low: int = await conn.fetchval(
+                    "SELECT planned_before FROM export_watermark WHERE id = 1 FOR UPDATE"
+                )
                 totals = await conn.fetch(
                     "SELECT tenant_id, tenant, hour, SUM(texts)::int8, SUM(tokens)::int8"
-                    " FROM hourly_usage WHERE hour + 3600 <= $1 GROUP BY tenant_id, tenant, hour",
+                    f" FROM hourly_usage WHERE {_PLANNED} GROUP BY tenant_id, tenant, hour",
+                    low,
                     closed,
                 )
                 reported = await conn.fetch(
                     "SELECT tenant_id, tenant, hour, meter, SUM(quantity)::int8, COUNT(*)"
-                    " FROM export_intents WHERE hour + 3600 <= $1"
+                    f" FROM export_intents WHERE {_PLANNED}"
                     " GROUP BY tenant_id, tenant, hour, meter",
+                    low,
                     closed,
                 )
                 intents = new_intents(
@@ -257,11 +279,16 @@ class PostgresLedger:
                         *_transpose(rows),
                         now,
                     )
+                await conn.execute(
+                    "UPDATE export_watermark SET planned_before = $1 WHERE id = 1",
+                    next_watermark(low, closed_before),
+                )
+                await conn.execute("DELETE FROM export_late_hours")
                 unsent = await conn.fetch(
                     f"SELECT {_INTENT} FROM export_intents WHERE sent_at IS NULL"
                     " ORDER BY hour, tenant_id, tenant, meter, revision, key"
                 )
-            return [ExportIntent(*row) for row in unsent]
+                return [await _bounded(conn, ExportIntent(*row)) for row in unsent]
 
         return await self._run(plan)
 
@@ -296,6 +323,12 @@ class PostgresLedger:
                 await conn.execute(
                     f"UPDATE export_intents SET tenant_id = $2 WHERE {_LEGACY}", tenant, tenant_id
                 )
+                adopted = await conn.fetch(
+                    "SELECT DISTINCT hour FROM hourly_usage WHERE tenant_id = $1 AND tenant = $2",
+                    tenant_id,
+                    tenant,
+                )
+                await _mark_late(conn, [(0, "", "", "", "", "", row[0]) for row in adopted])
             return moved
 
         return await self._run(adopt)
@@ -336,6 +369,30 @@ class PostgresLedger:
 
     async def close(self) -> None:
         await self._pool.close()
+
+
+async def _mark_late(conn: asyncpg.Connection, keys: Iterable[HourKey]) -> None:
+    """In the writer's transaction, after its aggregates: the watermark read under a
+    share lock (the fence with ``plan_exports``), then the hours below it recorded."""
+    watermark: int = await conn.fetchval(
+        "SELECT planned_before FROM export_watermark WHERE id = 1 FOR SHARE"
+    )
+    hours = late_hours(keys, watermark)
+    if hours:
+        await conn.execute(
+            "INSERT INTO export_late_hours (hour) SELECT unnest($1::int8[]) ON CONFLICT DO NOTHING",
+            hours,
+        )
+
+
+async def _bounded(conn: asyncpg.Connection, intent: ExportIntent) -> ExportIntent:
+    """``intent``, rekeyed first if its key is ``overlong`` (never accepted, so never
+    counted: safe to send under another key)."""
+    if not overlong(intent.key):
+        return intent
+    key = bounded_key(intent)
+    await conn.execute("UPDATE export_intents SET key = $1 WHERE key = $2", key, intent.key)
+    return replace(intent, key=key)
 
 
 def redacted(url: str) -> str:

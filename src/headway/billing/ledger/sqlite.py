@@ -11,21 +11,24 @@ processes (``headway usage``) read while the consumer writes.
 event of each request id (``first_of_each``); each is inserted with ``ON CONFLICT
 (request_id) DO NOTHING``, and only those SQLite reports as inserted (``rowcount``) are
 summed into ``hourly_usage`` by relative upserts, in the same transaction as the dead
-letters.
+letters; the hours it added to that export planning already passed (below the
+watermark) are recorded as late, for the next plan (``migrations.py``, migration 3).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from headway.billing.ledger.backup import LedgerInUse, hold_shared
 from headway.billing.ledger.base import (
     Applied,
     DeadLetter,
@@ -39,13 +42,17 @@ from headway.billing.ledger.memory import (
     HourKey,
     Sums,
     aggregate_problems,
+    bounded_key,
     check_adoption,
     first_of_each,
     floor_hour,
     hour_range,
     hourly_sums,
     keyed_sums,
+    late_hours,
     new_intents,
+    next_watermark,
+    overlong,
 )
 from headway.billing.ledger.migrations import migrate_sqlite
 from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
@@ -84,6 +91,8 @@ _SUMS = "SUM(requests), SUM(texts), SUM(tokens)"
 _IN_RANGE = "hour >= :low AND hour < :high AND (:tenant IS NULL OR tenant_id = :tenant)"
 _ORDER = "hour, tenant_id, tenant, alias, version, endpoint, tier"
 _INTENT = "key, tenant_id, tenant, hour, meter, revision, quantity, sent_at"
+_PLANNED = "((hour >= :low AND hour < :high) OR hour IN (SELECT hour FROM export_late_hours))"
+"""The hours a plan reads: from the watermark to the last closed one, and the late ones."""
 _LEGACY = f"tenant_id = {LEGACY_TENANT_ID} AND tenant = :tenant"
 _ADOPT = (
     # Relative upserts into the id's rows, then the legacy rows go; ``WHERE true`` tells
@@ -100,8 +109,14 @@ class SQLiteLedger:
     """The ``Ledger`` protocol on one SQLite file; build it with ``await open(path)``."""
 
     def __init__(
-        self, executor: ThreadPoolExecutor, db: sqlite3.Connection, clock: Callable[[], float]
+        self,
+        executor: ThreadPoolExecutor,
+        db: sqlite3.Connection,
+        clock: Callable[[], float],
+        lock_fd: int | None = None,
     ) -> None:
+        """``lock_fd``: the ledger's shared lock (``backup.hold_shared``), let go on close."""
+        self._lock_fd = lock_fd
         self._executor = executor
         self._db = db
         """Used only on the executor's thread, which created it."""
@@ -110,17 +125,27 @@ class SQLiteLedger:
 
     @classmethod
     async def open(cls, path: Path, clock: Callable[[], float] = time.time) -> SQLiteLedger:
-        """Open (creating) the file at ``path`` and apply the missing migrations."""
+        """Open (creating) the file at ``path`` and apply the missing migrations, holding
+        its lock shared while open (a restore waits for it; ``LedgerUnavailable`` while
+        a restore holds it)."""
+        try:
+            lock_fd = hold_shared(path)
+        except LedgerInUse as exc:
+            raise LedgerUnavailable(str(exc)) from exc
+        except OSError as exc:
+            raise LedgerUnavailable(f"cannot lock the SQLite ledger at {path}: {exc}") from exc
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headway-ledger")
         try:
             db = await asyncio.get_running_loop().run_in_executor(executor, _connect, path, clock)
         except (sqlite3.Error, OSError) as exc:
             executor.shutdown()
+            os.close(lock_fd)
             raise LedgerUnavailable(f"cannot open the SQLite ledger at {path}: {exc}") from exc
         except BaseException:
             executor.shutdown()
+            os.close(lock_fd)
             raise
-        return cls(executor, db, clock)
+        return cls(executor, db, clock, lock_fd)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -143,9 +168,9 @@ class SQLiteLedger:
                     for event in unique
                     if db.execute(_INSERT_PROCESSED, _processed_row(event, now)).rowcount == 1
                 ]
-                db.executemany(
-                    _ADD_HOURLY, [(*key, *sums) for key, sums in hourly_sums(new).items()]
-                )
+                sums = hourly_sums(new)
+                db.executemany(_ADD_HOURLY, [(*key, *row) for key, row in sums.items()])
+                _mark_late(db, late_hours(sums, _watermark(db)))
                 db.executemany(
                     "INSERT INTO dead_letters (data, reason, source, recorded_at)"
                     " VALUES (?, ?, ?, ?)",
@@ -180,22 +205,24 @@ class SQLiteLedger:
 
     async def plan_exports(self, closed_before: float) -> list[ExportIntent]:
         """One ``BEGIN IMMEDIATE`` transaction: no write (a late event, another planner)
-        lands between reading the totals and recording the intents."""
-        closed = (math.floor(closed_before),)
+        lands between reading the totals and recording the intents. Only the hours from
+        the watermark to ``closed_before`` and the late ones are read."""
+        closed = floor_hour(closed_before)
         now = self._clock()
 
         def plan(db: sqlite3.Connection) -> list[ExportIntent]:
             with _write(db):
+                hours = {"low": _watermark(db), "high": closed}
                 totals = db.execute(
                     "SELECT tenant_id, tenant, hour, SUM(texts), SUM(tokens) FROM hourly_usage"
-                    " WHERE hour + 3600 <= ? GROUP BY tenant_id, tenant, hour",
-                    closed,
+                    f" WHERE {_PLANNED} GROUP BY tenant_id, tenant, hour",
+                    hours,
                 ).fetchall()
                 reported = db.execute(
                     "SELECT tenant_id, tenant, hour, meter, SUM(quantity), COUNT(*)"
-                    " FROM export_intents WHERE hour + 3600 <= ?"
+                    f" FROM export_intents WHERE {_PLANNED}"
                     " GROUP BY tenant_id, tenant, hour, meter",
-                    closed,
+                    hours,
                 ).fetchall()
                 intents = new_intents(
                     {(row[0], row[1], row[2]): (row[3], row[4]) for row in totals},
@@ -209,11 +236,16 @@ class SQLiteLedger:
                         for i in intents
                     ],
                 )
+                db.execute(
+                    "UPDATE export_watermark SET planned_before = ?",
+                    (next_watermark(hours["low"], closed_before),),
+                )
+                db.execute("DELETE FROM export_late_hours")
                 unsent = db.execute(
                     f"SELECT {_INTENT} FROM export_intents WHERE sent_at IS NULL"
                     " ORDER BY hour, tenant_id, tenant, meter, revision, key"
                 ).fetchall()
-            return [ExportIntent(*row) for row in unsent]
+                return [_bounded(db, ExportIntent(*row)) for row in unsent]
 
         return await self._run(plan)
 
@@ -242,6 +274,12 @@ class SQLiteLedger:
                 ).rowcount
                 for statement in _ADOPT:
                     db.execute(statement, params)
+                adopted = db.execute(
+                    "SELECT DISTINCT hour FROM hourly_usage WHERE tenant_id = ? AND tenant = ?",
+                    (tenant_id, tenant),
+                ).fetchall()
+                hours = [(0, "", "", "", "", "", row[0]) for row in adopted]
+                _mark_late(db, late_hours(hours, _watermark(db)))
             return moved
 
         return await self._run(adopt)
@@ -290,6 +328,9 @@ class SQLiteLedger:
         await self._run(lambda db: db.close())
         self._closed = True
         self._executor.shutdown()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def _connect(path: Path, clock: Callable[[], float]) -> sqlite3.Connection:
@@ -304,6 +345,28 @@ def _connect(path: Path, clock: Callable[[], float]) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _bounded(db: sqlite3.Connection, intent: ExportIntent) -> ExportIntent:
+    """``intent``, rekeyed first if its key is ``overlong`` (never accepted, so never
+    counted: safe to send under another key)."""
+    if not overlong(intent.key):
+        return intent
+    key = bounded_key(intent)
+    db.execute("UPDATE export_intents SET key = ? WHERE key = ?", (key, intent.key))
+    return replace(intent, key=key)
+
+
+def _watermark(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT planned_before FROM export_watermark").fetchone()
+    return int(row[0])
+
+
+def _mark_late(db: sqlite3.Connection, hours: Sequence[int]) -> None:
+    db.executemany(
+        "INSERT INTO export_late_hours (hour) VALUES (?) ON CONFLICT DO NOTHING",
+        [(hour,) for hour in hours],
+    )
 
 
 @contextmanager
