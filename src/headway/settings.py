@@ -396,6 +396,16 @@ class GatewaySettings(_Section):
         ge=0,
         description="After SIGTERM: /readyz 503 at once, keep serving this long, then close.",
     )
+    outbox_flush_s: float = Field(
+        10.0,
+        ge=0,
+        description="Shared mode, on stop: once the requests in flight have finished, relay "
+        "the usage outbox to NATS for at most this long (a NATS away, or a stream that never "
+        "acknowledges, holds the stop no longer); what is left stays in the outbox and is "
+        "relayed by the gateway of the same id when it starts again. Keep drain_delay_s + "
+        "30 s (the graceful shutdown) + this below the orchestrator's grace period "
+        "(Kubernetes: terminationGracePeriodSeconds, docs/kubernetes.md).",
+    )
     registry_refresh_s: float = Field(
         30.0, gt=0, description="How often the whole registry is reloaded even if unchanged."
     )
