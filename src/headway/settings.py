@@ -321,9 +321,11 @@ class FailedAuthSettings(_Section):
 class GatewaySettings(_Section):
     id: str = Field(
         "",
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,252})?$",
         description="Names this gateway in usage events and its outbox file "
         "(empty: HOSTNAME-PORT). Keep it across restarts so a restarted gateway relays "
-        "what its predecessor left.",
+        "what its predecessor left (Kubernetes: the StatefulSet's pod name). Letters, "
+        "digits, '.', '_' and '-': it is a file name.",
     )
     host: str = Field("127.0.0.1", description="Address the gateway listens on for clients.")
     port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on for clients.")
