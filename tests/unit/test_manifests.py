@@ -109,7 +109,7 @@ def rendered() -> dict[str, list[Doc]]:
 
 @pytest.fixture(scope="module")
 def secret_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """What make-secrets.sh writes for each overlay: the Secret headway-secrets' files."""
+    """What make-secrets.sh writes for each overlay: each role's Secret's file."""
     out: dict[str, Path] = {}
     for overlay in OVERLAYS:
         folder = tmp_path_factory.mktemp(overlay) / "secrets"
@@ -766,8 +766,9 @@ def role_settings(
     source = mounted_file(workload, container, config)
     assert source is not None, f"{named(workload)}: {config} is not mounted"
     volume, key = source
-    assert volume["secret"]["secretName"] == "headway-secrets"
-    assert key == f"{ROLES[component(workload)]}.toml", f"{named(workload)} mounts {key}"
+    role = ROLES[component(workload)]
+    assert volume["secret"]["secretName"] == f"headway-secrets-{role}"
+    assert key == f"{role}.toml", f"{named(workload)} mounts {key}"
     args: list[str] = container["args"]
     flags = {"worker": {"pool": args[args.index("--pool") + 1]}} if "--pool" in args else None
     return load_settings(config_file=secrets / key, flags=flags)
