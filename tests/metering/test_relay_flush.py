@@ -154,6 +154,22 @@ async def test_a_flush_with_nats_away_is_bounded_too(
     assert outbox.depth == 2
 
 
+async def test_an_empty_outbox_is_flushed_at_once_even_with_nats_away(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The usual stop has nothing left to relay: it must not wait out the bound for a
+    connection it does not need."""
+    nats_server.stop()
+    outbox = await outbox_with(tmp_path / "gateway-0.sqlite3", [])
+    relay = Relay(outbox, stream_config(nats_server))
+    try:
+        # A bound far above the hang guard: only an early return ends it in time.
+        flushed = await asyncio.wait_for(relay.flush(4 * HANG_GUARD_S), HANG_GUARD_S)
+    finally:
+        await outbox.close()
+    assert flushed.emptied and flushed.relayed == 0
+
+
 async def test_rows_left_behind_are_relayed_by_the_same_id_after_restart_and_billed_once(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:

@@ -76,8 +76,10 @@ class OutboxMetering:
         if self.relay is None:
             await self.outbox.close()
             return
-        flushed = await self.relay.flush(self._flush_s)
-        await self.outbox.close()  # commits the flush's last removals; depth is exact now
+        try:
+            flushed = await self.relay.flush(self._flush_s)
+        finally:
+            await self.outbox.close()  # commits the flush's last removals: depth is exact
         left = self.outbox.depth
         log.log(
             logging.INFO if flushed.emptied else logging.WARNING,

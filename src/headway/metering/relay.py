@@ -26,9 +26,10 @@ bug, and ``essential`` stops the process for it.
 **The last flush.** A gateway that stops (SIGTERM: a rolling update, a scale-in) has
 finished its requests when ``run`` is cancelled, but the events of its last
 milliseconds may still be in the outbox. ``flush(timeout_s)`` relays them on a fresh
-connection, with the same steps (and retries) as ``run``, until the outbox is empty or
-``timeout_s`` has passed, whichever is first: a NATS that is away, or a stream that never
-acknowledges, holds the stop no longer than that. Whatever is left stays in the outbox
+connection (none when the outbox is already empty, the usual case), with the same steps
+(and retries) as ``run``, until the outbox is empty or ``timeout_s`` has passed,
+whichever is first: a NATS that is away, or a stream that never acknowledges, holds the
+stop no longer than that. Whatever is left stays in the outbox
 file, and the next ``run`` on that file (the same gateway id, the same volume) starts
 from its oldest row: nothing is lost, and an event published twice (its PubAck lost when
 the flush gave up) is stored once by ``Nats-Msg-Id`` and billed once by the ledger's key.
@@ -144,6 +145,8 @@ class Relay:
 
     async def _drain(self) -> None:
         """``run``'s loop, ending once a read finds nothing after the cursor."""
+        if not await self._outbox.read(0, 1):
+            return  # the usual stop: nothing to relay, so no connection to wait for
         if self._nc is None or self._nc.is_closed:
             self._nc, self._js = await connect(self._config)
         cursor, backoff = 0, self._backoff_s
