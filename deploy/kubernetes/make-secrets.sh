@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # Writes the settings files that hold headway's secrets into DIR, each readable by its
 # owner only, with fresh random tokens. They never go into git (use a folder under
-# .headway/, which is ignored) and never into a ConfigMap: docs/kubernetes.md turns them
-# into Secrets, compose.yaml mounts them as its secrets.
+# .headway/, which is ignored) and never into a ConfigMap: docs/kubernetes.md turns each
+# into a Secret of its own, compose.yaml mounts each as a secret of its own.
 #
 #   make-secrets.sh dev DIR       the dev overlay: gateway.toml worker.toml billing.toml
-#                                 executor.toml (the keys of the Secret headway-secrets),
+#                                 executor.toml (one Secret each: headway-secrets-<role>),
 #                                 and postgres-password for its in-cluster Postgres
 #   make-secrets.sh prod DIR      the prod overlay: the same four files, with the external
 #                                 services' URLs (and their credentials) taken from
-#                                 POSTGRES_URL, REDIS_URL and NATS_URL
-#   make-secrets.sh compose DIR   compose.yaml: headway.toml (every service's) and
-#                                 postgres-password
+#                                 POSTGRES_URL, REDIS_URL and NATS_URL; a role's own
+#                                 database URL (its own Postgres role) from
+#                                 POSTGRES_URL_GATEWAY, _WORKER, _BILLING or _EXECUTOR
+#                                 where set, else POSTGRES_URL
+#   make-secrets.sh compose DIR   compose.yaml: the same four files, models.toml (the
+#                                 one-off model import's) and postgres-password
 #
-# Each role gets only what it uses: the registry and ledger (postgres_url) for all, the
-# weights token for the gateways (which check it) and the workers (which present it), the
-# executor token for the gateways and the executors, the console's session secret for the
-# gateways. Refuses to overwrite: new tokens would lock out the pods running on the old.
+# Each role gets only what it uses (tests/unit/test_secrets.py checks it against the code):
+# its database URL (postgres_url) for all, the weights token for the gateways (which check
+# it) and the workers (which present it), the executor token for the gateways and the
+# executors, the console's session secret for the gateways; in prod the Redis URL for the
+# gateways alone, the NATS URL for the gateways, billing consumers and executors.
+# Refuses to overwrite: new tokens would lock out the pods running on the old.
 set -euo pipefail
 
 usage() {
@@ -53,7 +58,7 @@ toml_value() {
 
 mkdir -p "$dir"
 chmod 700 "$dir"
-for name in gateway.toml worker.toml billing.toml executor.toml headway.toml postgres-password; do
+for name in gateway.toml worker.toml billing.toml executor.toml models.toml postgres-password; do
   if [[ -e $dir/$name ]]; then
     echo "$0: $dir/$name exists; not replacing it (the running pods use its tokens)" >&2
     exit 1
@@ -65,56 +70,52 @@ weights_token=$(token)
 executor_token=$(token)
 session_secret=$(token)
 
+# Each role's database URL: one for all until the roles have their own Postgres users
+# (then POSTGRES_URL_<ROLE> in prod; dev and compose create theirs with the database).
 case $mode in
-  dev)
+  dev | compose)
     password=$(token)
     printf '%s' "$password" >"$dir/postgres-password"
-    postgres_url="postgresql://headway:$password@headway-postgres.headway.svc.cluster.local:5432/headway"
-    services=""
-    ;;
-  compose)
-    password=$(token)
-    printf '%s' "$password" >"$dir/postgres-password"
-    postgres_url="postgresql://headway:$password@postgres:5432/headway"
-    services=""
+    host=headway-postgres.headway.svc.cluster.local
+    [[ $mode == compose ]] && host=postgres
+    for role in gateway worker billing executor models; do
+      printf -v "postgres_$role" '%s' "postgresql://headway:$password@$host:5432/headway"
+    done
+    redis_line=""
+    nats_line=""
     ;;
   prod)
-    postgres_url=$(toml_value POSTGRES_URL "${POSTGRES_URL:-}")
-    services="redis_url = \"$(toml_value REDIS_URL "${REDIS_URL:-}")\"
-nats_url = \"$(toml_value NATS_URL "${NATS_URL:-}")\"
-"
+    shared=$(toml_value POSTGRES_URL "${POSTGRES_URL:-}")
+    for role in gateway worker billing executor; do
+      own="POSTGRES_URL_${role^^}"
+      if [[ -n ${!own:-} ]]; then
+        printf -v "postgres_$role" '%s' "$(toml_value "$own" "${!own}")"
+      else
+        printf -v "postgres_$role" '%s' "$shared"
+      fi
+    done
+    redis_line="redis_url = \"$(toml_value REDIS_URL "${REDIS_URL:-}")\""
+    nats_line="nats_url = \"$(toml_value NATS_URL "${NATS_URL:-}")\""
     ;;
 esac
 
-gateway="postgres_url = \"$postgres_url\"
-$services
-[batches]
-executor_token = \"$executor_token\"
-
-[weights]
-token = \"$weights_token\"
-
-[observability.console]
-session_secret = \"$session_secret\"
-"
+# The URL lines first (top-level keys), then the tables.
+printf 'postgres_url = "%s"\n%s\n%s\n\n[batches]\nexecutor_token = "%s"\n\n[weights]\ntoken = "%s"\n\n[observability.console]\nsession_secret = "%s"\n' \
+  "$postgres_gateway" "$redis_line" "$nats_line" "$executor_token" "$weights_token" \
+  "$session_secret" >"$dir/gateway.toml"
+printf 'postgres_url = "%s"\n\n[weights]\ntoken = "%s"\n' \
+  "$postgres_worker" "$weights_token" >"$dir/worker.toml"
+printf 'postgres_url = "%s"\n%s\n' "$postgres_billing" "$nats_line" >"$dir/billing.toml"
+printf 'postgres_url = "%s"\n%s\n\n[batches]\nexecutor_token = "%s"\n' \
+  "$postgres_executor" "$nats_line" "$executor_token" >"$dir/executor.toml"
 
 if [[ $mode == compose ]]; then
-  printf '%s' "$gateway" >"$dir/headway.toml"
+  # The one-off `headway models import`: the registry, nothing else.
+  printf 'postgres_url = "%s"\n' "$postgres_models" >"$dir/models.toml"
   # Compose bind-mounts secret files as they are: the containers' uid (10001) must read
   # them. The folder stays 0700, so no other user of this machine can.
-  chmod 644 "$dir/headway.toml" "$dir/postgres-password"
-  echo "wrote $dir/headway.toml and $dir/postgres-password"
+  chmod 644 "$dir"/{gateway,worker,billing,executor,models}.toml "$dir/postgres-password"
+  echo "wrote $dir/{gateway,worker,billing,executor,models}.toml and $dir/postgres-password"
   exit 0
 fi
-
-printf '%s' "$gateway" >"$dir/gateway.toml"
-printf 'postgres_url = "%s"\n\n[weights]\ntoken = "%s"\n' \
-  "$postgres_url" "$weights_token" >"$dir/worker.toml"
-nats_line=""
-if [[ $mode == prod ]]; then
-  nats_line="nats_url = \"$NATS_URL\""
-fi
-printf 'postgres_url = "%s"\n%s\n' "$postgres_url" "$nats_line" >"$dir/billing.toml"
-printf 'postgres_url = "%s"\n%s\n\n[batches]\nexecutor_token = "%s"\n' \
-  "$postgres_url" "$nats_line" "$executor_token" >"$dir/executor.toml"
 echo "wrote $dir/{gateway,worker,billing,executor}.toml${password:+ and $dir/postgres-password}"

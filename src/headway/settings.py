@@ -321,9 +321,11 @@ class FailedAuthSettings(_Section):
 class GatewaySettings(_Section):
     id: str = Field(
         "",
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,252})?$",
         description="Names this gateway in usage events and its outbox file "
         "(empty: HOSTNAME-PORT). Keep it across restarts so a restarted gateway relays "
-        "what its predecessor left.",
+        "what its predecessor left (Kubernetes: the StatefulSet's pod name). Letters, "
+        "digits, '.', '_' and '-': it is a file name.",
     )
     host: str = Field("127.0.0.1", description="Address the gateway listens on for clients.")
     port: int = Field(8080, ge=0, le=65535, description="Port the gateway listens on for clients.")
@@ -395,6 +397,16 @@ class GatewaySettings(_Section):
         0.0,
         ge=0,
         description="After SIGTERM: /readyz 503 at once, keep serving this long, then close.",
+    )
+    outbox_flush_s: float = Field(
+        10.0,
+        ge=0,
+        description="Shared mode, on stop: once the requests in flight have finished, relay "
+        "the usage outbox to NATS for at most this long (a NATS away, or a stream that never "
+        "acknowledges, holds the stop no longer); what is left stays in the outbox and is "
+        "relayed by the gateway of the same id when it starts again. Keep drain_delay_s + "
+        "30 s (the graceful shutdown) + this below the orchestrator's grace period "
+        "(Kubernetes: terminationGracePeriodSeconds, docs/kubernetes.md).",
     )
     registry_refresh_s: float = Field(
         30.0, gt=0, description="How often the whole registry is reloaded even if unchanged."

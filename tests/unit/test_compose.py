@@ -157,7 +157,8 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
     assert run.returncode == 0, run.stderr
     # Readable by the containers' uid, in a folder no one else may enter.
     assert folder.stat().st_mode & 0o777 == 0o700
-    assert (folder / "headway.toml").stat().st_mode & 0o777 == 0o644
+    for role in ("gateway", "worker", "billing", "executor", "models"):
+        assert (folder / f"{role}.toml").stat().st_mode & 0o777 == 0o644
     for name in HEADWAY_SERVICES:
         service = services(compose)[name]
         for key in list(os.environ):
@@ -170,7 +171,9 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
         mounted = f"/run/secrets/{secret['target']}"
         config_at = next(run for run in headway_commands(service) if "--config" in run)
         assert config_at[config_at.index("--config") + 1] == mounted, name
-        settings = load_settings(config_file=folder / secret["target"])
+        assert secret["target"] == "headway.toml", name
+        source = Path(compose["secrets"][secret["source"]]["file"]).name
+        settings = load_settings(config_file=folder / source)
         assert settings.postgres_url is not None and "@postgres:5432/" in settings.postgres_url
         assert settings.redis_url == "redis://redis:6379/0"
         assert str(settings.data_dir) == "/var/lib/headway"
@@ -183,7 +186,8 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
         if name == "executor":
             assert settings.batches.executor.gateway_urls == ("http://gateway:8080",)
     password = (folder / "postgres-password").read_text(encoding="utf-8")
-    assert password in (folder / "headway.toml").read_text(encoding="utf-8")
+    for role in ("gateway", "worker", "billing", "executor", "models"):
+        assert password in (folder / f"{role}.toml").read_text(encoding="utf-8")
     postgres = services(compose)["postgres"]
     assert postgres["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password"
     assert compose["secrets"]["postgres-password"]["file"].endswith("/postgres-password")

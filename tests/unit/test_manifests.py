@@ -109,7 +109,7 @@ def rendered() -> dict[str, list[Doc]]:
 
 @pytest.fixture(scope="module")
 def secret_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """What make-secrets.sh writes for each overlay: the Secret headway-secrets' files."""
+    """What make-secrets.sh writes for each overlay: each role's Secret's file."""
     out: dict[str, Path] = {}
     for overlay in OVERLAYS:
         folder = tmp_path_factory.mktemp(overlay) / "secrets"
@@ -165,10 +165,11 @@ def all_containers(workload: Doc) -> list[Doc]:
 
 
 def headway_deployments(docs: list[Doc]) -> list[Doc]:
-    """The Deployments running our image, by role (the component label)."""
+    """The workloads running our image, by role (the component label): Deployments, and
+    the gateways' StatefulSet."""
     found = [
         doc
-        for doc in of_kind(docs, "Deployment")
+        for doc in workloads(docs)
         if pod_labels(doc).get("app.kubernetes.io/component") in ROLES
     ]
     assert len(found) == len(ROLES)
@@ -718,8 +719,11 @@ def mounted_file(workload: Doc, container: Doc, path: str) -> tuple[Doc, str] | 
 
 
 def mount_of(workload: Doc, container: Doc, path: str) -> Doc | None:
-    """The volume mounted exactly at ``path`` in ``container``."""
+    """The volume mounted exactly at ``path`` in ``container`` (a StatefulSet's claim
+    template as ``{"volumeClaimTemplate": ...}``)."""
     volumes = {v["name"]: v for v in pod_spec(workload).get("volumes", [])}
+    for template in workload["spec"].get("volumeClaimTemplates", []):
+        volumes[template["metadata"]["name"]] = {"volumeClaimTemplate": template}
     for mount in container.get("volumeMounts", []):
         if mount["mountPath"] == path:
             return {**volumes[mount["name"]], "readOnly": mount.get("readOnly", False)}
@@ -762,8 +766,9 @@ def role_settings(
     source = mounted_file(workload, container, config)
     assert source is not None, f"{named(workload)}: {config} is not mounted"
     volume, key = source
-    assert volume["secret"]["secretName"] == "headway-secrets"
-    assert key == f"{ROLES[component(workload)]}.toml", f"{named(workload)} mounts {key}"
+    role = ROLES[component(workload)]
+    assert volume["secret"]["secretName"] == f"headway-secrets-{role}"
+    assert key == f"{role}.toml", f"{named(workload)} mounts {key}"
     args: list[str] = container["args"]
     flags = {"worker": {"pool": args[args.index("--pool") + 1]}} if "--pool" in args else None
     return load_settings(config_file=secrets / key, flags=flags)
@@ -787,6 +792,12 @@ def test_every_setting_is_real_and_every_file_it_names_is_mounted(
             where = f"{named(workload)} {container['name']}"
             data = mount_of(workload, container, str(settings.data_dir))
             assert data is not None and "emptyDir" in data and not data["readOnly"], where
+            outbox = mount_of(workload, container, str(settings.outbox_dir))
+            if role == "gateway":  # on the pod's own claim (test_the_gateways_outbox_...)
+                assert outbox is not None and "volumeClaimTemplate" in outbox, where
+                assert not outbox["readOnly"], where
+            else:
+                assert outbox is None, where
             assert mount_of(workload, container, "/tmp") is not None, where
             assert settings.postgres_url is not None, where
             if overlay == "prod":
@@ -924,15 +935,77 @@ def test_termination_grace_covers_the_drain(
             "gateway": settings.gateway.drain_delay_s,
             "worker": settings.worker.drain_delay_s,
         }
-        needed = sleep_s + drain_s.get(role, 0.0) + shutdown
+        # The gateway's last relay of its outbox comes after its requests have finished.
+        flush_s = settings.gateway.outbox_flush_s if role == "gateway" else 0.0
+        needed = sleep_s + drain_s.get(role, 0.0) + shutdown + flush_s
         grace = pod_spec(workload)["terminationGracePeriodSeconds"]
         assert grace >= needed, f"{named(workload)}: {grace} s < {needed} s"
         if role in ("gateway", "worker"):
             assert sleep_s > 0 and drain_s[role] > 0, named(workload)
+        if role == "gateway":
+            assert 0 < flush_s < grace and grace > needed, named(workload)
         if role == "worker":
             # Gone from the headless Service at deletion: every gateway re-resolves and
             # stops sending before the worker turns unready.
             assert sleep_s >= settings.gateway.dns_interval_s, named(workload)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_gateways_outbox_is_on_a_volume_of_its_own_named_by_a_stable_id(
+    rendered: dict[str, list[Doc]],
+    secret_files: dict[str, Path],
+    overlay: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Billing across deploys: a StatefulSet whose pods each mount their own claim where
+    the outbox lives, kept when the pod goes, and whose gateway id (the outbox's file name)
+    is the pod's name, which the next pod of that ordinal has too; a headless governing
+    Service; one pod at a time in a rolling update, so one outbox never has two writers."""
+    docs = rendered[overlay]
+    assert not [d for d in of_kind(docs, "Deployment") if component(d) == "gateway"]
+    gateway = one(docs, "StatefulSet", "headway-gateway")
+    spec = gateway["spec"]
+    (container,) = pod_spec(gateway)["containers"]
+    settings = role_settings(docs, gateway, secret_files[overlay], monkeypatch, tmp_path)
+
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    outbox_mount = mounts[str(settings.outbox_dir)]
+    assert outbox_mount["name"] == claim["metadata"]["name"]
+    assert "subPath" not in outbox_mount and not outbox_mount.get("readOnly", False)
+    assert claim["metadata"]["name"] not in {v["name"] for v in pod_spec(gateway)["volumes"]}
+    retention = spec["persistentVolumeClaimRetentionPolicy"]
+    assert retention == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+
+    ids = [e for e in container.get("env", []) if e["name"] == "HEADWAY_GATEWAY__ID"]
+    assert ids == [
+        {"name": "HEADWAY_GATEWAY__ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    ]
+    assert "HEADWAY_GATEWAY__ID" not in settings_config(docs)
+
+    governing = one(docs, "Service", spec["serviceName"])
+    assert governing["spec"]["clusterIP"] == "None"
+    assert selects({"matchLabels": governing["spec"]["selector"]}, pod_labels(gateway))
+    assert spec["updateStrategy"]["type"] == "RollingUpdate"
+    assert "maxUnavailable" not in spec["updateStrategy"].get("rollingUpdate", {})
+    for constraint in pod_spec(gateway).get("topologySpreadConstraints", []):
+        # pod-template-hash is a Deployment's label; a StatefulSet's pods carry this one.
+        assert constraint.get("matchLabelKeys", []) == ["controller-revision-hash"]
+
+
+def test_the_gateway_id_derives_the_outbox_path_stably() -> None:
+    """The id the StatefulSet gives (the pod name) is the outbox's file name, the same on
+    every start; without one, HOSTNAME-PORT (a pod's hostname is its name too)."""
+    from headway.metering.build import gateway_id
+
+    settings = Settings.model_validate({"gateway": {"id": "headway-gateway-1"}})
+    assert gateway_id(settings) == gateway_id(settings) == "headway-gateway-1"
+    for bad in ("../escape", "a/b", " gateway", "x" * 300):
+        with pytest.raises(ValueError, match="id"):
+            Settings.model_validate({"gateway": {"id": bad}})
 
 
 # --- scaling --------------------------------------------------------------------------
@@ -961,7 +1034,7 @@ def test_scaled_objects_read_metrics_the_code_exports(
     billing = role_settings(docs, by_role["billing"], secret_files[overlay], monkeypatch, tmp_path)
     for scaled in of_kind(docs, "ScaledObject"):
         spec = scaled["spec"]
-        target = one(docs, "Deployment", spec["scaleTargetRef"]["name"])
+        target = one(docs, spec["scaleTargetRef"]["kind"], spec["scaleTargetRef"]["name"])
         assert "replicas" not in target["spec"], f"{named(target)}: the HPA owns its replicas"
         behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
         up, down = (behavior[d]["stabilizationWindowSeconds"] for d in ("scaleUp", "scaleDown"))

@@ -286,6 +286,12 @@ class _MeteringCollector(Collector):
         if relay is None:
             return
         yield GaugeMetricFamily(
+            "headway_usage_outbox_left_at_start_events",
+            "Events found in the outbox when this gateway started: what the last run of its "
+            "gateway id left behind (its stop's flush ran out of time, or it was killed).",
+            value=self._metering.left_at_start or 0,
+        )
+        yield GaugeMetricFamily(
             "headway_usage_relay_connected",
             "1 while connected to NATS.",
             value=int(relay.connected),

@@ -246,12 +246,14 @@ class GatewayService:
     async def stop(self) -> None:
         await self._background.stop()
         await self.shadows.stop()
+        # Billing first: the metering's last flush of the outbox (bounded by
+        # gateway.outbox_flush_s) gets the grace period before anything else can spend it.
+        await self.metering.close()
         await self.cache.close()
         await asyncio.to_thread(self.registry.close)
         await self.transport.close()
         await self.quota.close()
         await self.auth_limiter.store.close()
-        await self.metering.close()
         if self._ledger is not None:
             await self._ledger.close()
         if self._quality_store is not None:

@@ -2,13 +2,17 @@
 
 ``OutboxMetering`` is what ``GatewayService`` owns (the ``Metering`` protocol): the
 request path records into the outbox; ``start`` opens it and, with ``nats_url`` set,
-puts the relay on the service's background as an essential loop; ``close`` flushes
-the outbox after the relay has stopped. In embedded mode there is no relay: the
-billing consumer reads the outbox files themselves.
+puts the relay on the service's background as an essential loop; ``close`` (once the
+service's background, the relay's loop among it, has stopped and no request is left)
+relays the outbox one last time, for at most ``gateway.outbox_flush_s``
+(``Relay.flush``), then closes it, and logs how many events went and how many stay for
+the next start of the same gateway id. In embedded mode there is no relay: the billing
+consumer reads the outbox files themselves.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 
 from headway.background import Background
@@ -17,6 +21,8 @@ from headway.metering.outbox import Outbox
 from headway.metering.relay import Relay
 from headway.metering.stream import StreamConfig
 from headway.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def stream_config(settings: Settings) -> StreamConfig:
@@ -38,8 +44,12 @@ def gateway_id(settings: Settings) -> str:
 
 
 class OutboxMetering:
-    def __init__(self, outbox: Outbox, relay: Relay | None) -> None:
+    def __init__(self, outbox: Outbox, relay: Relay | None, flush_s: float = 10.0) -> None:
         self.outbox, self.relay = outbox, relay
+        self._flush_s = flush_s
+        self.left_at_start: int | None = None
+        """Events found in the outbox when it opened: what the last run of this gateway id
+        left (its stop's flush ran out of time, or it was killed), relayed from now on."""
 
     @property
     def full(self) -> bool:
@@ -50,11 +60,39 @@ class OutboxMetering:
 
     async def start(self, background: Background) -> None:
         await self.outbox.start()
+        self.left_at_start = self.outbox.depth
         if self.relay is not None:
+            if self.left_at_start:
+                log.info(
+                    "usage outbox %s: %d events left by this gateway's last run; relaying them",
+                    self.outbox.path,
+                    self.left_at_start,
+                )
             background.essential("usage_relay", self.relay.run)
 
     async def close(self) -> None:
-        await self.outbox.close()
+        """The last flush (shared mode), then the outbox closed; for after the relay's loop
+        has been cancelled and the request path has stopped recording."""
+        if self.relay is None:
+            await self.outbox.close()
+            return
+        try:
+            flushed = await self.relay.flush(self._flush_s)
+        finally:
+            await self.outbox.close()  # commits the flush's last removals: depth is exact
+        left = self.outbox.depth
+        log.log(
+            logging.INFO if flushed.emptied else logging.WARNING,
+            "usage outbox %s on stop: %d events relayed in %.2f s, %d left%s",
+            self.outbox.path,
+            flushed.relayed,
+            flushed.seconds,
+            left,
+            ""
+            if flushed.emptied
+            else f" (the flush stopped at gateway.outbox_flush_s = {self._flush_s:g} s); "
+            "relayed when this gateway id starts again",
+        )
 
 
 def gateway_metering(settings: Settings, gateway: str) -> OutboxMetering:
@@ -62,4 +100,4 @@ def gateway_metering(settings: Settings, gateway: str) -> OutboxMetering:
         settings.outbox_dir / f"{gateway}.sqlite3", max_events=settings.billing.outbox_max_events
     )
     relay = Relay(outbox, stream_config(settings)) if settings.nats_url else None
-    return OutboxMetering(outbox, relay)
+    return OutboxMetering(outbox, relay, settings.gateway.outbox_flush_s)

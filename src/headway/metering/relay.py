@@ -22,13 +22,26 @@ Run it under ``headway.background.Background``: ``background.essential("usage-re
 relay.run)``. ``run`` returns only when cancelled (``Background.stop()``), and closes
 its connection on the way out; an exception other than the outages it handles is a
 bug, and ``essential`` stops the process for it.
+
+**The last flush.** A gateway that stops (SIGTERM: a rolling update, a scale-in) has
+finished its requests when ``run`` is cancelled, but the events of its last
+milliseconds may still be in the outbox. ``flush(timeout_s)`` relays them on a fresh
+connection (none when the outbox is already empty, the usual case), with the same steps
+(and retries) as ``run``, until the outbox is empty or ``timeout_s`` has passed,
+whichever is first: a NATS that is away, or a stream that never acknowledges, holds the
+stop no longer than that. Whatever is left stays in the outbox
+file, and the next ``run`` on that file (the same gateway id, the same volume) starts
+from its oldest row: nothing is lost, and an event published twice (its PubAck lost when
+the flush gave up) is stored once by ``Nats-Msg-Id`` and billed once by the ledger's key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -41,6 +54,17 @@ from headway.metering.stream import StreamConfig, connect, ensure_stream
 log = logging.getLogger(__name__)
 
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class Flushed:
+    """What ``Relay.flush`` did."""
+
+    relayed: int
+    """Events the stream acknowledged during the flush (duplicates included)."""
+    emptied: bool
+    """The outbox was seen empty; False: the flush stopped at its deadline."""
+    seconds: float
 
 
 class Relay:
@@ -102,6 +126,40 @@ class Relay:
                 cursor = moved
         finally:
             await self.close()
+
+    async def flush(self, timeout_s: float) -> Flushed:
+        """Relay what is in the outbox until it is empty or ``timeout_s`` has passed; for
+        after ``run`` has been cancelled and the outbox takes no more events (see the
+        module docstring). Closes the connection before it returns."""
+        started, before = time.monotonic(), self.published_total
+        emptied = False
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._drain()
+            emptied = True
+        except TimeoutError:
+            pass
+        finally:
+            await self.close()
+        return Flushed(self.published_total - before, emptied, time.monotonic() - started)
+
+    async def _drain(self) -> None:
+        """``run``'s loop, ending once a read finds nothing after the cursor."""
+        if not await self._outbox.read(0, 1):
+            return  # the usual stop: nothing to relay, so no connection to wait for
+        if self._nc is None or self._nc.is_closed:
+            self._nc, self._js = await connect(self._config)
+        cursor, backoff = 0, self._backoff_s
+        while True:
+            moved = await self._step(cursor)
+            if moved is None:
+                cursor = 0
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+                continue
+            if moved == cursor:
+                return
+            cursor, backoff = moved, self._backoff_s
 
     async def close(self) -> None:
         nc, self._nc, self._js = self._nc, None, None

@@ -19,7 +19,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError
@@ -59,17 +58,25 @@ async def connect(config: StreamConfig) -> tuple[NATS, JetStreamContext]:
     """A connection that reconnects forever; returns once NATS has answered (it waits,
     however long NATS is away)."""
     outage = _OutageLog(", ".join(config.servers), config.reconnect_wait_s)
-    nc = await nats.connect(
-        servers=list(config.servers),
-        name=config.client_name,
-        allow_reconnect=True,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=config.reconnect_wait_s,
-        connect_timeout=config.connect_timeout_s,
-        error_cb=outage.error,
-        disconnected_cb=outage.disconnected,
-        reconnected_cb=outage.reconnected,
-    )
+    nc = NATS()
+    try:
+        await nc.connect(
+            servers=list(config.servers),
+            name=config.client_name,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            # Annotated int, used as a sleep: seconds as a float work.
+            reconnect_time_wait=config.reconnect_wait_s,  # type: ignore[arg-type]
+            connect_timeout=config.connect_timeout_s,
+            error_cb=outage.error,
+            disconnected_cb=outage.disconnected,
+            reconnected_cb=outage.reconnected,
+        )
+    except BaseException:
+        # Cut short (cancelled: the relay's bounded flush on stop): close the socket a
+        # half-done handshake may have opened, rather than leave it to the collector.
+        await nc.close()
+        raise
     outage.connected(nc)
     return nc, nc.jetstream(timeout=config.request_timeout_s)
 
