@@ -6,7 +6,11 @@ directory and every message is fsynced before its PubAck (``sync_interval: alway
 as in production. ``start()`` after ``stop()`` or ``kill()`` comes back on the same
 ports with the same store, so a test can crash the server mid-stream and find what
 it had acknowledged. Ready means the monitoring port's ``/healthz`` answers 200: the
-client port is open and JetStream has recovered its streams.
+client port is open and JetStream has recovered its streams. ``monitor_url`` is where a
+client reads the server's fsync setting (``/varz``); ``sync_always=False`` starts a
+server with NATS's default (fsync every two minutes), which start-up must refuse. The
+store may reserve 1 TB (``max_file_store``; JetStream reserves each stream's
+``max_bytes`` against it), so streams with production limits fit whatever the disk.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ def find_nats_server() -> str:
     return on_path
 
 
-def is_healthy(monitor_port: int, timeout_s: float = 0.5) -> bool:
-    url = f"http://127.0.0.1:{monitor_port}/healthz"
+def is_healthy(monitor_port: int, timeout_s: float = 0.5, host: str = "127.0.0.1") -> bool:
+    url = f"http://{host}:{monitor_port}/healthz"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as answer:
             return bool(answer.status == 200)
@@ -50,16 +54,23 @@ def is_healthy(monitor_port: int, timeout_s: float = 0.5) -> bool:
 
 class NatsServer(ServerProcess):
     """One ``nats-server`` process; ``url``, ports and store stay the same across restarts.
-    ``host``: the address clients connect to (monitoring stays on 127.0.0.1)."""
+    ``host``: the address clients connect to, and read its monitoring port on."""
 
     def __init__(
-        self, port: int | None = None, start_timeout_s: float = 15.0, host: str = "127.0.0.1"
+        self,
+        port: int | None = None,
+        start_timeout_s: float = 15.0,
+        host: str = "127.0.0.1",
+        *,
+        sync_always: bool = True,
     ) -> None:
         self._executable = find_nats_server()
         self.host = host
         self.port = port if port is not None else free_port()
         self.monitor_port = free_port()
         self.url = f"nats://{host}:{self.port}"
+        self.monitor_url = f"http://{host}:{self.monitor_port}"
+        self.sync_always = sync_always
         self._start_timeout_s = start_timeout_s
         self._dir = tempfile.TemporaryDirectory(prefix="headway-nats-")
         self.store_dir = Path(self._dir.name) / "jetstream"
@@ -71,10 +82,11 @@ class NatsServer(ServerProcess):
             raise NatsServerError(f"nats-server on port {self.port} is already running")
         self._config_path.write_text(
             f"listen: {self.host}:{self.port}\n"
-            f"http: 127.0.0.1:{self.monitor_port}\n"
+            f"http: {self.host}:{self.monitor_port}\n"
             "jetstream {\n"
             f'  store_dir: "{self.store_dir}"\n'
-            "  sync_interval: always\n"
+            + ("  sync_interval: always\n" if self.sync_always else "")
+            + "  max_file_store: 1TB\n"
             "}\n"
         )
         argv = [self._executable, "-c", str(self._config_path)]
@@ -83,7 +95,7 @@ class NatsServer(ServerProcess):
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         deadline = time.monotonic() + self._start_timeout_s
-        while not is_healthy(self.monitor_port):
+        while not is_healthy(self.monitor_port, host=self.host):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self._reap()
                 raise NatsServerError(
