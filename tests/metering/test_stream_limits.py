@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from nats.js import api
+from prometheus_client import CollectorRegistry
 
 from headway.background import Background
 from headway.billing.sources.jetstream import JetStreamSource
@@ -24,6 +25,7 @@ from headway.metering.outbox import Outbox
 from headway.metering.relay import Relay
 from headway.metering.stream import StreamConfig, connect, ensure_stream
 from headway.metering.stream_guard import StreamConfigError, StreamDurabilityError
+from headway.metering.stream_metrics import StreamMetrics
 from headway.settings import Settings, StreamsSettings, UsageStreamSettings
 from headway.testing.nats_server import NatsServer
 from tests.builders import usage_event
@@ -241,3 +243,32 @@ async def test_a_full_usage_stream_refuses_so_the_outbox_keeps_events_and_fills(
             await task
         await nc.close()
         await outbox.close()
+
+
+async def test_the_stream_fill_and_limits_are_exported(nats_server: NatsServer) -> None:
+    config = usage_config(nats_server, usage={"max_bytes": 1 << 20})
+    registry = CollectorRegistry()
+    metrics = StreamMetrics(registry)
+    source = JetStreamSource(config)
+    nc, js = await connect(config)
+    try:
+        assert await source.stream_info() is None  # not set up yet: nothing to read
+        assert await source.fetch(1, 2.0) == []  # sets up the stream and the consumer
+        for request_id in ("r1", "r2", "r3"):
+            await js.publish("usage.events", b"{}", headers={api.Header.MSG_ID: request_id})
+        info = await source.stream_info()
+        assert info is not None
+        metrics.observe(info)
+    finally:
+        await source.close()
+        await nc.close()
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(name, {"stream": "USAGE"})
+
+    assert value("headway_stream_messages") == 3
+    assert value("headway_stream_bytes") == info.state.bytes and info.state.bytes > 0
+    assert value("headway_stream_max_bytes") == 1 << 20
+    assert value("headway_stream_max_age_seconds") == 72 * 3600
+    assert value("headway_stream_max_msg_size_bytes") == 64 << 10
+    assert value("headway_stream_replicas") == 1

@@ -243,6 +243,8 @@ class JetStreamWorkQueue:
         self._closed = False
         self.duplicates_total = 0
         """Items ``put`` that the stream held already (within its duplicate window)."""
+        self.stream: api.StreamInfo | None = None
+        """The stream's info as ``depth`` last read it (its fill and limits)."""
 
     @property
     def lease_s(self) -> float:
@@ -294,6 +296,7 @@ class JetStreamWorkQueue:
             info = await self._js.stream_info(self._config.stream)
         except _NATS_ERRORS as exc:
             raise WorkQueueUnavailable(f"JetStream stream info failed: {exc!r}") from exc
+        self.stream = info
         return int(info.state.messages)
 
     async def close(self) -> None:

@@ -3,6 +3,8 @@
     consumer   source → ledger, once per request id (``consumer.py``); essential
     export     every ``export_interval_s``: closed hours → the billing provider (when
                ``billing.export_url`` is set)
+    stream     every ``STREAM_INTERVAL_S`` (shared mode): the usage stream's fill and
+               limits, for ``/metrics`` (``metering/stream_metrics.py``)
 
 The source is JetStream's durable consumer when ``nats_url`` is set, else the
 gateways' outboxes in the data dir (embedded mode, what ``headway up`` runs); the
@@ -30,11 +32,13 @@ from headway.billing.sources.outbox import OutboxSource
 from headway.http.asgi import App
 from headway.http.ops import ops_app
 from headway.metering.build import stream_config
+from headway.metering.stream_metrics import StreamMetrics
 from headway.settings import Settings
 
 log = logging.getLogger(__name__)
 
 EXPORT_INTERVAL_S = 60.0
+STREAM_INTERVAL_S = 15.0
 
 
 def event_source(settings: Settings) -> EventSource:
@@ -47,6 +51,7 @@ class BillingService:
     def __init__(self, settings: Settings, metrics: BillingMetrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or BillingMetrics()
+        self.stream_metrics = StreamMetrics(self.metrics.registry)
         self._background = Background()
         self.ledger: Ledger | None = None
         self.source: EventSource | None = None
@@ -64,6 +69,8 @@ class BillingService:
             observer=self.metrics,
         )
         self._background.essential("consumer", consumer.run)
+        if isinstance(self.source, JetStreamSource):
+            self._background.every("stream", STREAM_INTERVAL_S, self.observe_stream)
         if billing.export_url:
             self._export_session = aiohttp.ClientSession()
             self._background.every("export", EXPORT_INTERVAL_S, self.export_once)
@@ -80,6 +87,15 @@ class BillingService:
         report = await export_closed_hours(self.ledger, client, time.time(), billing.export_grace_s)
         if report.sent or report.failed or report.rejected:
             log.info("billing export: %s", report)
+
+    async def observe_stream(self) -> None:
+        if not isinstance(self.source, JetStreamSource):
+            return
+        info = await self.source.stream_info()
+        if info is None:
+            self.stream_metrics.failed(self.settings.billing.stream)
+        else:
+            self.stream_metrics.observe(info)
 
     async def stop(self) -> None:
         await self._background.stop()

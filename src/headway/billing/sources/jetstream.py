@@ -125,6 +125,15 @@ class JetStreamSource:
             return None
         return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
+    async def stream_info(self) -> api.StreamInfo | None:
+        """The usage stream's fill and limits; None while NATS is away or not set up."""
+        if self._nc is None or self._js is None or not self._nc.is_connected:
+            return None
+        try:
+            return await self._js.stream_info(self._config.stream)
+        except _NATS_ERRORS:
+            return None
+
     async def close(self) -> None:
         if self._setup is not None:
             self._setup.cancel()
