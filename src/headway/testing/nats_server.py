@@ -11,6 +11,8 @@ client reads the server's fsync setting (``/varz``); ``sync_always=False`` start
 server with NATS's default (fsync every two minutes), which start-up must refuse. The
 store may reserve 1 TB (``max_file_store``; JetStream reserves each stream's
 ``max_bytes`` against it), so streams with production limits fit whatever the disk.
+``cluster_port`` and ``routes`` make it one server of a cluster (start every server
+before waiting for one: a clustered JetStream is healthy once a majority has met).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from headway.testing.server import ServerProcess, free_port
@@ -63,8 +66,13 @@ class NatsServer(ServerProcess):
         host: str = "127.0.0.1",
         *,
         sync_always: bool = True,
+        cluster_port: int | None = None,
+        routes: Sequence[int] = (),
     ) -> None:
         self._executable = find_nats_server()
+        self.cluster_port = cluster_port
+        """With ``routes`` (the other servers' cluster ports): one server of a cluster."""
+        self.routes = tuple(routes)
         self.host = host
         self.port = port if port is not None else free_port()
         self.monitor_port = free_port()
@@ -77,6 +85,19 @@ class NatsServer(ServerProcess):
         self._config_path = Path(self._dir.name) / "nats.conf"
         self._log_path = Path(self._dir.name) / "nats.log"
 
+    def _cluster_block(self) -> str:
+        if self.cluster_port is None:
+            return ""
+        routes = "".join(f"    nats://{self.host}:{port}\n" for port in self.routes)
+        return (
+            f"server_name: n{self.port}\n"
+            "cluster {\n"
+            "  name: headway-test\n"
+            f"  listen: {self.host}:{self.cluster_port}\n"
+            f"  routes: [\n{routes}  ]\n"
+            "}\n"
+        )
+
     def start(self) -> NatsServer:
         if self.running:
             raise NatsServerError(f"nats-server on port {self.port} is already running")
@@ -87,7 +108,7 @@ class NatsServer(ServerProcess):
             f'  store_dir: "{self.store_dir}"\n'
             + ("  sync_interval: always\n" if self.sync_always else "")
             + "  max_file_store: 1TB\n"
-            "}\n"
+            "}\n" + self._cluster_block()
         )
         argv = [self._executable, "-c", str(self._config_path)]
         with self._log_path.open("ab") as log:
