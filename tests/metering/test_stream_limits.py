@@ -204,6 +204,16 @@ async def test_a_max_bytes_the_store_cannot_reserve_is_a_clear_error(
         await nc.close()
 
 
+async def test_three_replicas_on_one_server_is_a_clear_error(nats_server: NatsServer) -> None:
+    config = usage_config(nats_server, usage={"replicas": 3})
+    nc, js = await connect(config)
+    try:
+        with pytest.raises(StreamConfigError, match=r"streams\.usage\.replicas.*no cluster"):
+            await ensure_stream(js, config)
+    finally:
+        await nc.close()
+
+
 async def test_a_full_usage_stream_refuses_so_the_outbox_keeps_events_and_fills(
     nats_server: NatsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

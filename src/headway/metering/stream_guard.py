@@ -41,6 +41,10 @@ STREAM_NAME_IN_USE = 10058
 """JetStream's err_code: a stream of this name exists with another configuration."""
 INSUFFICIENT_STORAGE = 10047
 """JetStream's err_code: the servers cannot reserve the stream's ``max_bytes``."""
+REPLICAS_NOT_CLUSTERED = 10074
+"""JetStream's err_code: more than one replica asked of a server that is no cluster."""
+INVALID_CONFIG = 10052
+"""JetStream's err_code: the configuration is invalid (or that change is not allowed)."""
 MONITOR_PORT = 8222
 """nats-server's conventional monitoring port, where ``/varz`` is read by default."""
 
@@ -156,14 +160,8 @@ async def reconcile(
     try:
         return await js.add_stream(wanted)  # the same configuration again: accepted as is
     except APIError as exc:
-        if exc.err_code == INSUFFICIENT_STORAGE:
-            raise StreamConfigError(
-                f"JetStream has no room for stream {wanted.name!r}: {owned.limits}.max_bytes "
-                f"({env_name(owned.limits + '.max_bytes')}) is {wanted.max_bytes} bytes, "
-                "more than the servers' max_file_store leaves (every stream's max_bytes is "
-                "reserved): lower it, or give NATS a bigger store"
-            ) from exc
         if exc.err_code != STREAM_NAME_IN_USE:
+            _raise_refused(exc, wanted, owned)
             raise
     found = await js.stream_info(wanted.name)
     diffs = differences(found.config, wanted, owned)
@@ -183,13 +181,48 @@ async def reconcile(
     changed = dataclasses.replace(
         found.config, **{diff.field: getattr(wanted, diff.field) for diff in diffs}
     )
-    info = await js.update_stream(changed)
+    try:
+        info = await js.update_stream(changed)
+    except APIError as exc:
+        _raise_refused(exc, wanted, owned)
+        raise
     log.warning(
         "stream %s updated to the settings (streams.update): %s",
         wanted.name,
         ", ".join(diff.field for diff in diffs),
     )
     return info
+
+
+def _raise_refused(exc: APIError, wanted: api.StreamConfig, owned: Owned) -> None:
+    """JetStream's refusal of the settings themselves, which no retry mends, raised as a
+    ``StreamConfigError``; the rest (the servers away, no quorum yet) is left to raise."""
+    refused = _refused(exc, wanted, owned)
+    if refused is not None:
+        raise refused from exc
+
+
+def _refused(exc: APIError, wanted: api.StreamConfig, owned: Owned) -> StreamConfigError | None:
+    if exc.err_code == INSUFFICIENT_STORAGE:
+        setting = f"{owned.limits}.max_bytes"
+        return StreamConfigError(
+            f"JetStream has no room for stream {wanted.name!r}: {setting} "
+            f"({env_name(setting)}) is {wanted.max_bytes} bytes, more than the servers' "
+            "max_file_store leaves (every stream's max_bytes is reserved): lower it, or "
+            "give NATS a bigger store"
+        )
+    if exc.err_code == REPLICAS_NOT_CLUSTERED:
+        setting = f"{owned.limits}.replicas"
+        return StreamConfigError(
+            f"stream {wanted.name!r}: {setting} ({env_name(setting)}) is "
+            f"{wanted.num_replicas}, but the NATS server is no cluster: set it to 1"
+        )
+    if exc.err_code == INVALID_CONFIG:
+        return StreamConfigError(
+            f"JetStream refused the configuration of stream {wanted.name!r} "
+            f"(settings {owned.limits}.*): {exc.description}"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
