@@ -703,7 +703,7 @@ class WorkStreamSettings(_StreamLimits):
     max_bytes: int = Field(
         4 << 30,
         gt=0,
-        description="Most bytes of queued lines (about 250 B each: 16 million lines); full, "
+        description="Most bytes of queued lines (about 290 B each: 15 million lines); full, "
         "creating a batch fails (503) and nothing queued is dropped.",
     )
 

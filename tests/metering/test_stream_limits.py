@@ -17,6 +17,9 @@ from nats.js import api
 from prometheus_client import CollectorRegistry
 
 from headway.background import Background
+from headway.batches.jetstream_queue import JetStreamWorkQueue
+from headway.batches.model import new_batch_id
+from headway.batches.queue import WorkItem
 from headway.billing.sources.jetstream import JetStreamSource
 from headway.errors import MeteringUnavailable
 from headway.gateway.stages.meter import check_meter
@@ -28,6 +31,7 @@ from headway.metering.stream_guard import StreamConfigError, StreamDurabilityErr
 from headway.metering.stream_metrics import StreamMetrics
 from headway.settings import Settings, StreamsSettings, UsageStreamSettings
 from headway.testing.nats_server import NatsServer
+from tests.batches_queue.test_work_stream_limits import work_config
 from tests.builders import usage_event
 
 
@@ -282,3 +286,53 @@ async def test_the_stream_fill_and_limits_are_exported(nats_server: NatsServer) 
     assert value("headway_stream_max_age_seconds") == 72 * 3600
     assert value("headway_stream_max_msg_size_bytes") == 64 << 10
     assert value("headway_stream_replicas") == 1
+
+
+async def test_a_message_takes_what_the_sizing_assumes(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """The settings size max_bytes at ~620 B per usage event and ~290 B per work line
+    (docs/DESIGN.md): realistic ones, relayed and put as in production, stay under
+    1 KiB and 512 B, so the documented hours of traffic fit."""
+    config = usage_config(nats_server)
+    outbox = Outbox(tmp_path / "gw-1.sqlite3")
+    await outbox.start()
+    events = 2_000
+    await asyncio.gather(
+        *(
+            outbox.record(
+                usage_event(
+                    f"{i:08d}-7c1e-4b5e-9a3f-2d8e6f1b0c4a",
+                    tenant="tenant-" + "x" * 24,
+                    gateway_id="headway-gateway-7d9f8c6b5-x2x9z",
+                )
+            )
+            for i in range(events)
+        )
+    )
+    relay = Relay(outbox, config)
+    task = asyncio.create_task(relay.run())
+    work = JetStreamWorkQueue(work_config(nats_server, tmp_path))
+    nc, js = await connect(config)
+    try:
+
+        async def drained() -> bool:
+            return outbox.depth == 0
+
+        await eventually(drained, 30)
+        usage = (await js.stream_info("USAGE")).state
+        await work.put(
+            [WorkItem(new_batch_id(), line, 42, "tenant-" + "x" * 24) for line in range(events)]
+        )
+        lines = (await js.stream_info("BATCH_WORK")).state
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await work.close()
+        await nc.close()
+        await outbox.close()
+    per_event, per_line = usage.bytes / usage.messages, lines.bytes / lines.messages
+    print(f"stored: {per_event:.0f} B per usage event, {per_line:.0f} B per work line")
+    assert usage.messages == lines.messages == events
+    assert per_event < 1024 and per_line < 512
