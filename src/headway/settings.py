@@ -688,7 +688,7 @@ class UsageStreamSettings(_StreamLimits):
         24 << 30,
         gt=0,
         description="Most bytes of usage events: it must hold max_age_s of events at peak "
-        "(about 600 B each: 100 req/s for 72 h is 16 GB); full, publishes are refused and "
+        "(about 620 B each: 100 req/s for 72 h is 16 GB); full, publishes are refused and "
         "the gateways' outboxes hold the events until they fill (then 503).",
     )
 
