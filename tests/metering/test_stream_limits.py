@@ -234,16 +234,22 @@ async def test_a_full_usage_stream_refuses_so_the_outbox_keeps_events_and_fills(
     task = asyncio.create_task(relay.run())
     try:
         recorded = 0
-        while not metering.full:
-            await outbox.record(usage_event(f"r{recorded:04d}"))
-            recorded += 1
-            assert recorded < 10_000, "the outbox never filled: the stream dropped events"
+
+        async def record(count: int) -> None:
+            nonlocal recorded
+            for _ in range(count):
+                await outbox.record(usage_event(f"r{recorded:04d}"))
+                recorded += 1
 
         async def refused() -> bool:  # nats-py leaves a refused PubAck to time out
             return relay.publish_failures_total > 0 and "at its max_bytes" in caplog.text
 
-        await eventually(refused, 20)
+        await record(40)  # ~25 KiB of events: more than the 8 KiB stream holds
+        await eventually(refused, 20)  # the stream is full now: nothing leaves the outbox
         assert "unreachable" not in caplog.text  # the server refusing is no outage
+        while not metering.full:
+            await record(1)
+            assert recorded < 1_000, "the outbox never filled: the stream dropped events"
         with pytest.raises(MeteringUnavailable):
             check_meter(metering)  # the gateway's answer: 503 metering_unavailable
         held = (await js.stream_info("USAGE")).state
