@@ -681,6 +681,94 @@ class BatchSettings(_Section):
     executor: ExecutorSettings = ExecutorSettings()
 
 
+class _StreamLimits(_Section):
+    """A JetStream stream's limits, applied when start-up creates it and compared with
+    it on every start after (a difference refuses the start unless ``streams.update``)."""
+
+    max_age_s: float = Field(gt=0, description="Messages older than this are removed.")
+    max_bytes: int = Field(
+        gt=0,
+        description="Most bytes the stream holds; reserved in NATS's store at creation, so "
+        "every stream's max_bytes together must fit the servers' max_file_store.",
+    )
+    max_msg_size: int = Field(
+        64 << 10, gt=0, description="A bigger message is refused (ours are under 2 KiB)."
+    )
+    discard: Literal["new", "old"] = Field(
+        "new",
+        description="Full: refuse the publish (new), or drop the oldest messages (old: "
+        "loses unbilled events or queued lines; only for a stream whose contents may go).",
+    )
+    replicas: int = Field(
+        1, ge=1, le=5, description="Servers holding each message (3 in a 3-node cluster)."
+    )
+    storage: Literal["file", "memory"] = Field(
+        "file",
+        description="Where the stream lives; memory loses what NATS acknowledged on a "
+        "restart, and is refused unless streams.allow_volatile.",
+    )
+
+
+class UsageStreamSettings(_StreamLimits):
+    max_age_s: float = Field(
+        72 * 3600.0,
+        gt=0,
+        description="Usage events are kept this long (billed or not: LIMITS retention), so "
+        "this is the longest the billing consumer may be away before events expire "
+        "unbilled: a weekend (64 h) with room to spare.",
+    )
+    max_bytes: int = Field(
+        24 << 30,
+        gt=0,
+        description="Most bytes of usage events: it must hold max_age_s of events at peak "
+        "(about 620 B each: 100 req/s for 72 h is 16 GB); full, publishes are refused and "
+        "the gateways' outboxes hold the events until they fill (then 503).",
+    )
+
+
+class WorkStreamSettings(_StreamLimits):
+    max_age_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="A queued batch line is dropped this long after it was put: far beyond "
+        "any batch's completion window, so age never takes a line that could still run.",
+    )
+    max_bytes: int = Field(
+        4 << 30,
+        gt=0,
+        description="Most bytes of queued lines (about 290 B each: 15 million lines); full, "
+        "creating a batch fails (503) and nothing queued is dropped.",
+    )
+
+
+class StreamsSettings(_Section):
+    """The JetStream streams of shared mode: USAGE (metering) and BATCH_WORK (batches)."""
+
+    usage: UsageStreamSettings = UsageStreamSettings()
+    batch_work: WorkStreamSettings = WorkStreamSettings()
+    update: bool = Field(
+        False,
+        description="A stream found with other limits than these is changed to them (each "
+        "difference logged); false: start-up refuses it and names the difference.",
+    )
+    allow_volatile: bool = Field(
+        False,
+        description="Accept a stream in memory, or NATS servers that do not fsync every "
+        "write (`sync_interval: always`), or whose fsync setting cannot be read; a dev "
+        "setting: an event NATS acknowledged may then be lost.",
+    )
+    monitor_urls: str | None = Field(
+        None,
+        description="NATS monitoring endpoints (http://host:8222, comma-separated), read at "
+        "start-up for each server's fsync setting (/varz); default: port 8222 of each "
+        "nats_url host. In a cluster, list every server.",
+    )
+
+    @property
+    def monitor_url_list(self) -> tuple[str, ...]:
+        return tuple(url.strip() for url in (self.monitor_urls or "").split(",") if url.strip())
+
+
 class TracingSettings(_Section):
     otlp_endpoint: str | None = Field(
         None,
@@ -887,6 +975,7 @@ class Settings(BaseSettings):
     up: UpSettings = UpSettings()
     billing: BillingSettings = BillingSettings()
     batches: BatchSettings = BatchSettings()
+    streams: StreamsSettings = StreamsSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     tls: TlsSettings = TlsSettings()
     weights: WeightsSettings = WeightsSettings()

@@ -33,6 +33,9 @@ def work_stream(server: NatsServer, lease_s: float = 30.0) -> StreamConfig:
         durable="executors",
         ack_wait_s=lease_s,
         reconnect_wait_s=0.1,
+        monitor_urls=(server.monitor_url,),
+        settings="streams.batch_work",
+        name_setting="batches.stream",
     )
 
 

@@ -300,6 +300,8 @@ class Cluster:
         self, name: str, host: Host, args: list[str], env: Mapping[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
+        if self.nats is not None:  # where start-up reads NATS's fsync setting
+            base["HEADWAY_STREAMS__MONITOR_URLS"] = self.nats.monitor_url
         with (self.logs / f"{name}.log").open("ab") as log:
             process = host.run(
                 [*HEADWAY, *args],

@@ -19,7 +19,12 @@ from tests.builders import usage_event
 
 
 def stream_config(server: NatsServer, ack_wait_s: float = 30.0) -> StreamConfig:
-    return StreamConfig(servers=(server.url,), ack_wait_s=ack_wait_s, reconnect_wait_s=0.1)
+    return StreamConfig(
+        servers=(server.url,),
+        ack_wait_s=ack_wait_s,
+        reconnect_wait_s=0.1,
+        monitor_urls=(server.monitor_url,),
+    )
 
 
 async def publish(config: StreamConfig, request_ids: list[str]) -> None:
@@ -83,7 +88,8 @@ from headway.billing.sources.jetstream import JetStreamSource
 from headway.metering.stream import StreamConfig
 
 async def main():
-    source = JetStreamSource(StreamConfig(servers=(sys.argv[1],), ack_wait_s=1.0))
+    config = StreamConfig(servers=(sys.argv[1],), ack_wait_s=1.0, monitor_urls=(sys.argv[2],))
+    source = JetStreamSource(config)
     deliveries = []
     while len(deliveries) < 500:
         deliveries += await source.fetch(500 - len(deliveries), 1.0)
@@ -100,7 +106,12 @@ async def test_acks_are_recorded_when_ack_returns_even_if_the_consumer_dies_at_o
     config = stream_config(nats_server, ack_wait_s=1.0)
     await publish(config, [f"r{i}" for i in range(500)])
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", ACK_AND_DIE, nats_server.url, cwd=Path(__file__).parents[2]
+        sys.executable,
+        "-c",
+        ACK_AND_DIE,
+        nats_server.url,
+        nats_server.monitor_url,
+        cwd=Path(__file__).parents[2],
     )
     assert await asyncio.wait_for(child.wait(), 30) == -signal.SIGKILL
     nc, js = await connect(config)

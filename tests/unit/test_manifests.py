@@ -587,18 +587,20 @@ def test_network_policies_allow_the_flows_there_are_and_no_others(
         (embed, rerank, 9100),
         (gateway, None, 443),  # nothing else leaves
     ]
+    nats = ours(docs, "nats")  # in the namespace in both: its clients, its monitoring
+    wanted += [(KEDA_OPERATOR, nats, 8222)]
+    wanted += [(pod, nats, port) for pod in (gateway, billing, executor) for port in (4222, 8222)]
+    refused += [(embed, nats, 4222), (embed, nats, 8222), (INGRESS_CONTROLLER, nats, 4222)]
     if overlay == "dev":
-        postgres, redis, nats = (ours(docs, c) for c in ("postgres", "redis", "nats"))
+        postgres, redis = (ours(docs, c) for c in ("postgres", "redis"))
         wanted += [(pod, postgres, 5432) for pod in (gateway, embed, rerank, billing, executor)]
-        wanted += [(gateway, redis, 6379), (KEDA_OPERATOR, nats, 8222)]
-        wanted += [(pod, nats, 4222) for pod in (gateway, billing, executor)]
-        refused += [(embed, redis, 6379), (embed, nats, 4222), (INGRESS_CONTROLLER, postgres, 5432)]
+        wanted += [(gateway, redis, 6379)]
+        refused += [(embed, redis, 6379), (INGRESS_CONTROLLER, postgres, 5432)]
     else:
         wanted += [(pod, None, 5432) for pod in (gateway, embed, rerank, billing, executor)]
-        wanted += [(gateway, None, 6379)] + [
-            (pod, None, 4222) for pod in (gateway, billing, executor)
-        ]
-        refused += [(embed, None, 6379), (embed, None, 4222)]
+        wanted += [(gateway, None, 6379)]
+        wanted += [(nats, nats, 6222)]  # the cluster's routes
+        refused += [(embed, None, 6379), (gateway, nats, 6222), (nats, None, 6222)]
     for pod in workloads(docs):
         wanted.append(((OURS, pod_labels(pod)), KUBE_DNS, 53))
     problems = [
@@ -1062,15 +1064,13 @@ def test_scaled_objects_read_metrics_the_code_exports(
             assert lag["metadata"]["stream"] == billing.billing.stream
             assert lag["metadata"]["consumer"] == billing.billing.consumer
             endpoint = lag["metadata"].get("natsServerMonitoringEndpoint")
-            if overlay == "dev":
-                assert endpoint is not None and billing.nats_url is not None
-                nats = one(docs, "Service", "headway-nats")
-                assert endpoint.split(".")[0] == nats["metadata"]["name"]
-                assert billing.nats_url.split(":")[1].lstrip("/").split(".")[0] == "headway-nats"
-                monitoring = int(endpoint.rsplit(":", 1)[1])
-                assert monitoring in {p["port"] for p in nats["spec"]["ports"]}
-            else:
-                assert endpoint is None and "authenticationRef" in lag
+            assert endpoint is not None and billing.nats_url is not None
+            nats = one(docs, "Service", "headway-nats")
+            assert endpoint.split(".")[0] == nats["metadata"]["name"]
+            for url in billing.nats_url.split(","):  # prod: each server of the cluster
+                assert url.split(":")[1].lstrip("/").split(".")[0].startswith("headway-nats")
+            monitoring = int(endpoint.rsplit(":", 1)[1])
+            assert monitoring in {p["port"] for p in nats["spec"]["ports"]}
     run = check_queries(queries, tmp_path / "keda-queries.yml", "keda")
     assert run.returncode == 0, run.stdout + run.stderr
 
@@ -1198,25 +1198,110 @@ def test_prod_worker_probes_pass_mutual_tls_and_tell_unready(
     assert results == {"startupProbe": 0, "readinessProbe": 1, "livenessProbe": 0}
 
 
-def test_the_dev_nats_config_is_valid_and_fsyncs_before_it_acks(
-    rendered: dict[str, list[Doc]], tmp_path: Path
-) -> None:
-    """nats-server (the test extra's) accepts the dev overlay's config; its ports are the
-    ones its Service and KEDA's trigger name."""
-    docs = rendered["dev"]
+def nats_config(docs: list[Doc]) -> str:
     (config,) = [
         doc["data"]["nats.conf"]
         for doc in of_kind(docs, "ConfigMap")
         if doc["metadata"]["name"].startswith("headway-nats-")
     ]
+    return str(config)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_nats_config_is_valid_and_fsyncs_before_it_acks(
+    rendered: dict[str, list[Doc]], tmp_path: Path, overlay: str
+) -> None:
+    """nats-server (the test extra's) accepts each overlay's config; its ports are the
+    ones its Service and KEDA's trigger name."""
+    docs = rendered[overlay]
+    config = nats_config(docs)
     assert re.search(r"^\s*sync_interval: always$", config, re.MULTILINE)
     ports = {p["name"]: p["port"] for p in one(docs, "Service", "headway-nats")["spec"]["ports"]}
     assert re.search(rf"^port: {ports['client']}$", config, re.MULTILINE)
     assert re.search(rf"^http_port: {ports['monitoring']}$", config, re.MULTILINE)
     path = tmp_path / "nats.conf"
-    path.write_text(config.replace("store_dir: /data", f"store_dir: {tmp_path}"), "utf-8")
+    config = config.replace("store_dir: /data", f"store_dir: {tmp_path}")
+    path.write_text(config.replace("/var/run/nats/", f"{tmp_path}/"), "utf-8")
     server = Path(sys.executable).parent / "nats-server"
     run = subprocess.run(
-        [str(server), "-c", str(path), "-t"], capture_output=True, text=True, timeout=30
+        [str(server), "-c", str(path), "-t"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "POD_NAME": "headway-nats-0"},
     )
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def file_store_bytes(config: str) -> int:
+    store = re.search(r"^\s*max_file_store: (\d+)GB$", config, re.MULTILINE)
+    assert store is not None, "the NATS config sets no max_file_store in GB"
+    return int(store.group(1)) * 10**9
+
+
+def test_prod_nats_is_a_three_server_cluster_and_the_streams_have_three_replicas(
+    rendered: dict[str, list[Doc]],
+    secret_files: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    docs = rendered["prod"]
+    nats = one(docs, "StatefulSet", "headway-nats")
+    spec = nats["spec"]
+    assert spec["replicas"] == 3 and spec["podManagementPolicy"] == "Parallel"
+    (term,) = pod_spec(nats)["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert selects(term["labelSelector"], pod_labels(nats))  # one server per node
+    (container,) = pod_spec(nats)["containers"]
+    pod_name = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    assert pod_name in container["env"]
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] in {m["name"] for m in container["volumeMounts"]}
+    service = one(docs, "Service", spec["serviceName"])
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"]
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+
+    config = nats_config(docs)
+    assert re.search(r"^server_name: \$POD_NAME$", config, re.MULTILINE)
+    cluster = re.search(r"^cluster \{(.*?)^\}", config, re.MULTILINE | re.DOTALL)
+    assert cluster is not None and f"port: {ports['cluster']}" in cluster.group(1)
+    pods = [f"headway-nats-{i}.headway-nats.{NAMESPACE}.svc.cluster.local" for i in range(3)]
+    routes = re.findall(r"nats://([^:\s]+):(\d+)", cluster.group(1))
+    assert routes == [(pod, str(ports["cluster"])) for pod in pods]
+    claimed = claim["spec"]["resources"]["requests"]["storage"]
+    assert claimed.endswith("Gi") and file_store_bytes(config) < int(claimed[:-2]) << 30
+
+    by_role = {component(w): w for w in headway_deployments(docs)}
+    for role in ("gateway", "billing", "executor"):
+        settings = role_settings(docs, by_role[role], secret_files["prod"], monkeypatch, tmp_path)
+        assert settings.nats_url is not None
+        assert settings.nats_url.split(",") == [f"nats://{pod}:{ports['client']}" for pod in pods]
+        streams = settings.streams
+        assert streams.monitor_url_list == tuple(
+            f"http://{pod}:{ports['monitoring']}" for pod in pods
+        )
+        assert streams.usage.replicas == streams.batch_work.replicas == 3
+        assert not streams.allow_volatile and streams.usage.storage == "file"
+        assert streams.usage.discard == streams.batch_work.discard == "new"
+        reserved = streams.usage.max_bytes + streams.batch_work.max_bytes
+        assert reserved < file_store_bytes(config)  # every max_bytes is reserved in it
+
+
+def test_dev_nats_is_one_server_and_the_streams_fit_its_store(
+    rendered: dict[str, list[Doc]],
+    secret_files: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    docs = rendered["dev"]
+    assert one(docs, "StatefulSet", "headway-nats")["spec"]["replicas"] == 1
+    by_role = {component(w): w for w in headway_deployments(docs)}
+    for role in ("gateway", "billing", "executor"):
+        settings = role_settings(docs, by_role[role], secret_files["dev"], monkeypatch, tmp_path)
+        streams = settings.streams
+        assert streams.usage.replicas == streams.batch_work.replicas == 1
+        reserved = streams.usage.max_bytes + streams.batch_work.max_bytes
+        assert reserved < file_store_bytes(nats_config(docs))
+        assert not streams.allow_volatile

@@ -58,7 +58,9 @@ returns ``[]`` once ``wait_s`` has passed, as if the queue were empty; ``put``, 
 ``depth`` and acks raise ``WorkQueueUnavailable`` (a ``put`` that raised may have stored
 some of its items: put them all again, the duplicate window keeps one of each). The
 first call connects, creates the stream if it is missing (an existing one with another
-configuration is a ``WorkQueueConfigError``: nothing is changed) and narrows the shared
+configuration is a ``WorkQueueConfigError``: nothing is changed, unless
+``update_existing`` lets its limits change; so is a stream whose storage would not keep
+a PubAck, ``metering/stream_guard.py``) and narrows the shared
 consumer, in a task of its own that a call waits for at most its timeout.
 """
 
@@ -92,7 +94,14 @@ from headway.batches.queue import (
     WorkQueueUnavailable,
     check_owned,
 )
-from headway.metering.stream import STREAM_NAME_IN_USE, StreamConfig, connect
+from headway.metering.stream import StreamConfig, connect, owned, sync_probe
+from headway.metering.stream_guard import (
+    StreamConfigError,
+    StreamDurabilityError,
+    SyncProbe,
+    check_durability,
+    reconcile,
+)
 
 log = logging.getLogger(__name__)
 
@@ -150,27 +159,31 @@ def work_stream_config(config: StreamConfig) -> api.StreamConfig:
         storage=config.storage,
         num_replicas=config.replicas,
         duplicate_window=config.duplicate_window_s,
+        max_age=config.max_age_s,
+        max_bytes=config.max_bytes,
+        max_msg_size=config.max_msg_size,
+        discard=config.discard,
     )
 
 
-async def ensure_work_stream(js: JetStreamContext, config: StreamConfig) -> api.StreamInfo:
-    """Create the stream if it is missing; one that exists must have this configuration."""
-    wanted = work_stream_config(config)
+async def ensure_work_stream(
+    js: JetStreamContext, config: StreamConfig, probe: SyncProbe | None = None
+) -> api.StreamInfo:
+    """Create the stream if it is missing; one that exists must have this configuration
+    (its limits are changed only with ``config.update_existing``), and its storage must
+    keep a PubAck (``stream_guard.py``); else a ``WorkQueueConfigError``."""
     try:
-        return await js.add_stream(wanted)  # the same configuration again: accepted as is
-    except BadRequestError as exc:
-        if exc.err_code != STREAM_NAME_IN_USE:
-            raise
-    found = (await js.stream_info(config.stream)).config
-    raise WorkQueueConfigError(
-        f"the JetStream stream {config.stream!r} exists with another configuration "
-        f"(subjects {found.subjects}, retention {_name(found.retention)}, storage "
-        f"{_name(found.storage)}, duplicate window {found.duplicate_window} s) than the "
-        f"batch work queue needs (subjects {wanted.subjects}, retention work_queue, storage "
-        f"{_name(wanted.storage)}, duplicate window {wanted.duplicate_window} s): delete it "
-        f"(`nats stream rm {config.stream}`, losing its queued lines) or set "
-        "HEADWAY_BATCHES__STREAM to another name"
-    )
+        await check_durability(
+            config.stream,
+            config.storage,
+            probe or sync_probe(config),
+            allow_volatile=config.allow_volatile,
+        )
+        return await reconcile(
+            js, work_stream_config(config), owned(config), update_existing=config.update_existing
+        )
+    except (StreamConfigError, StreamDurabilityError) as exc:
+        raise WorkQueueConfigError(f"the batch work queue: {exc}") from exc
 
 
 def consumer_config(config: StreamConfig, key: str) -> api.ConsumerConfig:
@@ -210,6 +223,7 @@ class JetStreamWorkQueue:
         max_poll_s: float = 0.25,
     ) -> None:
         self._config = config
+        self._probe = sync_probe(config)
         self._publish_window = publish_window
         self._poll_s, self._max_poll_s = poll_s, max_poll_s
         self._nc: NATS | None = None
@@ -229,6 +243,8 @@ class JetStreamWorkQueue:
         self._closed = False
         self.duplicates_total = 0
         """Items ``put`` that the stream held already (within its duplicate window)."""
+        self.stream: api.StreamInfo | None = None
+        """The stream's info as ``depth`` last read it (its fill and limits)."""
 
     @property
     def lease_s(self) -> float:
@@ -280,6 +296,7 @@ class JetStreamWorkQueue:
             info = await self._js.stream_info(self._config.stream)
         except _NATS_ERRORS as exc:
             raise WorkQueueUnavailable(f"JetStream stream info failed: {exc!r}") from exc
+        self.stream = info
         return int(info.state.messages)
 
     async def close(self) -> None:
@@ -522,7 +539,7 @@ class JetStreamWorkQueue:
     async def _set_up(self) -> None:
         if self._nc is None or self._js is None:
             self._nc, self._js = await connect(self._config)
-        await ensure_work_stream(self._js, self._config)
+        await ensure_work_stream(self._js, self._config, self._probe)
         await self._js.add_consumer(self._config.stream, consumer_config(self._config, LEGACY))
         self._consumers = {LEGACY}
         self._set = True
@@ -588,7 +605,3 @@ def _check_token(batch_id: str) -> None:
 
 def _key(item: WorkItem) -> str:
     return f"{item.batch_id}:{item.line}"
-
-
-def _name(value: object) -> str:
-    return str(getattr(value, "value", value))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from headway.batches.jetstream_queue import JetStreamWorkQueue
 from headway.batches.queue import WorkQueue
 from headway.batches.sqlite_queue import SqliteWorkQueue
+from headway.metering.build import with_limits
 from headway.metering.stream import StreamConfig
 from headway.settings import Settings
 
@@ -21,7 +22,7 @@ EXECUTORS_ROOM = 1_000
 def work_stream_config(settings: Settings) -> StreamConfig:
     batches = settings.batches
     servers = tuple(url.strip() for url in (settings.nats_url or "").split(",") if url.strip())
-    return StreamConfig(
+    config = StreamConfig(
         servers=servers,
         stream=batches.stream,
         subject=batches.subject,
@@ -30,7 +31,11 @@ def work_stream_config(settings: Settings) -> StreamConfig:
         ack_wait_s=batches.executor.lease_s,
         max_ack_pending=batches.executor.lines_in_flight * EXECUTORS_ROOM,
         client_name="headway-batches",
+        name_setting="batches.stream",
+        subject_setting="batches.subject",
+        duplicate_window_setting="the work queue's duplicate window (600 s, fixed)",
     )
+    return with_limits(config, settings, settings.streams.batch_work, "streams.batch_work")
 
 
 def open_work_queue(settings: Settings) -> WorkQueue:

@@ -3,7 +3,8 @@
     mover   every ``executor.poll_s``: batches from status to status (``mover.py``)
     lines   pull lines from the work queue and run them (``executor.py``); essential
     files   every minute: delete the files past their retention
-    depth   every few seconds: the queue's depth, for ``/metrics``
+    depth   every few seconds: the queue's depth, for ``/metrics`` (and in shared mode
+            the BATCH_WORK stream's fill and limits, ``metering/stream_metrics.py``)
 
 The stores are the gateways' (Postgres with ``postgres_url``, else SQLite in the data
 dir; the file store at ``batches.files_dir``), the registry too while quotas are on
@@ -24,6 +25,7 @@ from headway.batches.bursts import RegistryBursts
 from headway.batches.executor import Executor
 from headway.batches.filestore import DirectoryFileStore
 from headway.batches.inputs import Inputs
+from headway.batches.jetstream_queue import JetStreamWorkQueue
 from headway.batches.metrics import ExecutorMetrics
 from headway.batches.mover import Bursts, Mover, no_bursts
 from headway.batches.open import open_batch_store
@@ -33,6 +35,7 @@ from headway.batches.store import BatchStore
 from headway.batches.submit import HttpSubmitter
 from headway.http.asgi import App
 from headway.http.ops import ops_app
+from headway.metering.stream_metrics import StreamMetrics
 from headway.registry.open import open_registry
 from headway.registry.store import RegistryStore
 from headway.settings import Settings
@@ -56,6 +59,7 @@ class ExecutorService:
             )
         self.settings = settings
         self.metrics = metrics or ExecutorMetrics()
+        self.stream_metrics = StreamMetrics(self.metrics.registry)
         self._background = Background()
         self.store: BatchStore | None = None
         self.queue: WorkQueue | None = None
@@ -108,6 +112,8 @@ class ExecutorService:
     async def _depth(self) -> None:
         if self.queue is not None:
             self.metrics.queue_depth.set(await self.queue.depth())
+        if isinstance(self.queue, JetStreamWorkQueue) and self.queue.stream is not None:
+            self.stream_metrics.observe(self.queue.stream)
 
     async def stop(self) -> None:
         await self._background.stop()

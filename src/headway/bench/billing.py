@@ -463,7 +463,7 @@ def _copy(filled: Path, folder: Path) -> Path:
 
 
 async def jetstream_drains(
-    folder: Path, filled: Path, nats_url: str, postgres: PostgresServer, events: int
+    folder: Path, filled: Path, nats: NatsServer, postgres: PostgresServer, events: int
 ) -> list[DrainPoint]:
     """Per repeat: the relay fills a stream of its own from a copy of the outbox, then the
     consumer drains that stream into a database of its own."""
@@ -473,7 +473,8 @@ async def jetstream_drains(
     relays, drains = [], []
     for repeat in range(DRAIN_REPEATS):
         config = StreamConfig(
-            servers=(nats_url,),
+            servers=(nats.url,),
+            monitor_urls=(nats.monitor_url,),
             stream=f"DRAIN{repeat}",
             subject=f"drain.{repeat}",
             durable=f"drain-{repeat}",
@@ -632,7 +633,11 @@ def _end_to_end(
         {"quota": {"enabled": True}},
     )
     settings = settings.model_copy(
-        update={"nats_url": nats.url, "postgres_url": postgres.url_of(database)}
+        update={
+            "nats_url": nats.url,
+            "postgres_url": postgres.url_of(database),
+            "streams": settings.streams.model_copy(update={"monitor_urls": nats.monitor_url}),
+        }
     )
     with contextlib.closing(open_registry(settings)) as shared:  # on the Postgres too
         shared.seed_demo()
@@ -744,7 +749,7 @@ def run_billing_bench(data_dir: Path, *, seconds: float) -> BillingResults:
         with PostgresServer() as postgres:
             with NatsServer() as nats:
                 drains = uvloop.run(
-                    jetstream_drains(root / "drain", filled, nats.url, postgres, DRAIN_EVENTS)
+                    jetstream_drains(root / "drain", filled, nats, postgres, DRAIN_EVENTS)
                 )
             drains.append(uvloop.run(outbox_drain(root / "drain", filled, DRAIN_EVENTS)))
             e2e = [

@@ -492,6 +492,8 @@ class _Run:
         env.update(CHILD_ENV)
         if self.postgres_url is not None:
             env["HEADWAY_POSTGRES_URL"] = self.postgres_url
+        if self.nats_server is not None:  # where start-up reads NATS's fsync setting
+            env["HEADWAY_STREAMS__MONITOR_URLS"] = self.nats_server.monitor_url
         shared_args: list[str] = []
         if self.nats_server is not None and self.postgres_url is not None:
             shared_args = ["--nats-url", self.nats_server.url, "--postgres-url", self.postgres_url]

@@ -135,19 +135,25 @@ def isolation_settings(data_dir: Path, shared: Mapping[str, str] | None = None) 
     if shared is None:
         return settings
     up = settings.up.model_copy(update={"gateways": SHARED_GATEWAYS})
-    return settings.model_copy(update={**shared, "up": up})
+    urls = dict(shared)
+    streams = settings.streams.model_copy(  # where start-up reads NATS's fsync setting
+        update={"monitor_urls": urls.pop("nats_monitor_url", None)}
+    )
+    return settings.model_copy(update={**urls, "up": up, "streams": streams})
 
 
 @contextmanager
 def shared_services() -> Iterator[dict[str, str]]:
     """Throw-away Redis, Postgres and NATS JetStream servers: the shared mode's, as
-    settings (``redis_url``, ``postgres_url``, ``nats_url``)."""
+    settings (``redis_url``, ``postgres_url``, ``nats_url``; ``nats_monitor_url`` becomes
+    ``streams.monitor_urls``)."""
     with RedisServer() as redis, PostgresServer() as postgres, NatsServer() as nats:
         postgres.psql("CREATE DATABASE isolation")
         yield {
             "redis_url": redis.url,
             "postgres_url": postgres.url_of("isolation"),
             "nats_url": nats.url,
+            "nats_monitor_url": nats.monitor_url,
         }
 
 

@@ -3,6 +3,8 @@
     consumer   source → ledger, once per request id (``consumer.py``); essential
     export     every ``export_interval_s``: closed hours → the billing provider (when
                ``billing.export_url`` is set)
+    stream     every ``STREAM_INTERVAL_S`` (shared mode): the usage stream's fill and
+               limits, for ``/metrics`` (``metering/stream_metrics.py``)
 
 The source is JetStream's durable consumer when ``nats_url`` is set, else the
 gateways' outboxes in the data dir (embedded mode, what ``headway up`` runs); the
@@ -39,11 +41,13 @@ from headway.billing.sources.outbox import OutboxSource
 from headway.http.asgi import App
 from headway.http.ops import ops_app
 from headway.metering.build import stream_config
+from headway.metering.stream_metrics import StreamMetrics
 from headway.settings import Settings
 
 log = logging.getLogger(__name__)
 
 EXPORT_INTERVAL_S = 60.0
+STREAM_INTERVAL_S = 15.0
 
 
 def event_source(settings: Settings) -> EventSource:
@@ -63,6 +67,7 @@ class BillingService:
         """``source``: the events to consume (default: the one the settings name)."""
         self.settings = settings
         self.metrics = metrics or BillingMetrics()
+        self.stream_metrics = StreamMetrics(self.metrics.registry)
         self._background = Background()
         self.ledger: Ledger | None = None
         self.source: EventSource | None = source
@@ -77,6 +82,8 @@ class BillingService:
         if self.source is None:
             self.source = event_source(settings)
         self._background.essential("consumer", self._consume)
+        if isinstance(self.source, JetStreamSource):
+            self._background.every("stream", STREAM_INTERVAL_S, self.observe_stream)
         if billing.export_url:
             self._export_session = aiohttp.ClientSession()
             self._background.every("export", EXPORT_INTERVAL_S, self.export_once)
@@ -118,6 +125,15 @@ class BillingService:
         )
         if report.sent or report.failed or report.rejected or report.unmapped:
             log.info("billing export: %s", report)
+
+    async def observe_stream(self) -> None:
+        if not isinstance(self.source, JetStreamSource):
+            return
+        info = await self.source.stream_info()
+        if info is None:
+            self.stream_metrics.failed(self.settings.billing.stream)
+        else:
+            self.stream_metrics.observe(info)
 
     async def stop(self) -> None:
         await self._background.stop()

@@ -13,6 +13,7 @@ from headway.cli.options import (
     LogLevelOpt,
     NatsOpt,
     PostgresOpt,
+    UpdateStreamsOpt,
     settings_from,
 )
 
@@ -32,6 +33,7 @@ def run(
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
+    update_streams: UpdateStreamsOpt = False,
 ) -> None:
     """Run a batch executor: validate batches, run their lines as batch-tier work, write
     their output files. Any number may run on one set of stores."""
@@ -40,6 +42,7 @@ def run(
         config,
         data_dir=data_dir,
         log_level=log_level,
+        update_streams=update_streams,
         nats_url=nats_url,
         postgres_url=postgres_url,
         batches={"executor": {"gateway_urls": urls}} if urls else None,

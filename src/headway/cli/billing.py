@@ -19,6 +19,7 @@ from headway.cli.options import (
     LogLevelOpt,
     NatsOpt,
     PostgresOpt,
+    UpdateStreamsOpt,
     settings_from,
 )
 from headway.settings import Settings
@@ -41,12 +42,14 @@ def run(
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
+    update_streams: UpdateStreamsOpt = False,
 ) -> None:
     """Run the billing consumer: usage events → the ledger, exactly once per request."""
     settings = settings_from(
         config,
         data_dir=data_dir,
         log_level=log_level,
+        update_streams=update_streams,
         nats_url=nats_url,
         postgres_url=postgres_url,
         billing={"host": host, "port": port},

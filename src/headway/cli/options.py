@@ -35,19 +35,31 @@ PostgresOpt = Annotated[
         "--postgres-url", help="Shared mode: the usage ledger on Postgres, postgresql://…"
     ),
 ]
+UpdateStreamsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--update-streams",
+        help="Shared mode: a JetStream stream found with other limits than the settings' "
+        "is changed to them (each difference logged), not refused (streams.update).",
+    ),
+]
 AdmissionOpt = Annotated[
     str | None, typer.Option("--admission", help="on (default) or off, to compare without it.")
 ]
 
 
 def given(**sections: dict[str, Any] | Any) -> dict[str, Any]:
-    """Nested flag values, keeping only the flags that were given."""
+    """Nested flag values, keeping only the flags that were given (False for a flag that
+    only turns a setting on, ``update_streams``, is not given)."""
     out: dict[str, Any] = {}
     for key, value in sections.items():
         if isinstance(value, dict):
             present = {k: v for k, v in value.items() if v is not None}
             if present:
                 out[key] = present
+        elif key == "update_streams":
+            if value:
+                out.setdefault("streams", {})["update"] = True
         elif value is not None:
             out[key] = value
     return out

@@ -19,6 +19,7 @@ from headway.cli.options import (
     NatsOpt,
     PostgresOpt,
     RedisOpt,
+    UpdateStreamsOpt,
     given,
     settings_from,
 )
@@ -174,12 +175,14 @@ def gateway(
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
+    update_streams: UpdateStreamsOpt = False,
 ) -> None:
     """Run one gateway process."""
     settings = settings_from(
         config,
         data_dir=data_dir,
         log_level=log_level,
+        update_streams=update_streams,
         redis_url=redis_url,
         nats_url=nats_url,
         postgres_url=postgres_url,

@@ -12,15 +12,18 @@ consumer reads the outbox files themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
+
+from nats.js import api
 
 from headway.background import Background
 from headway.metering.event import UsageEvent
 from headway.metering.outbox import Outbox
 from headway.metering.relay import Relay
 from headway.metering.stream import StreamConfig
-from headway.settings import Settings
+from headway.settings import Settings, UsageStreamSettings, WorkStreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +31,37 @@ log = logging.getLogger(__name__)
 def stream_config(settings: Settings) -> StreamConfig:
     billing = settings.billing
     servers = tuple(url.strip() for url in (settings.nats_url or "").split(",") if url.strip())
-    return StreamConfig(
+    config = StreamConfig(
         servers=servers,
         stream=billing.stream,
         subject=billing.subject,
         duplicate_window_s=billing.duplicate_window_s,
         durable=billing.consumer,
         ack_wait_s=billing.ack_wait_s,
+    )
+    return with_limits(config, settings, settings.streams.usage, "streams.usage")
+
+
+def with_limits(
+    config: StreamConfig,
+    settings: Settings,
+    limits: UsageStreamSettings | WorkStreamSettings,
+    section: str,
+) -> StreamConfig:
+    """``config`` with one stream's limits and the streams' checks from settings."""
+    streams = settings.streams
+    return dataclasses.replace(
+        config,
+        storage=api.StorageType(limits.storage),
+        replicas=limits.replicas,
+        max_age_s=limits.max_age_s,
+        max_bytes=limits.max_bytes,
+        max_msg_size=limits.max_msg_size,
+        discard=api.DiscardPolicy(limits.discard),
+        update_existing=streams.update,
+        allow_volatile=streams.allow_volatile,
+        monitor_urls=streams.monitor_url_list,
+        settings=section,
     )
 
 

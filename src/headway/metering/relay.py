@@ -21,7 +21,9 @@ starts and once when publishing succeeds again; every failure is counted by reas
 Run it under ``headway.background.Background``: ``background.essential("usage-relay",
 relay.run)``. ``run`` returns only when cancelled (``Background.stop()``), and closes
 its connection on the way out; an exception other than the outages it handles is a
-bug, and ``essential`` stops the process for it.
+bug, and ``essential`` stops the process for it. So is a stream refused at set-up
+(``StreamConfigError``, ``StreamDurabilityError``: its limits differ from the
+settings, or its storage would not keep a PubAck): no retry mends that.
 
 **The last flush.** A gateway that stops (SIGTERM: a rolling update, a scale-in) has
 finished its requests when ``run`` is cancelled, but the events of its last
@@ -49,7 +51,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, NoStreamResponseError
 
 from headway.metering.outbox import OutboxError, OutboxRow, OutboxRows
-from headway.metering.stream import StreamConfig, connect, ensure_stream
+from headway.metering.stream import StreamConfig, connect, ensure_stream, sync_probe
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class Relay:
     ) -> None:
         self._outbox = outbox
         self._config = config
+        self._probe = sync_probe(config)
         self._batch = batch
         self._publish_timeout_s = publish_timeout_s
         self._idle_s = idle_s
@@ -174,7 +177,7 @@ class Relay:
             return None
         if not self._stream_ready:
             try:
-                await ensure_stream(self._js, self._config)
+                await ensure_stream(self._js, self._config, self._probe)
             except _NATS_ERRORS as exc:
                 self._failed("api_error", f"cannot create the stream: {exc!r}")
                 return None

@@ -37,7 +37,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError
 
 from headway.billing.sources.base import Delivery
-from headway.metering.stream import StreamConfig, connect, ensure_stream
+from headway.metering.stream import StreamConfig, connect, ensure_stream, sync_probe
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class JetStreamSource:
 
     def __init__(self, config: StreamConfig, *, ack_timeout_s: float = 5.0) -> None:
         self._config = config
+        self._probe = sync_probe(config)
         self._ack_timeout_s = ack_timeout_s
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
@@ -124,6 +125,15 @@ class JetStreamSource:
             return None
         return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
+    async def stream_info(self) -> api.StreamInfo | None:
+        """The usage stream's fill and limits; None while NATS is away or not set up."""
+        if self._nc is None or self._js is None or not self._nc.is_connected:
+            return None
+        try:
+            return await self._js.stream_info(self._config.stream)
+        except _NATS_ERRORS:
+            return None
+
     async def close(self) -> None:
         if self._setup is not None:
             self._setup.cancel()
@@ -156,7 +166,7 @@ class JetStreamSource:
     async def _set_up(self) -> None:
         if self._nc is None or self._js is None:
             self._nc, self._js = await connect(self._config)
-        await ensure_stream(self._js, self._config)
+        await ensure_stream(self._js, self._config, self._probe)
         await ensure_consumer(self._js, self._config)
         self._subscription = await self._js.pull_subscribe_bind(
             durable=self._config.durable, stream=self._config.stream
