@@ -102,6 +102,7 @@ def test_sigterm_under_load_relays_every_200_exactly_once(tmp_path: Path) -> Non
         "HEADWAY_GATEWAY__DRAIN_DELAY_S": "0",
         "HEADWAY_GATEWAY__REGISTRY_REFRESH_S": "0.2",
         "HEADWAY_GATEWAY__OUTBOX_FLUSH_S": "20",
+        "HEADWAY_STREAMS__MONITOR_URLS": nats.monitor_url,  # where its fsync setting is read
     }
     worker_port, port = free_port(), free_port()
     gateway, worker_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{worker_port}"

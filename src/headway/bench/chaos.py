@@ -367,6 +367,7 @@ class _Run:
                 "HEADWAY_POSTGRES_URL": self.postgres_url,
                 "HEADWAY_REDIS_URL": redis.url,
                 "HEADWAY_NATS_URL": nats.url,
+                "HEADWAY_STREAMS__MONITOR_URLS": nats.monitor_url,  # its fsync setting, read
                 "HEADWAY_BATCHES__EXECUTOR_TOKEN": os.urandom(16).hex(),
             }
         )
