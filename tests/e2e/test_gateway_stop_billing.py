@@ -77,7 +77,9 @@ class Load:
 
 
 async def stream_request_ids(server: NatsServer) -> list[str]:
-    config = StreamConfig(servers=(server.url,), reconnect_wait_s=0.1)
+    config = StreamConfig(
+        servers=(server.url,), reconnect_wait_s=0.1, monitor_urls=(server.monitor_url,)
+    )
     nc, js = await connect(config)
     try:
         await ensure_stream(js, config)
