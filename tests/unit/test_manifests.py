@@ -588,10 +588,13 @@ def test_network_policies_allow_the_flows_there_are_and_no_others(
     ]
     if overlay == "dev":
         postgres, redis, nats = (ours(docs, c) for c in ("postgres", "redis", "nats"))
+        cache_redis = ours(docs, "redis-cache")
         wanted += [(pod, postgres, 5432) for pod in (gateway, embed, rerank, billing, executor)]
-        wanted += [(gateway, redis, 6379), (KEDA_OPERATOR, nats, 8222)]
+        wanted += [(gateway, redis, 6379), (gateway, cache_redis, 6379)]
+        wanted += [(KEDA_OPERATOR, nats, 8222)]
         wanted += [(pod, nats, 4222) for pod in (gateway, billing, executor)]
         refused += [(embed, redis, 6379), (embed, nats, 4222), (INGRESS_CONTROLLER, postgres, 5432)]
+        refused += [(embed, cache_redis, 6379), (executor, cache_redis, 6379)]
     else:
         wanted += [(pod, None, 5432) for pod in (gateway, embed, rerank, billing, executor)]
         wanted += [(gateway, None, 6379)] + [
