@@ -1,5 +1,6 @@
 """The quota Redis as deployed: signed in (ACL, requirepass, TLS), refused when it could
-evict a bucket, and limited locally when it is full (OOM under noeviction)."""
+evict a bucket, limited locally when it is full (OOM under noeviction), and reached by
+least-privilege ACL users (docs/redis.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import logging
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
+from headway.cache.entry import Entry
+from headway.cache.redis_tier import RedisCache
+from headway.gateway.auth.failures import FailureLimit
+from headway.gateway.auth.redis_store import RedisFailureStore
+from headway.gateway.auth.store import Subject
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.layout import LayoutGuard
 from headway.gateway.quota.redis_store import RedisQuotaStore
@@ -196,3 +202,50 @@ async def test_a_full_quota_instance_limits_locally_never_unlimited(
         finally:
             await store.close()
             await admin.aclose()
+
+
+# docs/redis.md's ACL users: what each instance's clients need, and nothing more.
+QUOTA_ACL = (
+    "on >quota-pw ~headway:quota:* ~headway:gateways ~headway:auth:* resetchannels -@all "
+    "+evalsha +eval +script|load +time +hmget +hset +pexpire +zadd +zremrangebyscore +zcard "
+    "+info +config|get +ping"
+)
+CACHE_ACL = "on >cache-pw ~headway:cache:* resetchannels -@all +mget +set +scan +unlink +info +ping"
+
+
+async def test_the_documented_least_privilege_acl_users_are_enough() -> None:
+    with RedisServer(maxmemory_policy="noeviction") as quota, RedisServer() as cache:
+        for server, user, rules in ((quota, "gateway", QUOTA_ACL), (cache, "cache", CACHE_ACL)):
+            admin = aioredis.Redis.from_url(server.url)
+            await admin.execute_command("ACL", "SETUSER", user, *rules.split())
+            await admin.aclose()
+        quota_at = RedisEndpoint(quota.url, "gateway", "quota-pw")
+        cache_at = RedisEndpoint(cache.url, "cache", "cache-pw")
+        store = RedisQuotaStore(quota_at)
+        failures = RedisFailureStore(quota_at)
+        shared_cache = RedisCache(cache_at, ttl_s=60)
+        subject = Subject("address", "203.0.113.9", FailureLimit(failures=4, window_s=40.0))
+        try:
+            await LayoutGuard(store, cache_at).check()
+            assert (await store.take(QUOTA, 2)).granted
+            await store.refund(QUOTA, 1)
+            assert await store.heartbeat("gw-a", 5.0) == 1
+            assert await failures.locked_for([subject]) == [0.0]
+            assert (await failures.fail([subject]))[0].locked_s == 0.0
+            entry = Entry(b"\0" * 8, tokens=3)
+            await shared_cache.put_many("t:1", [(b"k" * 32, entry)])
+            assert await shared_cache.get_many("t:1", [b"k" * 32]) == [entry]
+            assert await shared_cache.drop_scope("t:1")
+            assert shared_cache.errors == 0
+            # And the quota user reaches nothing else: not the cache's keys, not FLUSHALL.
+            quota_client = connect(quota_at, 1.0)
+            try:
+                for command in (("GET", "headway:cache:x"), ("FLUSHALL",)):
+                    with pytest.raises(NoPermissionError):
+                        await quota_client.execute_command(*command)
+            finally:
+                await quota_client.aclose()
+        finally:
+            await store.close()
+            await failures.close()
+            await shared_cache.close()

@@ -12,6 +12,7 @@ import typer
 
 from headway.cli.options import (
     AdmissionOpt,
+    CacheRedisOpt,
     ConfigOpt,
     DataDirOpt,
     FdOpt,
@@ -81,6 +82,7 @@ def up(
         ),
     ] = None,
     redis_url: RedisOpt = None,
+    cache_redis_url: CacheRedisOpt = None,
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
@@ -91,6 +93,7 @@ def up(
         data_dir=data_dir,
         log_level=log_level,
         redis_url=redis_url,
+        redis={"cache_url": cache_redis_url},
         nats_url=nats_url,
         postgres_url=postgres_url,
         gateway={"host": host, "port": port, "admission": given(enabled=_on_off(admission))},
@@ -171,6 +174,7 @@ def gateway(
     ] = None,
     admission: AdmissionOpt = None,
     redis_url: RedisOpt = None,
+    cache_redis_url: CacheRedisOpt = None,
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
@@ -181,6 +185,7 @@ def gateway(
         data_dir=data_dir,
         log_level=log_level,
         redis_url=redis_url,
+        redis={"cache_url": cache_redis_url},
         nats_url=nats_url,
         postgres_url=postgres_url,
         gateway={

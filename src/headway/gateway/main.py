@@ -3,6 +3,7 @@ consumer) or shared (quotas in Redis, the outbox relayed to NATS, the ledger on 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -43,6 +44,8 @@ from headway.tls.hops import internal_client
 from headway.tls.names import WORKER_NAME
 from headway.tracing.setup import process_tracing
 from headway.transport.http1 import Http1Transport
+
+log = logging.getLogger(__name__)
 
 
 def discovery(settings: GatewaySettings, scheme: str = "http") -> dict[str, Discovery]:
@@ -112,6 +115,11 @@ def failed_auth_store(settings: Settings, metrics: AuthMetrics) -> FailureStore 
 def results_cache(settings: Settings, metrics: GatewayMetrics) -> ResultsCache | None:
     if not settings.gateway.cache.enabled:
         return None
+    if settings.redis_url and settings.gateway.cache.redis and not settings.redis.cache_url:
+        log.info(
+            "the results cache stays in this gateway's memory: set redis.cache_url to share "
+            "it (an instance of its own, never the quota Redis)"
+        )
     return ResultsCache.from_settings(settings, CacheMetrics(metrics.registry))
 
 
