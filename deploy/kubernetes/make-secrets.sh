@@ -9,7 +9,8 @@
 #                                 and postgres-password for its in-cluster Postgres
 #   make-secrets.sh prod DIR      the prod overlay: the same four files, with the external
 #                                 services' URLs (and their credentials) taken from
-#                                 POSTGRES_URL, REDIS_URL and NATS_URL
+#                                 POSTGRES_URL, REDIS_URL and NATS_URL (and the
+#                                 cache's own Redis from CACHE_REDIS_URL, if set)
 #   make-secrets.sh compose DIR   compose.yaml: headway.toml (every service's) and
 #                                 postgres-password
 #
@@ -83,6 +84,14 @@ case $mode in
     services="redis_url = \"$(toml_value REDIS_URL "${REDIS_URL:-}")\"
 nats_url = \"$(toml_value NATS_URL "${NATS_URL:-}")\"
 "
+    if [[ -n ${CACHE_REDIS_URL:-} ]]; then
+      # The results cache's own Redis, never the quota one (docs/redis.md); without it
+      # each gateway's cache stays in its memory.
+      services+="
+[redis]
+cache_url = \"$(toml_value CACHE_REDIS_URL "$CACHE_REDIS_URL")\"
+"
+    fi
     ;;
 esac
 

@@ -15,12 +15,15 @@ from headway.cache.redis_tier import RedisCache
 from headway.gateway.auth.failures import FailureLimit
 from headway.gateway.auth.redis_store import RedisFailureStore
 from headway.gateway.auth.store import Subject
+from headway.gateway.main import quota_store
+from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.layout import LayoutGuard
 from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import LocalQuotaStore, Quota, QuotaStoreUnavailable
 from headway.redis_client import RedisEndpoint, connect
 from headway.redis_layout import RedisLayoutError, eviction_policy
+from headway.settings import Settings
 from headway.testing.redis_server import RedisServer
 
 QUOTA = Quota(1, rate=10.0, burst=20.0)
@@ -223,7 +226,8 @@ async def test_the_documented_least_privilege_acl_users_are_enough() -> None:
         cache_at = RedisEndpoint(cache.url, "cache", "cache-pw")
         store = RedisQuotaStore(quota_at)
         failures = RedisFailureStore(quota_at)
-        shared_cache = RedisCache(cache_at, ttl_s=60)
+        # A loaded machine outlasts the cache's 50 ms budget; this test is about rights.
+        shared_cache = RedisCache(cache_at, ttl_s=60, timeout_s=5.0, deadline_s=10.0)
         subject = Subject("address", "203.0.113.9", FailureLimit(failures=4, window_s=40.0))
         try:
             await LayoutGuard(store, cache_at).check()
@@ -249,3 +253,24 @@ async def test_the_documented_least_privilege_acl_users_are_enough() -> None:
             await store.close()
             await failures.close()
             await shared_cache.close()
+
+
+async def test_the_gateways_first_heartbeat_refuses_an_evicting_instance_later_ones_limit_locally(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """main.py's wiring: the heartbeat GatewayService.start awaits first raises (the app's
+    start-up fails with the reason); on a later beat the gateway serves from a local share."""
+    with RedisServer(maxmemory_policy="allkeys-lru") as server:
+        settings = Settings(redis_url=server.url, gateway={"quota": {"gateways": 2}})
+        store, heartbeat = quota_store(settings, GatewayMetrics())
+        assert heartbeat is not None
+        try:
+            with pytest.raises(RedisLayoutError, match="allkeys-lru"):
+                await heartbeat()
+            with caplog.at_level(logging.WARNING):
+                await heartbeat()
+                decision = await store.take(QUOTA, 1)
+            assert decision.granted and decision.limit == QUOTA.burst / 2
+            assert "allkeys-lru" in caplog.text and "limiting" in caplog.text
+        finally:
+            await store.close()
