@@ -73,6 +73,7 @@ def quota_store(
         metrics.quota_mode("embedded")
         return LocalQuotaStore(), None
     quota = settings.gateway.quota
+    log.info("quota buckets in Redis at %s", endpoint.redacted)  # never its password
     shared = RedisQuotaStore(endpoint)
     guard = LayoutGuard(
         shared, cache_endpoint(settings), required=settings.redis.require_noeviction
