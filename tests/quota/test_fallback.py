@@ -83,7 +83,7 @@ async def test_redis_killed_and_restarted_mid_run(
     caplog.set_level(logging.INFO, logger=FALLBACK_LOGGER)
     clock = FakeClock()
     modes: list[str] = []
-    shared = CountingRedisStore(redis_server.url)
+    shared = CountingRedisStore(redis_server.url, timeout_s=10.0)  # load, not timeouts, here
     store = FallbackQuotaStore(
         shared,
         LocalQuotaStore(clock),
