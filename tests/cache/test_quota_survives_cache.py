@@ -55,7 +55,8 @@ async def evicted_keys(client: aioredis.Redis) -> int:
 
 
 async def flood(put_many: ResultsCache | RedisCache, cache_redis: aioredis.Redis) -> int:
-    """Put fresh entries until the cache's Redis has evicted ``EVICTIONS_WANTED`` keys."""
+    """Put fresh entries until the cache's Redis has evicted ``EVICTIONS_WANTED`` keys; how
+    many were offered (a put the tier skipped while failing counts too)."""
     deadline = time.monotonic() + DEADLINE_S
     written = 0
     while await evicted_keys(cache_redis) < EVICTIONS_WANTED:
@@ -88,8 +89,8 @@ async def test_cache_traffic_evicts_no_bucket_from_the_quota_instance() -> None:
             await charge_every_tenant(store)
             before = await buckets(quota_redis)
             assert len(before) == TENANTS
-            written = await flood(cache, cache_redis)
-            assert written * len(VALUE.encode()) > 4 * (4 << 20)  # far past its maxmemory
+            # 20,000 evictions of 1.5 KiB entries: about 30 MiB through a 4 MiB cache.
+            await flood(cache, cache_redis)
             assert await buckets(quota_redis) == before  # every bucket, unchanged
             assert await evicted_keys(quota_redis) == 0
             # And the buckets still count: a tenant's next take starts from its level.
