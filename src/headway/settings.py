@@ -924,7 +924,9 @@ class Settings(BaseSettings):
     redis: RedisSettings = RedisSettings()
 
     @model_validator(mode="after")
-    def _two_redis_instances(self) -> Settings:
+    def _across_sources(self) -> Settings:
+        """Checks whose fields may come from different sources (a URL in the file, its
+        password in the environment): run on the merged settings (``_FromEnvironment``)."""
         check_redis_url("redis_url", self.redis_url, self.redis.quota)
         check_redis_url("redis.cache_url", self.redis.cache_url, self.redis.cache)
         if self.redis.cache_url and not self.redis_url:
@@ -974,6 +976,15 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings)
+
+
+class _FromEnvironment(Settings):
+    """The environment alone, read before it is merged with the file and the flags: the
+    checks across sources wait for the merge."""
+
+    @model_validator(mode="after")
+    def _across_sources(self) -> _FromEnvironment:
+        return self
 
 
 def redis_server_of(url: str) -> tuple[str, int | str]:
@@ -1027,7 +1038,7 @@ def load_settings(
     ``flags`` is a nested mapping holding only the flags the user gave.
     """
     from_file = read_config_file(config_file) if config_file else {}
-    from_env = Settings().model_dump(exclude_defaults=True)
+    from_env = _FromEnvironment().model_dump(exclude_defaults=True)
     merged = _deep_merge(_deep_merge(from_file, from_env), flags or {})
     settings = Settings.model_validate(merged)
     return settings.model_copy(update={"data_dir": settings.data_dir.expanduser().absolute()})

@@ -50,6 +50,21 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert cache_endpoint(settings) == RedisEndpoint(CACHE, None, "s3cret-cache")
 
 
+def test_the_url_in_a_file_and_its_credentials_in_the_environment_go_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checks across fields wait for the merge: each source alone would fail them."""
+    config = tmp_path / "headway.toml"
+    config.write_text(f'redis_url = "{QUOTA}"\n')
+    monkeypatch.setenv("HEADWAY_REDIS__CACHE_URL", CACHE)
+    monkeypatch.setenv("HEADWAY_REDIS__QUOTA__PASSWORD", "s3cret-quota")
+    settings = load_settings(config_file=config)
+    assert quota_endpoint(settings) == RedisEndpoint(QUOTA, None, "s3cret-quota")
+    assert cache_endpoint(settings) == RedisEndpoint(CACHE)
+    with pytest.raises(ValidationError, match="for redis_url, which is not set"):
+        load_settings()  # the environment alone: no quota instance
+
+
 def test_no_password_in_a_repr_of_the_settings_or_an_endpoint() -> None:
     settings = Settings(
         redis_url=QUOTA,
