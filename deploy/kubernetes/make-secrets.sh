@@ -12,7 +12,8 @@
 #                                 POSTGRES_URL, REDIS_URL and NATS_URL; a role's own
 #                                 database URL (its own Postgres role) from
 #                                 POSTGRES_URL_GATEWAY, _WORKER, _BILLING or _EXECUTOR
-#                                 where set, else POSTGRES_URL
+#                                 where set, else POSTGRES_URL; the cache's own Redis
+#                                 from CACHE_REDIS_URL, if set (the gateways')
 #   make-secrets.sh compose DIR   compose.yaml: the same four files, models.toml (the
 #                                 one-off model import's) and postgres-password
 #
@@ -83,6 +84,7 @@ case $mode in
     done
     redis_line=""
     nats_line=""
+    cache_table=""
     ;;
   prod)
     shared=$(toml_value POSTGRES_URL "${POSTGRES_URL:-}")
@@ -96,13 +98,22 @@ case $mode in
     done
     redis_line="redis_url = \"$(toml_value REDIS_URL "${REDIS_URL:-}")\""
     nats_line="nats_url = \"$(toml_value NATS_URL "${NATS_URL:-}")\""
+    cache_table=""
+    if [[ -n ${CACHE_REDIS_URL:-} ]]; then
+      # The results cache's own Redis, never the quota one (docs/redis.md); without it
+      # each gateway's cache stays in its memory.
+      cache_table="
+[redis]
+cache_url = \"$(toml_value CACHE_REDIS_URL "$CACHE_REDIS_URL")\"
+"
+    fi
     ;;
 esac
 
 # The URL lines first (top-level keys), then the tables.
-printf 'postgres_url = "%s"\n%s\n%s\n\n[batches]\nexecutor_token = "%s"\n\n[weights]\ntoken = "%s"\n\n[observability.console]\nsession_secret = "%s"\n' \
+printf 'postgres_url = "%s"\n%s\n%s\n\n[batches]\nexecutor_token = "%s"\n\n[weights]\ntoken = "%s"\n\n[observability.console]\nsession_secret = "%s"\n%s' \
   "$postgres_gateway" "$redis_line" "$nats_line" "$executor_token" "$weights_token" \
-  "$session_secret" >"$dir/gateway.toml"
+  "$session_secret" "$cache_table" >"$dir/gateway.toml"
 printf 'postgres_url = "%s"\n\n[weights]\ntoken = "%s"\n' \
   "$postgres_worker" "$weights_token" >"$dir/worker.toml"
 printf 'postgres_url = "%s"\n%s\n' "$postgres_billing" "$nats_line" >"$dir/billing.toml"

@@ -16,6 +16,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -125,7 +126,9 @@ class CacheSettings(_Section):
         "a single tenant, raise it to memory_bytes to use the whole tier.",
     )
     redis: bool = Field(
-        True, description="With redis_url set, also share entries in Redis (the second tier)."
+        True,
+        description="With redis.cache_url set, also share entries in that Redis (the second "
+        "tier); never in the quota instance.",
     )
     redis_ttl_s: int = Field(
         7 * 86400, gt=0, description="How long an entry lives in the Redis tier."
@@ -897,6 +900,65 @@ class WeightsSettings(_Section):
         return self
 
 
+class RedisInstanceSettings(_Section):
+    """How to sign in to one Redis instance: an ACL user (or ``requirepass`` alone) and TLS,
+    which needs a ``rediss://`` URL. The password never appears in a log line or a repr."""
+
+    username: str | None = Field(
+        None, description="ACL user (Redis 6+); without it, the password is requirepass's."
+    )
+    password: str | None = Field(
+        None,
+        repr=False,
+        description="Password of the user (or requirepass); keep it out of the URL, which "
+        "may be shown.",
+    )
+    tls_ca: Path | None = Field(
+        None, description="CA file the server's certificate must chain to (rediss:// only)."
+    )
+    tls_cert: Path | None = Field(
+        None, description="Client certificate (PEM) for a server that asks for one."
+    )
+    tls_key: Path | None = Field(None, description="The private key of tls_cert.")
+
+    @model_validator(mode="after")
+    def _existing_files_in_pairs(self) -> RedisInstanceSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: set both or neither")
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: {path} is not a file")
+        return self
+
+    @property
+    def tls_files(self) -> bool:
+        return self.tls_ca is not None or self.tls_cert is not None
+
+
+class RedisSettings(_Section):
+    """Quota buckets and cache entries in two Redis instances (docs/redis.md). Eviction is
+    a setting of the whole instance, so a database number apart is not enough: under
+    ``allkeys-lru`` cache pressure evicts buckets (a forgotten bucket is a full one), under
+    ``noeviction`` a full cache refuses bucket writes. ``redis_url`` is the quota instance
+    (``noeviction``), ``cache_url`` the cache's (``allkeys-lru``); with only ``redis_url``
+    set the cache keeps to each gateway's memory."""
+
+    quota: RedisInstanceSettings = RedisInstanceSettings()
+    cache_url: str | None = Field(
+        None,
+        description="The results cache's Redis (redis:// or rediss://host:port/db), another "
+        "instance than redis_url's, with an evicting maxmemory-policy (allkeys-lru).",
+    )
+    cache: RedisInstanceSettings = RedisInstanceSettings()
+    require_noeviction: bool = Field(
+        True,
+        description="A gateway refuses to start on a quota Redis whose maxmemory-policy is "
+        "not noeviction, or that is the cache's instance (and limits locally if it finds "
+        "that later). Off only where neither CONFIG GET nor INFO can be read.",
+    )
+
+
 class TlsSettings(_Section):
     """HTTPS to clients, and mutual TLS between the gateway and its workers (docs/tls.md);
     every file is re-read when it changes, without a restart."""
@@ -953,7 +1015,9 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     redis_url: str | None = Field(
         None,
-        description="Shared mode: quotas in Redis (redis://host:port/db), one for all gateways.",
+        description="Shared mode: quotas (and failed key checks) in Redis "
+        "(redis:// or rediss://host:port/db), one for all gateways; an instance with "
+        "maxmemory-policy noeviction (redis.*, docs/redis.md).",
     )
     nats_url: str | None = Field(
         None,
@@ -1000,6 +1064,24 @@ class Settings(BaseSettings):
             )
         return self
 
+    redis: RedisSettings = RedisSettings()
+
+    @model_validator(mode="after")
+    def _across_sources(self) -> Settings:
+        """Checks whose fields may come from different sources (a URL in the file, its
+        password in the environment): run on the merged settings (``_FromEnvironment``)."""
+        check_redis_url("redis_url", self.redis_url, self.redis.quota)
+        check_redis_url("redis.cache_url", self.redis.cache_url, self.redis.cache)
+        if self.redis.cache_url and not self.redis_url:
+            raise ValueError("redis.cache_url needs redis_url (the quota instance) too")
+        quota_url, cache_url = self.redis_url, self.redis.cache_url
+        if quota_url and cache_url and redis_server_of(quota_url) == redis_server_of(cache_url):
+            raise ValueError(
+                "redis.cache_url names the quota instance (redis_url): eviction is per "
+                "instance, so the cache needs a Redis server of its own (docs/redis.md)"
+            )
+        return self
+
     @property
     def registry_path(self) -> Path:
         return self.data_dir / "registry.sqlite3"
@@ -1039,6 +1121,38 @@ class Settings(BaseSettings):
         return (init_settings, env_settings)
 
 
+class _FromEnvironment(Settings):
+    """The environment alone, read before it is merged with the file and the flags: the
+    checks across sources wait for the merge."""
+
+    @model_validator(mode="after")
+    def _across_sources(self) -> _FromEnvironment:
+        return self
+
+
+def redis_server_of(url: str) -> tuple[str, int | str]:
+    """The server a Redis URL names (host and port, or a socket path), not its database."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return ("unix", parts.path)
+    return ((parts.hostname or "localhost").lower(), parts.port or 6379)
+
+
+def check_redis_url(name: str, url: str | None, instance: RedisInstanceSettings) -> None:
+    """A URL redis-py can open, with TLS files only for rediss:// and one password source."""
+    if url is None:
+        if instance.username or instance.password or instance.tls_files:
+            raise ValueError(f"credentials or TLS files are set for {name}, which is not set")
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{name}: the scheme must be redis://, rediss:// or unix://")
+    if instance.tls_files and parts.scheme != "rediss":
+        raise ValueError(f"{name}: TLS files are set but the URL is not rediss://")
+    if parts.password is not None and instance.password is not None:
+        raise ValueError(f"{name}: a password in the URL and in the settings; keep one")
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
     text = path.read_text(encoding="utf-8")
     data: Any = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
@@ -1067,7 +1181,7 @@ def load_settings(
     ``flags`` is a nested mapping holding only the flags the user gave.
     """
     from_file = read_config_file(config_file) if config_file else {}
-    from_env = Settings().model_dump(exclude_defaults=True)
+    from_env = _FromEnvironment().model_dump(exclude_defaults=True)
     merged = _deep_merge(_deep_merge(from_file, from_env), flags or {})
     settings = Settings.model_validate(merged)
     return settings.model_copy(update={"data_dir": settings.data_dir.expanduser().absolute()})

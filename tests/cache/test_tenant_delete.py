@@ -29,7 +29,8 @@ def test_deleting_a_tenant_drops_its_scope_and_its_groups_in_redis(
 ) -> None:
     config = tmp_path / "headway.toml"
     config.write_text(
-        f'redis_url = "{redis_server.url}"\n'
+        'redis_url = "redis://127.0.0.1:1/0"\n'  # the quota instance: not used here
+        f'[redis]\ncache_url = "{redis_server.url}"\n'
         '[gateway.cache.shared_groups]\ncorp = ["alpha", "beta"]\n'
     )
     where = ["--config", str(config), "--data-dir", str(tmp_path / "data")]

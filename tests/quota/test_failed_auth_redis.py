@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from headway.gateway.auth.failures import FailureLimit, fail, locked_for
@@ -22,26 +23,54 @@ LIMIT = FailureLimit(failures=4, window_s=40.0)
 FEW = FailedAuthSettings(address_failures=4, address_window_s=40, key_prefix_failures=50)
 
 
+async def redis_now_s(client: aioredis.Redis) -> float:
+    seconds, micros = await client.time()
+    return seconds + micros / 1e6
+
+
+async def written_at_s(client: aioredis.Redis, store: RedisFailureStore, subject: Subject) -> float:
+    """The Redis time of the last script that wrote the subject's bucket, as it wrote it."""
+    return float(await client.hget(store.key(subject), "updated"))
+
+
 async def test_the_scripts_count_and_refuse_as_the_pure_bucket_does(redis_server: RedisServer):
+    """The pure bucket fed the times the scripts ran at (Redis TIME, as they stored it), so a
+    slow machine moves the times, never the verdicts."""
     store = RedisFailureStore(redis_server.url)
+    client = aioredis.Redis.from_url(redis_server.url)
     address = Subject("address", "203.0.113.9", LIMIT)
     prefix = Subject("key_prefix", "0a1b2c3d", FailureLimit(failures=2, window_s=10.0))
     try:
         state = None
-        for number in range(4):
-            assert await store.locked_for([address, prefix]) == [0.0, 0.0]
+
+        async def fail_and_check() -> None:
+            """One failure through the script; the pure bucket at its Redis time must agree."""
+            nonlocal state
             outcome = await store.fail([address])
-            state = fail(state, 0.0, LIMIT)
-            assert outcome[0].started == (number == 3)
-            assert outcome[0].locked_s == pytest.approx(locked_for(state, 0.0, LIMIT), abs=0.05)
+            now = await written_at_s(client, store, address)
+            was_free = locked_for(state, now, LIMIT) == 0.0
+            state = fail(state, now, LIMIT)
+            assert outcome[0].started == (was_free and locked_for(state, now, LIMIT) > 0.0)
+            assert outcome[0].locked_s == pytest.approx(locked_for(state, now, LIMIT), abs=1e-6)
+
+        for _ in range(4):
+            before = await redis_now_s(client)
+            if locked_for(state, before, LIMIT) == 0.0:  # it only refills between the reads
+                assert await store.locked_for([address, prefix]) == [0.0, 0.0]
+            await fail_and_check()
+        before = await redis_now_s(client)
         [wait] = await store.locked_for([address])
-        assert wait == pytest.approx(10.0, abs=0.05)  # 40 s / 4: one back
-        again = await store.fail([address])  # a failure while locked is not counted
-        assert not again[0].started and again[0].locked_s == pytest.approx(10.0, abs=0.05)
+        after = await redis_now_s(client)
+        # 40 s / 4 = 10 s for one back (on an idle machine), less what refilled by the time
+        # the script ran, which was between the two reads.
+        assert locked_for(state, after, LIMIT) - 1e-6 <= wait
+        assert wait <= locked_for(state, before, LIMIT) + 1e-6
+        await fail_and_check()  # a failure while locked is not counted
         both = await store.fail([prefix, prefix])  # one call, two counts, atomically
         assert [f.started for f in both] == [False, True]
     finally:
         await store.close()
+        await client.aclose()
 
 
 async def two_gateways(tmp_path, url: str) -> tuple[Stack, Stack]:

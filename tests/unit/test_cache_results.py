@@ -184,18 +184,19 @@ def test_cache_metrics_share_the_gateways_registry() -> None:
 
 
 @pytest.mark.parametrize(
-    ("redis_url", "use_redis", "expect_shared"),
+    ("cache_url", "use_redis", "expect_shared"),
     [
         ("redis://127.0.0.1:1/0", True, True),
         ("redis://127.0.0.1:1/0", False, False),
-        (None, True, False),
+        (None, True, False),  # the quota instance alone: never the cache's (docs/redis.md)
     ],
 )
-async def test_from_settings_adds_redis_only_with_a_url_and_the_switch(
-    redis_url: str | None, use_redis: bool, expect_shared: bool
+async def test_from_settings_adds_redis_only_with_a_cache_url_and_the_switch(
+    cache_url: str | None, use_redis: bool, expect_shared: bool
 ) -> None:
     settings = Settings(
-        redis_url=redis_url,
+        redis_url="redis://127.0.0.1:2/0",
+        redis={"cache_url": cache_url},
         gateway=GatewaySettings(
             cache=CacheSettings(redis=use_redis, memory_bytes=1234, memory_scope_bytes=567)
         ),

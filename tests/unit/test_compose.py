@@ -78,15 +78,29 @@ def test_compose_matches_the_compose_specification(compose: Doc) -> None:
 
 
 def test_it_runs_the_services_of_the_kubernetes_manifests(compose: Doc) -> None:
-    assert set(services(compose)) == HEADWAY_SERVICES | {"postgres", "redis", "nats"}
+    data_services = {"postgres", "redis", "redis-cache", "nats"}
+    assert set(services(compose)) == HEADWAY_SERVICES | data_services
     for name in HEADWAY_SERVICES:
         service = services(compose)[name]
         assert service["image"] == "headway:0.1.0" and service["build"] == "."
         assert service["read_only"] is True and service["cap_drop"] == ["ALL"], name
         assert "no-new-privileges:true" in service["security_opt"], name
-    for name in ("postgres", "redis", "nats"):
+    for name in data_services:
         image = services(compose)[name]["image"]
         assert re.fullmatch(r"[a-z0-9./-]+:[\w.-]+@sha256:[0-9a-f]{64}", image), image
+
+
+def test_quotas_and_cache_are_two_redis_instances_only_the_cache_evicting(
+    compose: Doc,
+) -> None:
+    """Eviction is per instance (docs/redis.md): a bucket must never share one with the cache."""
+
+    def option(name: str, flag: str) -> str:
+        command = services(compose)[name]["command"]
+        return str(command[command.index(flag) + 1])
+
+    assert option("redis", "--maxmemory-policy") == "noeviction"
+    assert option("redis-cache", "--maxmemory-policy") == "allkeys-lru"
 
 
 def test_every_headway_command_exists_with_its_options(compose: Doc) -> None:
@@ -125,7 +139,7 @@ def test_long_running_services_are_health_checked_and_wait_for_what_they_need(
     for name, port in ports.items():
         assert all_services[name]["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/readyz"
     needs = {name: set(service.get("depends_on", {})) for name, service in all_services.items()}
-    assert {"postgres", "redis", "nats", "models-import"} <= needs["gateway"]
+    assert {"postgres", "redis", "redis-cache", "nats", "models-import"} <= needs["gateway"]
     assert {"postgres", "models-import"} <= needs["embed-worker"]
     assert {"postgres", "nats"} <= needs["billing"]
     assert {"postgres", "nats", "gateway"} <= needs["executor"]
@@ -176,6 +190,7 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
         settings = load_settings(config_file=folder / source)
         assert settings.postgres_url is not None and "@postgres:5432/" in settings.postgres_url
         assert settings.redis_url == "redis://redis:6379/0"
+        assert settings.redis.cache_url == "redis://redis-cache:6379/0"
         assert str(settings.data_dir) == "/var/lib/headway"
         assert service["volumes"] == ["headway-data:/var/lib/headway"]
         if name == "gateway":

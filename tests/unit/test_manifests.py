@@ -593,9 +593,11 @@ def test_network_policies_allow_the_flows_there_are_and_no_others(
     refused += [(embed, nats, 4222), (embed, nats, 8222), (INGRESS_CONTROLLER, nats, 4222)]
     if overlay == "dev":
         postgres, redis = (ours(docs, c) for c in ("postgres", "redis"))
+        cache_redis = ours(docs, "redis-cache")
         wanted += [(pod, postgres, 5432) for pod in (gateway, embed, rerank, billing, executor)]
-        wanted += [(gateway, redis, 6379)]
+        wanted += [(gateway, redis, 6379), (gateway, cache_redis, 6379)]
         refused += [(embed, redis, 6379), (INGRESS_CONTROLLER, postgres, 5432)]
+        refused += [(embed, cache_redis, 6379), (executor, cache_redis, 6379)]
     else:
         wanted += [(pod, None, 5432) for pod in (gateway, embed, rerank, billing, executor)]
         wanted += [(gateway, None, 6379)]

@@ -42,6 +42,9 @@ SRC = ROOT / "src"
 SECRETS = {
     "postgres_url": r"\bpostgres_url\b",
     "redis_url": r"\bredis_url\b",
+    "redis.quota.password": r"\bredis\.quota\b",
+    "redis.cache_url": r"\bredis\.cache_url\b",
+    "redis.cache.password": r"\bredis\.cache\b",
     "nats_url": r"\bnats_url\b",
     "batches.executor_token": r"\bexecutor_token\b",
     "weights.token": r"\bweights\.token\b",
@@ -61,7 +64,10 @@ ENTRY = {
 USES = {
     "gateway": {
         "postgres_url",  # registry, ledger (/v1/usage), batch store, quality references
-        "redis_url",  # shared quotas, failed keys, the results cache
+        "redis_url",  # shared quotas, failed keys (the quota instance)
+        "redis.quota.password",  # its password, when not in the URL
+        "redis.cache_url",  # the results cache's own instance
+        "redis.cache.password",
         "nats_url",  # the usage relay
         "batches.executor_token",  # checks the executors' calls
         "weights.token",  # checks the workers' weight fetches
@@ -146,6 +152,7 @@ def secret_like_fields(model: type[BaseModel], prefix: str = "") -> set[str]:
         elif re.search(r"(^|_)(token|secret|password|api_key)$", name) or name in (
             "postgres_url",
             "redis_url",
+            "cache_url",
             "nats_url",
         ):
             found.add(f"{prefix}{name}")

@@ -41,7 +41,7 @@ from headway.catalog import SYNTHETIC_ALIAS, synthetic_aliases, synthetic_record
 from headway.loadgen import RequestClass, Schedule, Step, Summary, Workload, run_load
 from headway.registry.model import Actor
 from headway.registry.open import open_registry
-from headway.settings import Settings
+from headway.settings import RedisSettings, Settings
 from headway.testing.nats_server import NatsServer
 from headway.testing.postgres_server import PostgresServer
 from headway.testing.redis_server import RedisServer
@@ -122,10 +122,11 @@ def within_goals(alone: VictimFigures, beside: VictimFigures) -> list[str]:
     return missed
 
 
-def isolation_settings(data_dir: Path, shared: Mapping[str, str] | None = None) -> Settings:
+def isolation_settings(data_dir: Path, shared: Mapping[str, object] | None = None) -> Settings:
     """As ``up`` ships, but synthetic workers and the bench's quiet, one-address defaults;
     quotas back on (``bench_settings`` turns them off): the attacker must meet its own.
-    ``shared``: the Redis, Postgres and NATS URLs of the shared mode, two gateways on them."""
+    ``shared``: the Redis, Postgres and NATS settings of the shared mode, two gateways on
+    them."""
     settings = bench_settings(
         data_dir,
         {"backend": "synthetic", "synthetic": SYNTHETIC},
@@ -143,14 +144,20 @@ def isolation_settings(data_dir: Path, shared: Mapping[str, str] | None = None) 
 
 
 @contextmanager
-def shared_services() -> Iterator[dict[str, str]]:
-    """Throw-away Redis, Postgres and NATS JetStream servers: the shared mode's, as
-    settings (``redis_url``, ``postgres_url``, ``nats_url``; ``nats_monitor_url`` becomes
-    ``streams.monitor_urls``)."""
-    with RedisServer() as redis, PostgresServer() as postgres, NatsServer() as nats:
+def shared_services() -> Iterator[dict[str, object]]:
+    """Throw-away Redis (quotas, noeviction; the cache, allkeys-lru), Postgres and NATS
+    JetStream servers: the shared mode's, as settings (``redis_url``, ``redis``,
+    ``postgres_url``, ``nats_url``; ``nats_monitor_url`` becomes ``streams.monitor_urls``)."""
+    with (
+        RedisServer(maxmemory_policy="noeviction") as redis,
+        RedisServer(maxmemory="256mb", maxmemory_policy="allkeys-lru") as cache_redis,
+        PostgresServer() as postgres,
+        NatsServer() as nats,
+    ):
         postgres.psql("CREATE DATABASE isolation")
         yield {
             "redis_url": redis.url,
+            "redis": RedisSettings(cache_url=cache_redis.url),
             "postgres_url": postgres.url_of("isolation"),
             "nats_url": nats.url,
             "nats_monitor_url": nats.monitor_url,

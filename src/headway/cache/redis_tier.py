@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from headway import redis_client
 from headway.cache.entry import Entry, EntryCorrupt
+from headway.redis_client import RedisEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class RedisCache:
 
     def __init__(
         self,
-        url: str,
+        endpoint: RedisEndpoint | str,
         ttl_s: int,
         prefix: str = "headway:cache:",
         *,
@@ -53,7 +54,7 @@ class RedisCache:
         retry_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._redis = redis_client.connect(url, timeout_s)
+        self._redis = redis_client.connect(endpoint, timeout_s)
         self.ttl_s = ttl_s
         self.prefix = prefix
         self._deadline_s = deadline_s

@@ -27,6 +27,7 @@ from headway.cache.memory import MemoryCache
 from headway.cache.metrics import CacheMetrics
 from headway.cache.redis_tier import RedisCache
 from headway.cache.scopes import Scopes
+from headway.redis_client import cache_endpoint
 from headway.settings import CacheSettings, Settings
 
 
@@ -110,10 +111,12 @@ class ResultsCache:
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: CacheMetrics) -> ResultsCache:
-        """Memory always; Redis too when ``redis_url`` is set and ``gateway.cache.redis``."""
+        """Memory always; Redis too when ``redis.cache_url`` is set and ``gateway.cache.redis``
+        (never in the quota instance, ``redis_url``: docs/redis.md)."""
         cache = settings.gateway.cache
         shared = None
-        if settings.redis_url and cache.redis:
-            shared = RedisCache(settings.redis_url, ttl_s=cache.redis_ttl_s)
+        endpoint = cache_endpoint(settings)
+        if endpoint is not None and cache.redis:
+            shared = RedisCache(endpoint, ttl_s=cache.redis_ttl_s)
         memory = MemoryCache(cache.memory_bytes, cache.memory_scope_bytes)
         return cls(memory, shared, metrics, cache)

@@ -385,11 +385,13 @@ def _finish_deletions(
     from headway.cache.redis_tier import RedisCache
     from headway.cache.scopes import Scopes
     from headway.gateway.batches.tenants import TenantData
+    from headway.redis_client import cache_endpoint
 
     cache = settings.gateway.cache
     shared = None
-    if settings.redis_url and cache.redis:
-        shared = RedisCache(settings.redis_url, ttl_s=cache.redis_ttl_s)
+    endpoint = cache_endpoint(settings)
+    if endpoint is not None and cache.redis:
+        shared = RedisCache(endpoint, ttl_s=cache.redis_ttl_s)
 
     async def forget(name: str, tenant_id: int) -> None:
         if shared is not None:

@@ -23,6 +23,14 @@ RedisOpt = Annotated[
         "--redis-url", help="Shared mode: quotas in Redis, e.g. redis://127.0.0.1:6379/0."
     ),
 ]
+CacheRedisOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cache-redis-url",
+        help="Shared mode: the results cache in its own Redis (not the quota one's), "
+        "e.g. redis://127.0.0.1:6380/0.",
+    ),
+]
 NatsOpt = Annotated[
     str | None,
     typer.Option(

@@ -12,6 +12,7 @@ import typer
 
 from headway.cli.options import (
     AdmissionOpt,
+    CacheRedisOpt,
     ConfigOpt,
     DataDirOpt,
     FdOpt,
@@ -82,6 +83,7 @@ def up(
         ),
     ] = None,
     redis_url: RedisOpt = None,
+    cache_redis_url: CacheRedisOpt = None,
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
@@ -92,6 +94,7 @@ def up(
         data_dir=data_dir,
         log_level=log_level,
         redis_url=redis_url,
+        redis={"cache_url": cache_redis_url},
         nats_url=nats_url,
         postgres_url=postgres_url,
         gateway={"host": host, "port": port, "admission": given(enabled=_on_off(admission))},
@@ -172,6 +175,7 @@ def gateway(
     ] = None,
     admission: AdmissionOpt = None,
     redis_url: RedisOpt = None,
+    cache_redis_url: CacheRedisOpt = None,
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
@@ -184,6 +188,7 @@ def gateway(
         log_level=log_level,
         update_streams=update_streams,
         redis_url=redis_url,
+        redis={"cache_url": cache_redis_url},
         nats_url=nats_url,
         postgres_url=postgres_url,
         gateway={

@@ -3,6 +3,7 @@ consumer) or shared (quotas in Redis, the outbox relayed to NATS, the ledger on 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -29,6 +30,7 @@ from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.endpoints.weights import WeightsParts
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.quota.fallback import FallbackQuotaStore
+from headway.gateway.quota.layout import LayoutGuard
 from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.service import GatewayService
@@ -36,12 +38,15 @@ from headway.http.asgi import App
 from headway.metering.build import gateway_id, gateway_metering
 from headway.models.store import ModelStore
 from headway.quality.references import open_reference_store
+from headway.redis_client import cache_endpoint, quota_endpoint
 from headway.registry.open import open_registry
 from headway.settings import GatewaySettings, Settings
 from headway.tls.hops import internal_client
 from headway.tls.names import WORKER_NAME
 from headway.tracing.setup import process_tracing
 from headway.transport.http1 import Http1Transport
+
+log = logging.getLogger(__name__)
 
 
 def discovery(settings: GatewaySettings, scheme: str = "http") -> dict[str, Discovery]:
@@ -62,13 +67,20 @@ def discovery(settings: GatewaySettings, scheme: str = "http") -> dict[str, Disc
 def quota_store(
     settings: Settings, metrics: GatewayMetrics
 ) -> tuple[QuotaStore, Callable[[], Awaitable[object]] | None]:
-    """The store, and the heartbeat that counts gateways through Redis (shared mode only)."""
-    if settings.redis_url is None:
+    """The store, and the heartbeat that counts gateways through Redis and checks that its
+    instance cannot evict a bucket (shared mode only; the first beat is at start-up)."""
+    endpoint = quota_endpoint(settings)
+    if endpoint is None:
         metrics.quota_mode("embedded")
         return LocalQuotaStore(), None
     quota = settings.gateway.quota
+    log.info("quota buckets in Redis at %s", endpoint.redacted)  # never its password
+    shared = RedisQuotaStore(endpoint)
+    guard = LayoutGuard(
+        shared, cache_endpoint(settings), required=settings.redis.require_noeviction
+    )
     store = FallbackQuotaStore(
-        RedisQuotaStore(settings.redis_url),
+        shared,
         LocalQuotaStore(),
         gateways=quota.gateways,
         probe_interval_s=quota.probe_interval_s,
@@ -77,8 +89,9 @@ def quota_store(
     metrics.quota_mode(store.mode)
     gateway_id = f"{socket.gethostname()}:{os.getpid()}"
 
-    def heartbeat() -> Awaitable[object]:
-        return store.heartbeat(gateway_id, ttl_s=3 * quota.heartbeat_s)
+    async def heartbeat() -> object:
+        await guard.check()
+        return await store.heartbeat(gateway_id, ttl_s=3 * quota.heartbeat_s)
 
     return store, heartbeat
 
@@ -86,12 +99,13 @@ def quota_store(
 def failed_auth_store(settings: Settings, metrics: AuthMetrics) -> FailureStore | None:
     """Failed key checks in Redis, shared by every gateway, falling back to this one's own
     while Redis is away (shared mode); None: in this process (embedded)."""
-    if settings.redis_url is None:
+    endpoint = quota_endpoint(settings)
+    if endpoint is None:
         metrics.mode("embedded")
         return None
     limits = settings.gateway.failed_auth
     store = FallbackFailureStore(
-        RedisFailureStore(settings.redis_url),
+        RedisFailureStore(endpoint),
         LocalFailureStore(limits.tracked),
         probe_interval_s=limits.probe_interval_s,
         on_mode_change=metrics.mode,
@@ -103,6 +117,11 @@ def failed_auth_store(settings: Settings, metrics: AuthMetrics) -> FailureStore 
 def results_cache(settings: Settings, metrics: GatewayMetrics) -> ResultsCache | None:
     if not settings.gateway.cache.enabled:
         return None
+    if settings.redis_url and settings.gateway.cache.redis and not settings.redis.cache_url:
+        log.info(
+            "the results cache stays in this gateway's memory: set redis.cache_url to share "
+            "it (an instance of its own, never the quota Redis)"
+        )
     return ResultsCache.from_settings(settings, CacheMetrics(metrics.registry))
 
 

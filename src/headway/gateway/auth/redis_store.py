@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from headway import redis_client
 from headway.gateway.auth.store import Failed, FailureStoreUnavailable, Subject
+from headway.redis_client import RedisEndpoint
 
 # ARGV: rate and burst of each key in turn. Answers each key's wait, as a string (Redis
 # truncates Lua numbers to integers).
@@ -74,9 +75,13 @@ class RedisFailureStore:
     """Buckets of failed key checks in Redis, read and counted atomically on Redis time."""
 
     def __init__(
-        self, url: str, *, timeout_s: float = 0.25, key_prefix: str = "headway:auth:"
+        self,
+        endpoint: RedisEndpoint | str,
+        *,
+        timeout_s: float = 0.25,
+        key_prefix: str = "headway:auth:",
     ) -> None:
-        self._redis = redis_client.connect(url, timeout_s)
+        self._redis = redis_client.connect(endpoint, timeout_s)
         self._key_prefix = key_prefix
         self._locked = self._redis.register_script(_LOCKED)
         self._fail = self._redis.register_script(_FAIL)

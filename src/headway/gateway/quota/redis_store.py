@@ -17,8 +17,11 @@ in a sorted set scored by Redis time, drops members older than the TTL and
 answers how many are live, which ``FallbackQuotaStore`` uses to split a quota
 when Redis goes away.
 
-Every Redis failure (refused, timed out, protocol) is raised as
-``QuotaStoreUnavailable``; a refusal is a value, not an exception.
+Every Redis failure (refused, timed out, protocol; ``OOM`` when a ``noeviction`` instance
+is full) is raised as ``QuotaStoreUnavailable``; a refusal is a value, not an exception.
+So is an instance that could forget buckets (``redis_layout``): once ``check_layout`` has
+found one, every call raises without asking Redis until a later check finds it safe, and
+the fallback limits locally, as during an outage.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from redis.exceptions import RedisError
 
 from headway import redis_client
 from headway.gateway.quota.store import Quota, QuotaDecision, QuotaStoreUnavailable, decision
+from headway.redis_client import RedisEndpoint
+from headway.redis_layout import quota_layout_problem
 
 # Redis >= 5 replicates a script's effects, which a script calling TIME needs;
 # REDIS_VERSION_NUM exists from 7.0, where replicate_commands is deprecated.
@@ -103,13 +108,15 @@ class RedisQuotaStore:
 
     def __init__(
         self,
-        url: str,
+        endpoint: RedisEndpoint | str,
         *,
         timeout_s: float = 0.25,
         key_prefix: str = "headway:quota:id:",
         gateways_key: str = "headway:gateways",
     ) -> None:
-        self._redis = redis_client.connect(url, timeout_s)
+        self._redis = redis_client.connect(endpoint, timeout_s)
+        self._unsafe: str | None = None
+        """Set while the instance could lose buckets: why."""
         self._key_prefix = key_prefix
         self._gateways_key = gateways_key
         self._take = self._redis.register_script(_TAKE)
@@ -119,7 +126,21 @@ class RedisQuotaStore:
     def key(self, tenant_id: int) -> str:
         return f"{self._key_prefix}{tenant_id}"
 
+    async def check_layout(self, cache: RedisEndpoint | None) -> str | None:
+        """Whether this instance could forget a bucket (``redis_layout``): the reason, or
+        None; until a later check answers None every take and refund is refused."""
+        try:
+            self._unsafe = await quota_layout_problem(self._redis, cache)
+        except (RedisError, OSError) as exc:
+            raise QuotaStoreUnavailable(f"quota layout check failed: {exc}") from exc
+        return self._unsafe
+
+    def _refuse_if_unsafe(self) -> None:
+        if self._unsafe is not None:
+            raise QuotaStoreUnavailable(self._unsafe)
+
     async def take(self, quota: Quota, cost: float) -> QuotaDecision:
+        self._refuse_if_unsafe()
         args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
         try:
             granted, remaining, wait = await self._take(keys=[self.key(quota.tenant_id)], args=args)
@@ -131,6 +152,7 @@ class RedisQuotaStore:
         return decision(quota, granted == 1, float(remaining), retry_after_s)
 
     async def refund(self, quota: Quota, cost: float) -> None:
+        self._refuse_if_unsafe()
         args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
         try:
             await self._refund(keys=[self.key(quota.tenant_id)], args=args)
