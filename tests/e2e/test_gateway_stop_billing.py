@@ -11,6 +11,7 @@ of ``headway up`` would restart the gateway).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -25,9 +26,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from headway.metering.build import stream_config
 from headway.metering.event import decode
-from headway.metering.stream import StreamConfig, connect, ensure_stream
+from headway.metering.stream import connect, ensure_stream
 from headway.registry.sqlite import Registry
+from headway.settings import Settings, StreamsSettings
 from headway.testing.nats_server import NatsServer
 from headway.testing.server import free_port
 from tests.e2e.conftest import wait_for
@@ -77,9 +80,10 @@ class Load:
 
 
 async def stream_request_ids(server: NatsServer) -> list[str]:
-    config = StreamConfig(
-        servers=(server.url,), reconnect_wait_s=0.1, monitor_urls=(server.monitor_url,)
+    settings = Settings(  # the stream as the gateway made it
+        nats_url=server.url, streams=StreamsSettings(monitor_urls=server.monitor_url)
     )
+    config = dataclasses.replace(stream_config(settings), reconnect_wait_s=0.1)
     nc, js = await connect(config)
     try:
         await ensure_stream(js, config)
@@ -147,6 +151,9 @@ def test_sigterm_under_load_relays_every_200_exactly_once(tmp_path: Path) -> Non
                 lambda: len(load.ok) >= answered_before_freeze + 100, 20, "answers while frozen"
             )
             process.send_signal(signal.SIGTERM)
+            # Frozen until the loop has been cancelled and the last flush begins: what
+            # the flush relays, the loop could not have.
+            wait_for(lambda: ": the last flush, " in log.read_text(), 60, "the last flush")
             os.kill(nats.pid, signal.SIGCONT)
             frozen = False
             status = process.wait(60)

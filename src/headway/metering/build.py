@@ -103,6 +103,13 @@ class OutboxMetering:
         if self.relay is None:
             await self.outbox.close()
             return
+        if self.outbox.depth:
+            log.info(
+                "usage outbox %s: the last flush, %d events, for at most %g s",
+                self.outbox.path,
+                self.outbox.depth,
+                self._flush_s,
+            )
         try:
             flushed = await self.relay.flush(self._flush_s)
         finally:
