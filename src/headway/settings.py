@@ -823,6 +823,24 @@ class TlsSettings(_Section):
         return self.ca is not None
 
 
+class PostgresRolesSettings(_Section):
+    """One Postgres role per component in shared mode (docs/security.md): each process's
+    ``postgres_url`` names its own role; ``headway db roles``, run with the owner's URL,
+    makes them with only the grants each needs (``privileges.py``)."""
+
+    prefix: str = Field(
+        "headway",
+        pattern=r"^[a-z][a-z0-9_]{0,40}$",
+        description="Roles are <prefix>_gateway, _worker, _billing, _executor; roles are "
+        "the Postgres cluster's, so two stacks on one cluster need two prefixes.",
+    )
+    up: bool = Field(
+        True,
+        description="`headway up` with postgres_url (the owner's) makes the roles with fresh "
+        "passwords and starts each process on its own; off: every process uses postgres_url.",
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HEADWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -857,6 +875,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     tls: TlsSettings = TlsSettings()
     weights: WeightsSettings = WeightsSettings()
+    postgres_roles: PostgresRolesSettings = PostgresRolesSettings()
 
     @property
     def registry_path(self) -> Path:

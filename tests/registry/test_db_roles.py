@@ -9,17 +9,20 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import numpy as np
 import psycopg
 import pytest
+from typer.testing import CliRunner
 
 from headway.batches.model import Batch, FileObject, LineResult
 from headway.batches.open import postgres_batch_store
 from headway.billing.ledger.base import UsageQuery
 from headway.billing.ledger.postgres import PostgresLedger
+from headway.cli import app
 from headway.db_setup import apply_roles, component_url, migrate_all
 from headway.privileges import COMPONENTS, TABLES, Component, all_statements
 from headway.quality.references import Reference, postgres_reference_store
@@ -283,3 +286,36 @@ def test_the_roles_sql_is_idempotent_and_names_every_component() -> None:
     for component in COMPONENTS:
         assert any(f"CREATE ROLE headway_{component} LOGIN" in s for s in statements)
     assert all_statements("headway") == statements
+
+
+def test_headway_db_roles_sets_the_passwords_it_is_given(
+    postgres_server: PostgresServer, postgres_schema: str, libpq_url: str, tmp_path: Path
+) -> None:
+    """The command the manifests' init Job runs: migrate, make the roles, set each
+    password from its mounted file; the gateway then logs in with its own."""
+    (tmp_path / "gateway").write_text("s3cret-gw\n", encoding="utf-8")
+    runner = CliRunner()
+    try:
+        done = runner.invoke(
+            app,
+            [
+                "db",
+                "roles",
+                "--postgres-url",
+                libpq_url,
+                "--prefix",
+                postgres_schema,
+                "--passwords-dir",
+                str(tmp_path),
+            ],
+        )
+        assert done.exit_code == 0, done.output
+        assert f"gateway: {postgres_schema}_gateway (password set)" in done.output
+        assert f"billing: {postgres_schema}_billing (password unchanged)" in done.output
+        gateway_url = component_url(libpq_url, f"{postgres_schema}_gateway", "s3cret-gw")
+        PostgresRegistry(gateway_url).close()
+        printed = runner.invoke(app, ["db", "roles", "--sql", "--prefix", postgres_schema])
+        assert printed.exit_code == 0 and "CREATE POLICY" in printed.output
+    finally:
+        names = ", ".join(f"{postgres_schema}_{c}" for c in COMPONENTS)
+        postgres_server.psql(f"DROP OWNED BY {names}; DROP ROLE IF EXISTS {names}")
