@@ -38,8 +38,11 @@ from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.auth.kinds import ADMIN_KEY, ANY_KEY, EXECUTOR_TOKEN, TENANT_KEY
 from headway.gateway.batches import batches as batches_api
 from headway.gateway.batches import files
+from headway.gateway.batches.claims import LiveBatches
+from headway.gateway.batches.lines import BATCH_ID as LINE_BATCH_ID
 from headway.gateway.batches.lines import KEY_ID as LINE_KEY_ID
-from headway.gateway.batches.lines import MAX_TENANT_ID
+from headway.gateway.batches.lines import LINE as LINE_NUMBER
+from headway.gateway.batches.lines import MAX_LINE, MAX_TENANT_ID
 from headway.gateway.batches.lines import PATHS as LINE_PATHS
 from headway.gateway.batches.lines import REQUEST_ID as LINE_REQUEST_ID
 from headway.gateway.batches.lines import TENANT_ID as LINE_TENANT_ID
@@ -110,6 +113,7 @@ def build_gateway_app(
         trusted=TrustedProxies(service.settings.edge.trusted_proxies),
         executor_token=batches.settings.executor_token if batches is not None else "",
         weights_token=weights.token if weights is not None else "",
+        live_batches=LiveBatches(batches.store) if batches is not None else None,
     )
     checks = keys.table()
     documented = gateway_routes(
@@ -429,6 +433,20 @@ _LINE_HEADERS = [
         "required": True,
         "schema": _HEX_ID,
         "description": "The line's own request id, the same on every attempt (billed once).",
+    },
+    {
+        "name": LINE_BATCH_ID,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^batch_[0-9A-Za-z_-]{1,64}$"},
+        "description": "The batch the line is of: it must be in_progress, of this tenant and key.",
+    },
+    {
+        "name": LINE_NUMBER,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LINE},
+        "description": "The line's number in the batch's input (1-based); the request id is its.",
     },
 ]
 

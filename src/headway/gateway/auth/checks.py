@@ -8,7 +8,8 @@ no handler checks a key again and a stranger's upload is refused after its heade
     any_key          any valid key, a tenant's or an admin's → Principal
     admin_key        an admin key                            → Principal (role admin)
     executor_token   batches.executor_token, and the tenant
-                     its headers name (``batches/lines.py``) → Caller (tier batch)
+                     its headers name (``batches/lines.py``),
+                     for a line of its live batch (``claims``) → Caller (tier batch)
     weights_token    weights.token, or an admin key          → Principal, or None (the token)
     console_session  a console session cookie (``console/auth.py``; no key: not limited)
 
@@ -34,7 +35,8 @@ from headway.gateway.auth.kinds import (
     WEIGHTS_TOKEN,
 )
 from headway.gateway.auth.limiter import FailedAuthLimiter
-from headway.gateway.batches.lines import line_caller
+from headway.gateway.batches.claims import LiveBatches
+from headway.gateway.batches.lines import line_caller, line_claim
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import Caller, principal_of, require_admin, require_tenant
 from headway.http.asgi import Request
@@ -68,15 +70,18 @@ class KeyChecks:
         trusted: TrustedProxies = NO_PROXIES,
         executor_token: str = "",
         weights_token: str = "",
+        live_batches: LiveBatches | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``trusted``: the proxies whose X-Forwarded-For names the client; ``clock``: wall
-        seconds (key expiry)."""
+        """``trusted``: the proxies whose X-Forwarded-For names the client;
+        ``live_batches``: what the executor's token may run (None: no line at all);
+        ``clock``: wall seconds (key expiry)."""
         self._snapshots = snapshots
         self.limiter = limiter
         self.trusted = trusted
         self._executor_token = executor_token.encode()
         self._weights_token = weights_token.encode()
+        self._live_batches = live_batches
         self._clock = clock
 
     def table(self) -> dict[str, Check]:
@@ -119,6 +124,12 @@ class KeyChecks:
 
         await self._checked(request, bearer(request), evaluate)
         caller = line_caller(request, self._snapshots.current)
+        claim = line_claim(request, caller)
+        if self._live_batches is None:
+            raise Forbidden("batch line routes are off: this gateway has no batch store")
+        refusal = await self._live_batches.refusal(claim)
+        if refusal is not None:
+            raise Forbidden(f"the executor's token runs only lines of live batches: {refusal}")
         request.tenant = caller.tenant.name
         return caller
 
