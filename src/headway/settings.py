@@ -797,6 +797,20 @@ class TlsSettings(_Section):
     reload_interval_s: float = Field(
         5.0, gt=0, description="How often certificate files are checked for a change."
     )
+    worker_callers: tuple[str, ...] = Field(
+        ("gateway.headway.internal", "executor.headway.internal"),
+        min_length=1,
+        description="With internal TLS: the identities (a DNS name in the certificate) a "
+        "worker accepts; a certificate of the CA naming none of them is refused as its "
+        "handshake ends (`headway up` adds its own certificate's).",
+    )
+    line_callers: tuple[str, ...] = Field(
+        ("executor.headway.internal",),
+        min_length=1,
+        description="With internal TLS and HTTPS to clients: the identities the gateway's "
+        "batch line routes accept, besides the executor's token (a client certificate the "
+        "gateway asks for, optionally, on its client port).",
+    )
 
     @model_validator(mode="after")
     def _whole_pairs_of_existing_files(self) -> TlsSettings:

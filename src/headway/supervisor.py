@@ -533,6 +533,34 @@ def with_executor_token(settings: Settings) -> Settings:
     return settings.model_copy(update={"batches": batches})
 
 
+def with_own_identity(settings: Settings) -> Settings:
+    """``settings`` whose workers and line routes accept this run's own certificate: all of
+    ``up``'s processes read one config, so they present one internal certificate (docs/tls.md),
+    whatever role it was issued for. Unchanged without internal TLS."""
+    tls = settings.tls
+    if tls.cert is None or not tls.internal:
+        return settings
+    from headway.tls.certs import certificate_names
+    from headway.tls.contexts import TlsFilesInvalid
+
+    try:
+        names = sorted(certificate_names(tls.cert.read_bytes()))
+    except (OSError, ValueError) as exc:
+        raise TlsFilesInvalid(f"{tls.cert}: not a readable PEM certificate ({exc})") from exc
+    if not names:
+        return settings
+    first = names[:1]  # one identity is enough to be accepted
+    update: dict[str, tuple[str, ...]] = {}
+    if set(names).isdisjoint(tls.worker_callers):
+        update["worker_callers"] = (*tls.worker_callers, *first)
+    if set(names).isdisjoint(tls.line_callers):
+        update["line_callers"] = (*tls.line_callers, *first)
+    if not update:
+        return settings
+    log.info("every process presents %s: workers and line routes accept it", first[0])
+    return settings.model_copy(update={"tls": tls.model_copy(update=update)})
+
+
 # The first argument of a child's command -> its Prometheus job.
 _JOBS = {"worker": "worker", "billing": "billing", "gateway": "gateway", "batches": "executor"}
 

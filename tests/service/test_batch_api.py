@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from headway.metering.sink import MemorySink
 from headway.registry.model import SYSTEM
+from headway.tls.identity import PEER_EXTENSION
 from headway.transport.base import Reply
 from tests.service.batch_helpers import BATCHES, create, embed_line, jsonl, live_line, upload
 from tests.service.conftest import auth, make_stack
@@ -338,3 +340,48 @@ async def test_the_executors_token_runs_only_lines_of_a_live_batch_of_the_tenant
             method, path, headers=headers | {"content-type": "application/json"}, content=body
         )
         assert elsewhere.status_code in (401, 403), (path, elsewhere.status_code)
+
+
+def presenting(app, names: frozenset[str] | None):
+    """``app`` as the guard hands it a connection whose client certificate names ``names``
+    (``http/guard.py``; None: no certificate)."""
+
+    async def wrapped(scope, receive, send):
+        extensions = dict(scope.get("extensions") or {})
+        if names is not None:
+            extensions[PEER_EXTENSION] = names
+        await app({**scope, "extensions": extensions}, receive, send)
+
+    return wrapped
+
+
+async def test_with_tls_the_line_routes_take_only_the_executors_certificate(tmp_path):
+    """The token is not enough where the client port asks for a certificate: a gateway's
+    (or any other role's) certificate of the same CA, or none, is refused on the line
+    routes; the executor's is served."""
+    executor = "executor.headway.internal"
+    stack = await make_stack(tmp_path, batches=BATCHES, line_callers=frozenset({executor}))
+    try:
+        tenant_id = stack.registry.tenant("search-app").id
+        headers = live_line(stack.batches.store, tenant_id) | auth(BATCHES.executor_token)
+        body = b'{"model": "synthetic", "input": ["x"]}'
+        answers = {}
+        for who, names in (
+            ("executor", frozenset({executor})),
+            ("gateway", frozenset({"gateway.headway.internal"})),
+            ("worker", frozenset({"worker.headway.internal", "localhost"})),
+            ("no certificate", None),
+        ):
+            app = presenting(stack.gateway_app, names)
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://gateway"
+            ) as client:
+                answer = await client.post(
+                    "/internal/batches/v1/embeddings", content=body, headers=headers
+                )
+            answers[who] = answer.status_code
+            if who != "executor":
+                assert "client certificate" in answer.text, who
+        assert answers == {"executor": 200, "gateway": 403, "worker": 403, "no certificate": 403}
+    finally:
+        await stack.close()

@@ -106,9 +106,16 @@ def up(
     from headway.catalog import ensure_default_model, synthetic_aliases, synthetic_record
     from headway.registry.model import Actor
     from headway.registry.open import open_registry
-    from headway.supervisor import Supervisor, with_executor_token, write_run_config
+    from headway.supervisor import (
+        Supervisor,
+        with_executor_token,
+        with_own_identity,
+        write_run_config,
+    )
 
     settings = with_executor_token(settings)
+    with tls_files_checked():
+        settings = with_own_identity(settings)
 
     registry = open_registry(settings)
     # Demo keys only into a new embedded data dir: never into a shared registry, never
@@ -271,4 +278,6 @@ def worker(
         ssl_context=ssl_context,
         edge=w.edge,
         metrics_registry=service.metrics.registry,
+        # Only the roles that call workers: a certificate of the CA is not enough.
+        tls_callers=frozenset(settings.tls.worker_callers) if ssl_context else None,
     )

@@ -92,6 +92,7 @@ def build_gateway_app(
     prices: PriceBook | None = None,
     weights: WeightsParts | None = None,
     embed_models: Sequence[str] = (),
+    line_callers: frozenset[str] | None = None,
 ) -> App:
     """``rerank_models``: what serves a rerank request that names no model, in order;
     ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``);
@@ -99,7 +100,9 @@ def build_gateway_app(
     price book the console's economics page reads (None: the packaged example prices);
     ``weights``: the model store served to workers (None: no ``/v1/weights``);
     ``embed_models``: what serves an embedding request that names no model (TEI's), in
-    order (empty: the last of ``rerank_models``, the embedding model rerank falls back to)."""
+    order (empty: the last of ``rerank_models``, the embedding model rerank falls back to);
+    ``line_callers``: the identities a line route's client certificate must name (None:
+    no certificate asked for: ``tls.hops.line_callers``)."""
     tracing = tracing or ProcessTracing()
     tenant_data = TenantData(
         service.registry,
@@ -114,6 +117,7 @@ def build_gateway_app(
         executor_token=batches.settings.executor_token if batches is not None else "",
         weights_token=weights.token if weights is not None else "",
         live_batches=LiveBatches(batches.store) if batches is not None else None,
+        line_callers=line_callers,
     )
     checks = keys.table()
     documented = gateway_routes(

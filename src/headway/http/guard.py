@@ -39,6 +39,10 @@ each connection is always in one phase, and each phase but one runs a timer:
 - A client that disconnects while its request is being served has that request's task
   cancelled here, its ``Disconnect`` (the scope's ``DISCONNECT_EXTENSION``) marked first,
   so the app needs no watcher task per request to learn of it (``http/asgi.py``).
+- Over TLS with ``callers`` set, a client certificate that names none of them (another
+  role's, signed by the same CA) is refused as the handshake ends (``tls_identity``):
+  closed before a byte of it is read. The names a connection's certificate carries are in
+  each request's scope (``tls/identity.PEER_EXTENSION``), for routes of one caller.
 - A connection over a cap (``ConnectionCaps``) is answered 503 with ``Connection: close``
   and a JSON error (over TLS: closed, a TLS client cannot read a plain answer) and closed at
   once, before anything it sends is read: it costs an accept, a protocol object and a
@@ -77,6 +81,7 @@ from headway.http.connection_metrics import (
 from headway.http.request_limits import TAIL_BYTES, body_deadline, header_section_size
 from headway.http.tls_handshake import wrap_server_side
 from headway.settings import EdgeLimits
+from headway.tls.identity import PEER_EXTENSION, accepted, peer_names
 
 HeaderExpiry = Literal["close", "answer_408", "close_after_response"]
 HEADER_OVERHEAD = 4
@@ -135,8 +140,12 @@ class EdgeGuard:
         caps: ConnectionCaps | None = None,
         observer: ConnectionObserver | None = None,
         tls: ssl.SSLContext | None = None,
+        callers: frozenset[str] | None = None,
     ) -> None:
+        """``callers``: the identities a TLS client's certificate must carry
+        (``tls/identity.py``); None: any certificate the context accepts."""
         self.limits = limits
+        self.callers = callers
         self.caps = caps or ConnectionCaps(
             limits.max_connections, limits.max_connections_per_client
         )
@@ -234,12 +243,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._linger_left = 0
         self._linger_timer: TimerHandle | None = None
         self._serving: tuple[RequestResponseCycle, asyncio.Task[None], Disconnect] | None = None
+        self._peer: frozenset[str] = frozenset()  # the names in the client's certificate
 
     # Connection lifetime: a slot in the caps, or a refusal; then TLS, if any.
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self._handshake is not None:  # again, with the TLS transport: the handshake is done
             self._handshake = None
+            self._peer = peer_names(transport.get_extra_info("peercert"))
+            callers = self.edge_guard.callers
+            if callers is not None and not accepted(self._peer, callers):
+                # A certificate of the CA, but of a role this listener does not serve.
+                super().connection_made(transport)  # uvicorn's state, for connection_lost
+                self._cancel_header_timer()
+                self.edge_guard.observer.refused("tls_identity")
+                self._release()
+                transport.close()
+                return
             self._begin(transport)
             return
         guard = self.edge_guard
@@ -405,6 +425,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._body_received = 0
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[DISCONNECT_EXTENSION] = Disconnect()
+        if self._peer:
+            extensions[PEER_EXTENSION] = self._peer
         super().on_headers_complete()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
@@ -539,14 +561,16 @@ def measured_guard(
     limits: EdgeLimits,
     metrics_registry: CollectorRegistry | None,
     tls: ssl.SSLContext | None = None,
+    callers: frozenset[str] | None = None,
 ) -> EdgeGuard:
     """A process's guard, its counters and open-connection gauge in ``metrics_registry``
     (the app's own, so they show on its /metrics); none counted without one. ``tls``: the
     context of its handshakes (None: plain HTTP)."""
     caps = ConnectionCaps(limits.max_connections, limits.max_connections_per_client)
     if metrics_registry is None:
-        return EdgeGuard(limits, caps, tls=tls)
-    return EdgeGuard(limits, caps, ConnectionMetrics(metrics_registry, lambda: caps.open), tls)
+        return EdgeGuard(limits, caps, tls=tls, callers=callers)
+    metrics = ConnectionMetrics(metrics_registry, lambda: caps.open)
+    return EdgeGuard(limits, caps, metrics, tls, callers)
 
 
 def guarded_protocol(guard: EdgeGuard) -> type[GuardedHttpToolsProtocol]:
