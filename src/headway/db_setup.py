@@ -10,6 +10,7 @@ grants half revoked.
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -83,3 +84,12 @@ def component_url(owner_url: str, role: str, password: str | None = None) -> str
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     netloc = f"{user}@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def fresh_component_urls(owner_url: str, prefix: str) -> dict[Component, str]:
+    """Migrate, make every role with a new random password, and each component's URL:
+    ``headway up``'s shared mode, whose processes live as long as the passwords do."""
+    passwords: dict[Component, str] = {c: secrets.token_hex(16) for c in COMPONENTS}
+    migrate_all(owner_url)
+    roles = apply_roles(owner_url, prefix, passwords)
+    return {c: component_url(owner_url, role, passwords[c]) for c, role in roles.items()}

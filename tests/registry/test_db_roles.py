@@ -246,6 +246,9 @@ def test_the_worker_reads_its_models_and_nothing_else(stack: Stack) -> None:
     try:
         resolved = registry.resolve_model("mini")
         assert resolved is not None and resolved.version == MODEL.version
+        # What its model source reads (worker/sources.py): models, never keys.
+        assert registry.model_snapshot().resolve_model("mini") == resolved
+        refused(registry.snapshot)
         refused(lambda: registry.add_model(replace_version(MODEL), ("mini",)))
     finally:
         registry.close()

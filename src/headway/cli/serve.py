@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,9 @@ from headway.cli.options import (
     given,
     settings_from,
 )
+
+if TYPE_CHECKING:
+    from headway.privileges import Component
 
 log = logging.getLogger("headway")
 
@@ -106,16 +109,9 @@ def up(
     from headway.catalog import ensure_default_model, synthetic_aliases, synthetic_record
     from headway.registry.model import Actor
     from headway.registry.open import open_registry
-    from headway.supervisor import (
-        Supervisor,
-        with_executor_token,
-        with_own_identity,
-        write_run_config,
-    )
+    from headway.supervisor import Supervisor, with_executor_token, write_run_config
 
     settings = with_executor_token(settings)
-    with tls_files_checked():
-        settings = with_own_identity(settings)
 
     registry = open_registry(settings)
     # Demo keys only into a new embedded data dir: never into a shared registry, never
@@ -132,14 +128,38 @@ def up(
         registry.add_model(
             synthetic_record(synthetic), synthetic_aliases(synthetic), actor=Actor("cli:up")
         )
-    run_config = write_run_config(settings)
+    postgres_urls = None
+    if settings.postgres_url and settings.postgres_roles.up:
+        postgres_urls = _component_roles(settings.postgres_url, settings.postgres_roles.prefix)
+        # The children's config names the least of the roles; each is given its own.
+        settings = settings.model_copy(update={"postgres_url": postgres_urls["worker"]})
+    with tls_files_checked():
+        run_config = write_run_config(settings)
     try:
         with tls_files_checked():
-            supervisor = Supervisor(settings, run_config)
+            supervisor = Supervisor(settings, run_config, postgres_urls=postgres_urls)
         code = supervisor.run()
     finally:
         run_config.unlink(missing_ok=True)
     raise typer.Exit(code)
+
+
+def _component_roles(owner_url: str, prefix: str) -> dict[Component, str]:
+    """Each component's own Postgres URL (``headway db roles`` with fresh passwords);
+    exits 1 if the owner's URL may not make the roles."""
+    from headway.db_setup import DbSetupError, fresh_component_urls
+
+    try:
+        urls = fresh_component_urls(owner_url, prefix)
+    except DbSetupError as exc:
+        typer.echo(
+            f"cannot make the components' Postgres roles: {exc}"
+            " (or set postgres_roles.up = false to run every process as postgres_url)",
+            err=True,
+        )
+        raise typer.Exit(1) from exc
+    log.info("each process connects to Postgres as its own role (%s_*)", prefix)
+    return urls
 
 
 def gateway(
