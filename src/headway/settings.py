@@ -804,6 +804,11 @@ class TlsSettings(_Section):
         "worker accepts; a certificate of the CA naming none of them is refused as its "
         "handshake ends (`headway up` adds its own certificate's).",
     )
+    worker_loopback_callers: tuple[str, ...] = Field(
+        ("worker.headway.internal",),
+        description="Identities a worker accepts besides, from a loopback address only: its "
+        "pod's own probes, which present the worker's certificate (prod overlay).",
+    )
     line_callers: tuple[str, ...] = Field(
         ("executor.headway.internal",),
         min_length=1,

@@ -110,3 +110,25 @@ def test_a_certificate_file_names_what_its_handshake_would(certificates: Path) -
     """``headway up`` reads its shared certificate's names this way, to accept them."""
     pem = certificate_path(certificates, "worker").read_bytes()
     assert "worker.headway.internal" in certificate_names(pem)
+
+
+async def test_a_pods_own_probe_passes_from_loopback_with_the_workers_certificate(
+    certificates: Path,
+) -> None:
+    """The prod overlay's exec probes present the worker's own certificate from inside the
+    pod: accepted from a loopback address (``tls.worker_loopback_callers``), other roles
+    still refused there. (Every connection of this test is loopback; that the rule holds
+    only there is ``_loopback``'s, below.)"""
+    loopback = frozenset({"worker.headway.internal"})
+    async with serving(EdgeLimits(), worker_listener(certificates), WORKER_CALLERS) as served:
+        served.guard.loopback_callers = loopback
+        probe = await ask(served, as_role(certificates, "worker"), WORKER_NAME)
+        assert probe.startswith(b"HTTP/1.1 200")
+        assert await ask(served, as_role(certificates, "billing"), WORKER_NAME) == b""
+
+
+def test_only_loopback_addresses_are_loopback() -> None:
+    from headway.http.guard import _loopback
+
+    assert _loopback("127.0.0.1") and _loopback("127.8.0.3") and _loopback("::1")
+    assert not any(_loopback(host) for host in ("10.0.0.7", "::ffff:10.0.0.7", "", None, "x"))

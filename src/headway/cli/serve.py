@@ -300,4 +300,5 @@ def worker(
         metrics_registry=service.metrics.registry,
         # Only the roles that call workers: a certificate of the CA is not enough.
         tls_callers=frozenset(settings.tls.worker_callers) if ssl_context else None,
+        tls_loopback_callers=frozenset(settings.tls.worker_loopback_callers),
     )

@@ -40,7 +40,8 @@ each connection is always in one phase, and each phase but one runs a timer:
   cancelled here, its ``Disconnect`` (the scope's ``DISCONNECT_EXTENSION``) marked first,
   so the app needs no watcher task per request to learn of it (``http/asgi.py``).
 - Over TLS with ``callers`` set, a client certificate that names none of them (another
-  role's, signed by the same CA) is refused as the handshake ends (``tls_identity``):
+  role's, signed by the same CA; ``loopback_callers`` pass from loopback only) is refused
+  as the handshake ends (``tls_identity``):
   closed before a byte of it is read. The names a connection's certificate carries are in
   each request's scope (``tls/identity.PEER_EXTENSION``), for routes of one caller.
 - A connection over a cap (``ConnectionCaps``) is answered 503 with ``Connection: close``
@@ -57,6 +58,7 @@ protocol class uvicorn instantiates per connection.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import ssl
 from asyncio import TimerHandle
@@ -141,11 +143,15 @@ class EdgeGuard:
         observer: ConnectionObserver | None = None,
         tls: ssl.SSLContext | None = None,
         callers: frozenset[str] | None = None,
+        loopback_callers: frozenset[str] = frozenset(),
     ) -> None:
         """``callers``: the identities a TLS client's certificate must carry
-        (``tls/identity.py``); None: any certificate the context accepts."""
+        (``tls/identity.py``); None: any certificate the context accepts.
+        ``loopback_callers``: identities accepted besides, from a loopback address only
+        (a pod's own probes, presenting its own certificate)."""
         self.limits = limits
         self.callers = callers
+        self.loopback_callers = loopback_callers
         self.caps = caps or ConnectionCaps(
             limits.max_connections, limits.max_connections_per_client
         )
@@ -244,6 +250,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._linger_timer: TimerHandle | None = None
         self._serving: tuple[RequestResponseCycle, asyncio.Task[None], Disconnect] | None = None
         self._peer: frozenset[str] = frozenset()  # the names in the client's certificate
+        self._peer_host: str | None = None
 
     # Connection lifetime: a slot in the caps, or a refusal; then TLS, if any.
 
@@ -251,8 +258,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._handshake is not None:  # again, with the TLS transport: the handshake is done
             self._handshake = None
             self._peer = peer_names(transport.get_extra_info("peercert"))
-            callers = self.edge_guard.callers
-            if callers is not None and not accepted(self._peer, callers):
+            if not self._identity_accepted():
                 # A certificate of the CA, but of a role this listener does not serve.
                 super().connection_made(transport)  # uvicorn's state, for connection_lost
                 self._cancel_header_timer()
@@ -275,6 +281,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.close()
             return
         self._admitted_client = client
+        self._peer_host = host
         self._arm_header_timer()
         if guard.tls is None:
             self._begin(transport)
@@ -283,6 +290,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         waiter = wrap_server_side(self.loop, transport, self, guard.tls, timeout_s + 1.0)
         self._handshake = (transport, waiter)
         waiter.add_done_callback(self._handshake_done)
+
+    def _identity_accepted(self) -> bool:
+        guard = self.edge_guard
+        if guard.callers is None or accepted(self._peer, guard.callers):
+            return True
+        return _loopback(self._peer_host) and accepted(self._peer, guard.loopback_callers)
 
     def _begin(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
@@ -553,6 +566,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().timeout_keep_alive_handler()
 
 
+def _loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _disconnect_of(cycle: RequestResponseCycle) -> Disconnect:
     return cast(Disconnect, cycle.scope["extensions"][DISCONNECT_EXTENSION])
 
@@ -562,15 +582,16 @@ def measured_guard(
     metrics_registry: CollectorRegistry | None,
     tls: ssl.SSLContext | None = None,
     callers: frozenset[str] | None = None,
+    loopback_callers: frozenset[str] = frozenset(),
 ) -> EdgeGuard:
     """A process's guard, its counters and open-connection gauge in ``metrics_registry``
     (the app's own, so they show on its /metrics); none counted without one. ``tls``: the
     context of its handshakes (None: plain HTTP)."""
     caps = ConnectionCaps(limits.max_connections, limits.max_connections_per_client)
     if metrics_registry is None:
-        return EdgeGuard(limits, caps, tls=tls, callers=callers)
+        return EdgeGuard(limits, caps, tls=tls, callers=callers, loopback_callers=loopback_callers)
     metrics = ConnectionMetrics(metrics_registry, lambda: caps.open)
-    return EdgeGuard(limits, caps, metrics, tls, callers)
+    return EdgeGuard(limits, caps, metrics, tls, callers, loopback_callers)
 
 
 def guarded_protocol(guard: EdgeGuard) -> type[GuardedHttpToolsProtocol]:
