@@ -8,8 +8,9 @@ does:
 
 - gateway: the registry (its admin API writes tenants, keys, models, splits, rollouts),
   the batch store (the Batch API front), quality references; the ledger read-only
-  (``/v1/usage``). Row-level security on ``api_keys`` lets it create, rotate and revoke
-  tenant keys only: an admin key is the owner's to make (``headway tenants admin-key``).
+  (``/v1/usage``). Row-level security on ``api_keys`` lets it create and rotate tenant
+  keys only, and change an admin key only into a revoked one: an admin key is the owner's
+  to make (the admin CLI).
 - worker: the model rows it resolves (models, aliases, splits, rollouts); nothing else.
 - billing: the ledger; nothing of the registry or the batch store.
 - executor: batch rows (results and output files in, status moves, expired files out),
@@ -116,7 +117,8 @@ KEY_POLICIES: Mapping[Component, Mapping[Literal["SELECT", "INSERT", "UPDATE", "
     "gateway": {
         "SELECT": "true",  # it authenticates admin keys too
         "INSERT": "role = 'tenant'",
-        "UPDATE": "role = 'tenant'",
+        # An admin key's row may change only into a revoked one (the admin API revokes).
+        "UPDATE": "role = 'tenant' OR revoked_at IS NOT NULL",
         "DELETE": "role = 'tenant'",
     },
 }
@@ -224,7 +226,7 @@ def _key_policies(prefix: str, component: Component) -> list[str]:
         check = {
             "SELECT": f"USING ({rows})",
             "INSERT": f"WITH CHECK ({rows})",
-            "UPDATE": f"USING ({rows}) WITH CHECK ({rows})",
+            "UPDATE": f"USING (true) WITH CHECK ({rows})",
             "DELETE": f"USING ({rows})",
         }[command]
         statements.append(f"CREATE POLICY {name} ON api_keys FOR {command} TO {role} {check}")

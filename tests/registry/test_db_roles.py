@@ -148,15 +148,30 @@ def test_the_gateway_runs_its_admin_writes_but_mints_no_admin_key(stack: Stack) 
             " VALUES ('\\x00', 'forged', NULL, 'admin', 0)",
         )
     )
-    refused(lambda: stack.sql("gateway", "UPDATE api_keys SET role = 'admin' WHERE true"))
-    # Its admin keys stay readable: it authenticates them.
+    live = "WHERE revoked_at IS NULL"
+    promote = f"UPDATE api_keys SET role = 'admin', tenant_id = NULL {live}"
+    refused(lambda: stack.sql("gateway", promote))
+    # Admin keys stay readable (it authenticates them) and revocable (its admin API), but
+    # a revoked one cannot be brought back.
     owner = PostgresRegistry(stack.owner_libpq)
     try:
-        _, admin_key = owner.add_admin_key()
+        first, _ = owner.add_admin_key()
+        owner.add_admin_key()
     finally:
         owner.close()
-    assert stack.sql("gateway", "SELECT count(*) FROM api_keys WHERE role = 'admin'") == [(1,)]
-    assert admin_key
+    assert stack.sql("gateway", "SELECT count(*) FROM api_keys WHERE role = 'admin'") == [(2,)]
+    registry = PostgresRegistry(stack.libpq["gateway"])
+    try:
+        assert registry.revoke_key(first.key_id).revoked_at is not None
+    finally:
+        registry.close()
+    revoked = f"SELECT revoked_at IS NOT NULL FROM api_keys WHERE key_id = '{first.key_id}'"
+    assert stack.sql("gateway", revoked) == [(True,)]
+    refused(
+        lambda: stack.sql(
+            "gateway", f"UPDATE api_keys SET revoked_at = NULL WHERE key_id = '{first.key_id}'"
+        )
+    )
 
 
 def test_the_gateway_reads_the_ledger_and_cannot_write_it(stack: Stack) -> None:
