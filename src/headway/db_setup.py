@@ -32,14 +32,16 @@ def migrate_all(owner_url: str) -> None:
     from headway.quality.references import postgres_reference_store
     from headway.registry.postgres import PostgresRegistry
 
-    PostgresRegistry(owner_url).close()
-    postgres_batch_store(owner_url).close()
-    postgres_reference_store(owner_url).close()
-
     async def ledger() -> None:
         await (await PostgresLedger.open(owner_url)).close()
 
-    asyncio.run(ledger())
+    try:
+        PostgresRegistry(owner_url).close()
+        postgres_batch_store(owner_url).close()
+        postgres_reference_store(owner_url).close()
+        asyncio.run(ledger())
+    except Exception as exc:  # each store's own errors, or the driver's: one message
+        raise DbSetupError(f"cannot migrate with this URL: {exc}") from exc
 
 
 def apply_roles(

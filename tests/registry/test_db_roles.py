@@ -337,3 +337,15 @@ def test_headway_db_roles_sets_the_passwords_it_is_given(
     finally:
         names = ", ".join(f"{postgres_schema}_{c}" for c in COMPONENTS)
         postgres_server.psql(f"DROP OWNED BY {names}; DROP ROLE IF EXISTS {names}")
+
+
+def test_headway_db_migrate_as_a_component_is_refused_with_the_reason(stack: Stack) -> None:
+    """A component's URL given to the owner's command: a clear refusal, exit 1."""
+    runner = CliRunner()
+    migrated = runner.invoke(app, ["db", "migrate", "--postgres-url", stack.owner_libpq])
+    assert migrated.exit_code == 0 and "migrated" in migrated.output
+    with psycopg.connect(stack.owner_libpq, autocommit=True) as conn:
+        conn.execute("DELETE FROM batch_migrations WHERE version = 3")  # a release behind
+    done = runner.invoke(app, ["db", "migrate", "--postgres-url", stack.libpq["executor"]])
+    assert done.exit_code == 1
+    assert "lacks schema versions [3]" in done.output and "owner" in done.output

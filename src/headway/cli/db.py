@@ -36,13 +36,13 @@ def _owner_url(
 @db_app.command()
 def migrate(config: ConfigOpt = None, postgres_url: PostgresOpt = None) -> None:
     """Apply every missing migration: registry, ledger, batch store, quality references."""
-    from headway.db_setup import migrate_all
+    from headway.db_setup import DbSetupError, migrate_all
 
     url, _ = _owner_url(config, postgres_url, None)
     try:
         migrate_all(url)
-    except Exception as exc:  # each store's own errors; the message says which and why
-        typer.echo(f"migration failed: {exc}", err=True)
+    except DbSetupError as exc:
+        typer.echo(str(exc), err=True)
         raise typer.Exit(1) from exc
     typer.echo("migrated")
 
