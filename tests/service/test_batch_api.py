@@ -322,7 +322,7 @@ async def test_the_executors_token_runs_only_lines_of_a_live_batch_of_the_tenant
     for what, change in attempts.items():
         refused = await stack.client.post(line, content=body, headers=headers | change)
         assert refused.status_code == 403, (what, refused.text)
-    # A batch that is not in progress (read fresh: never seen live) runs no line.
+    # A batch that no longer runs (read fresh: never seen live) runs no line.
     fresh = live_line(stack.batches.store, tenant_id)
     stack.batches.store.move(fresh["x-headway-batch-id"], ("in_progress",), "finalizing", 4)
     done = await stack.client.post(line, content=body, headers=fresh | token)

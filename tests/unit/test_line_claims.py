@@ -52,10 +52,19 @@ def test_every_part_of_the_claim_must_match_the_batch() -> None:
     assert refusals["other tenant"] == claim_refusal(None, claim(tenant_id=8))
 
 
-def test_only_an_in_progress_batch_runs_lines() -> None:
-    for status in ("validating", "finalizing", "cancelling", "completed", "cancelled", "failed"):
+def test_only_a_running_batch_runs_lines() -> None:
+    for status in ("finalizing", "cancelling", "completed", "cancelled", "failed", "expired"):
         refusal = claim_refusal(replace(LIVE, status=status), claim())  # type: ignore[arg-type]
         assert refusal is not None and status in refusal
+
+
+def test_a_validating_batch_runs_its_first_lines_queued_before_its_move() -> None:
+    """The mover queues lines, then moves the batch to in_progress (with its total): a
+    line that arrives in between runs; the total bounds lines only once it is known."""
+    validating = replace(LIVE, status="validating", counts=RequestCounts())
+    assert claim_refusal(validating, claim(line=3)) is None
+    assert claim_refusal(validating, claim(request_id="ee" * 16)) is not None
+    assert claim_refusal(replace(validating, key_id="cd" * 8), claim()) is not None
 
 
 class Store:
@@ -69,10 +78,10 @@ class Store:
 
 def test_a_live_batch_is_read_once_a_ttl_and_one_not_live_every_time() -> None:
     clock = FakeClock(now=0.0)
-    store = Store(replace(LIVE, status="validating"))
+    store = Store(replace(LIVE, status="cancelling"))
     live = LiveBatches(store, ttl_s=1.0, clock=clock)  # type: ignore[arg-type]
     assert asyncio.run(live.refusal(claim())) is not None
-    store.batch = LIVE  # moved to in_progress: its first line runs at once
+    store.batch = LIVE  # found running: its line runs at once (not cached as refused)
     assert asyncio.run(live.refusal(claim())) is None
     assert asyncio.run(live.refusal(claim(line=3))) is None
     assert store.reads == 2

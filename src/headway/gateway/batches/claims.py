@@ -4,11 +4,14 @@ The token alone would let its holder act as any tenant (name an id, any request 
 So each line also names its batch and line number (``x-headway-batch-id``,
 ``x-headway-line``), and the gateway serves it only if the claim matches the batch store:
 
-- the batch exists and is ``in_progress`` (not validating, cancelling, finished);
+- the batch exists and is ``in_progress`` (or ``validating``: the mover queues a
+  batch's lines just before it moves the batch on, so its first lines may arrive first);
+  never cancelling or finished;
 - it belongs to the tenant the line names, and was created with the key it names;
-- the line is one of the batch's (1 … total) and the request id is that line's own
-  (``line_request_id``): a token holder cannot bill under a request id of its choosing,
-  nor as a tenant with no batch running, nor past the batch's lines.
+- the line is one of the batch's (1 … total; a validating batch has no total yet, so
+  any line from 1) and the request id is that line's own (``line_request_id``): a token
+  holder cannot bill under a request id of its choosing, nor as a tenant with no batch
+  running, nor past the lines of a running batch.
 
 ``claim_refusal`` is the rule, a pure function of the batch and the claim. ``LiveBatches``
 reads batches through a short cache: a batch found live is trusted for ``ttl_s`` (one
@@ -30,6 +33,9 @@ from headway.batches.store import BatchStore
 
 TTL_S = 1.0
 MAX_CACHED = 4096
+MAX_LINE = 2**31 - 1
+RUNS_LINES = frozenset({"validating", "in_progress"})
+"""The statuses whose lines the token may run (only ``in_progress`` is cached)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +54,12 @@ def claim_refusal(batch: Batch | None, claim: LineClaim) -> str | None:
     the batch only as the claim did: nothing of another tenant's is told."""
     if batch is None or batch.tenant_id != claim.tenant_id:
         return f"no batch {claim.batch_id} of tenant {claim.tenant_id}"
-    if batch.status != "in_progress":
+    if batch.status not in RUNS_LINES:
         return f"batch {claim.batch_id} is {batch.status}, not in_progress: it runs no line"
     if batch.key_id != claim.key_id:
         return f"batch {claim.batch_id} was not created with key {claim.key_id}"
-    if not 1 <= claim.line <= batch.counts.total:
+    last = batch.counts.total if batch.status == "in_progress" else MAX_LINE
+    if not 1 <= claim.line <= last:
         return f"batch {claim.batch_id} has no line {claim.line}"
     if claim.request_id != line_request_id(batch.id, claim.line):
         return f"the request id is not that of line {claim.line} of batch {claim.batch_id}"
