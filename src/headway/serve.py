@@ -125,19 +125,25 @@ def serve(
     metrics_registry: CollectorRegistry | None = None,
     ssl_context: ssl.SSLContext | None = None,
     ops: OpsListener | None = None,
+    tls_callers: frozenset[str] | None = None,
+    tls_loopback_callers: frozenset[str] = frozenset(),
 ) -> None:
     """Blocks until SIGINT/SIGTERM, then shuts down gracefully (in-flight requests finish).
 
     Every connection is under ``edge``'s timeouts and caps (``http/guard.py``), counted on
     ``metrics_registry`` when given (the app's own, so they show on its /metrics); those of
     ``ops`` under its own limits and caps, counted alike. With ``ssl_context`` both listeners
-    speak HTTPS, the TLS handshake run by the guard (not the loop) under its timers."""
+    speak HTTPS, the TLS handshake run by the guard (not the loop) under its timers;
+    ``tls_callers``: the identities a client certificate must name (``tls/identity.py``),
+    and ``tls_loopback_callers`` those it may name from a loopback address."""
     # TCP_NODELAY is set where the socket is made. uvicorn is handed the socket itself, not
     # a descriptor it would duplicate: on shutdown it closes it, and nothing else holds it
     # open, so new connections are refused while in-flight requests finish.
     app.add_startup_hook(settle_heap)  # once started: see headway/heap.py
     sock = listening_socket(host, port) if fd is None else socket.socket(fileno=fd)
-    guard = measured_guard(edge or EdgeLimits(), metrics_registry, ssl_context)
+    guard = measured_guard(
+        edge or EdgeLimits(), metrics_registry, ssl_context, tls_callers, tls_loopback_callers
+    )
     config = client_config(app, guard, log_level)
     server = DrainingServer(config, drain, drain_delay_s)
     if ops is None:

@@ -980,6 +980,25 @@ class TlsSettings(_Section):
     reload_interval_s: float = Field(
         5.0, gt=0, description="How often certificate files are checked for a change."
     )
+    worker_callers: tuple[str, ...] = Field(
+        ("gateway.headway.internal", "executor.headway.internal"),
+        min_length=1,
+        description="With internal TLS: the identities (a DNS name in the certificate) a "
+        "worker accepts; a certificate of the CA naming none of them is refused as its "
+        "handshake ends (`headway up` adds its own certificate's).",
+    )
+    worker_loopback_callers: tuple[str, ...] = Field(
+        ("worker.headway.internal",),
+        description="Identities a worker accepts besides, from a loopback address only: its "
+        "pod's own probes, which present the worker's certificate (prod overlay).",
+    )
+    line_callers: tuple[str, ...] = Field(
+        ("executor.headway.internal",),
+        min_length=1,
+        description="With internal TLS and HTTPS to clients: the identities the gateway's "
+        "batch line routes accept, besides the executor's token (a client certificate the "
+        "gateway asks for, optionally, on its client port).",
+    )
 
     @model_validator(mode="after")
     def _whole_pairs_of_existing_files(self) -> TlsSettings:
@@ -1004,6 +1023,24 @@ class TlsSettings(_Section):
     def internal(self) -> bool:
         """Workers serve mutual TLS and the gateway calls them over https://."""
         return self.ca is not None
+
+
+class PostgresRolesSettings(_Section):
+    """One Postgres role per component in shared mode (docs/security.md): each process's
+    ``postgres_url`` names its own role; ``headway db roles``, run with the owner's URL,
+    makes them with only the grants each needs (``privileges.py``)."""
+
+    prefix: str = Field(
+        "headway",
+        pattern=r"^[a-z][a-z0-9_]{0,40}$",
+        description="Roles are <prefix>_gateway, _worker, _billing, _executor; roles are "
+        "the Postgres cluster's, so two stacks on one cluster need two prefixes.",
+    )
+    up: bool = Field(
+        True,
+        description="`headway up` with postgres_url (the owner's) makes the roles with fresh "
+        "passwords and starts each process on its own; off: every process uses postgres_url.",
+    )
 
 
 class Settings(BaseSettings):
@@ -1065,6 +1102,7 @@ class Settings(BaseSettings):
         return self
 
     redis: RedisSettings = RedisSettings()
+    postgres_roles: PostgresRolesSettings = PostgresRolesSettings()
 
     @model_validator(mode="after")
     def _across_sources(self) -> Settings:

@@ -58,6 +58,7 @@ from pathlib import Path
 from types import FrameType
 
 from headway.pool_idle import IdleWatch, pool_traffic, read_metrics
+from headway.privileges import Component
 from headway.serve import BACKLOG, listening_socket
 from headway.settings import Settings
 from headway.tls.hops import gateway_client
@@ -136,12 +137,16 @@ class Supervisor:
         settings: Settings,
         config_path: Path,
         worker_env: Mapping[str, Mapping[str, str]] | None = None,
+        postgres_urls: Mapping[Component, str] | None = None,
     ) -> None:
         """``worker_env``: settings for one worker, as ``HEADWAY_*`` variables, by its
-        name (``embed-worker-2``); a benchmark's slow replica, say."""
+        name (``embed-worker-2``); a benchmark's slow replica, say. ``postgres_urls``:
+        each component's own Postgres role (``db_setup.fresh_component_urls``), given
+        to its processes as their ``postgres_url``; None: the config's, for all."""
         self.settings = settings
         self.config_path = config_path
         self._worker_env = worker_env or {}
+        self._postgres_urls = postgres_urls or {}
         self.children: list[Child] = []
         self.gateways: list[Child] = []
         self.executors: list[Child] = []
@@ -156,6 +161,11 @@ class Supervisor:
         self._next_reading = 0.0
         # With tls set, workers serve https (mutual TLS) and gateways https to clients.
         self._gateway_tls = gateway_client(settings.tls)
+
+    def _postgres(self, component: Component) -> dict[str, str]:
+        """The environment naming ``component``'s own Postgres URL, if it has one."""
+        url = self._postgres_urls.get(component)
+        return {} if url is None else {"HEADWAY_POSTGRES_URL": url}
 
     def _spawn(
         self,
@@ -262,7 +272,7 @@ class Supervisor:
         wake = {"HEADWAY_GATEWAY__WAKE_URL": self._wake_endpoint.start()}
         sock = listening_socket(self.settings.billing.host, 0)
         sockets.append(sock)
-        self._spawn("billing", ["billing", "run"], sock)
+        self._spawn("billing", ["billing", "run"], sock, self._postgres("billing"))
         gateway_args = ["gateway"]
         for pool, pool_urls in urls.items():
             if pool_urls:
@@ -277,15 +287,21 @@ class Supervisor:
             name = "gateway" if index == 0 else f"gateway-{index}"
             # Its id names its outbox: a gateway restarted here relays what it left.
             scheme = "https" if self.settings.tls.public else "http"
+            env = wake | self._postgres("gateway")
             gateway = self._spawn(
-                name, [*gateway_args, "--id", name], sock, wake, scheme=scheme, ops_sock=ops_sock
+                name, [*gateway_args, "--id", name], sock, env, scheme=scheme, ops_sock=ops_sock
             )
             self.gateways.append(gateway)
         sock = listening_socket(self.settings.worker.host, 0)
         sockets.append(sock)
         urls_of_gateways = ",".join(g.url for g in self.gateways)
         self.executors.append(
-            self._spawn("batches", ["batches", "run", "--gateway-urls", urls_of_gateways], sock)
+            self._spawn(
+                "batches",
+                ["batches", "run", "--gateway-urls", urls_of_gateways],
+                sock,
+                self._postgres("executor"),
+            )
         )
         for sock in sockets:  # the children hold them now
             sock.close()
@@ -321,7 +337,7 @@ class Supervisor:
         try:
             if place.child is None:
                 args = ["worker", "--pool", place.pool]
-                env = self._worker_env.get(place.name)
+                env = self._postgres("worker") | dict(self._worker_env.get(place.name) or {})
                 scheme = place.url.split("://")[0]
                 place.child = self._spawn(place.name, args, sock, env, scheme)
             else:
@@ -533,6 +549,34 @@ def with_executor_token(settings: Settings) -> Settings:
     return settings.model_copy(update={"batches": batches})
 
 
+def with_own_identity(settings: Settings) -> Settings:
+    """``settings`` whose workers and line routes accept this run's own certificate: all of
+    ``up``'s processes read one config, so they present one internal certificate (docs/tls.md),
+    whatever role it was issued for. Unchanged without internal TLS."""
+    tls = settings.tls
+    if tls.cert is None or not tls.internal:
+        return settings
+    from headway.tls.certs import certificate_names
+    from headway.tls.contexts import TlsFilesInvalid
+
+    try:
+        names = sorted(certificate_names(tls.cert.read_bytes()))
+    except (OSError, ValueError) as exc:
+        raise TlsFilesInvalid(f"{tls.cert}: not a readable PEM certificate ({exc})") from exc
+    if not names:
+        return settings
+    first = names[:1]  # one identity is enough to be accepted
+    update: dict[str, tuple[str, ...]] = {}
+    if set(names).isdisjoint(tls.worker_callers):
+        update["worker_callers"] = (*tls.worker_callers, *first)
+    if set(names).isdisjoint(tls.line_callers):
+        update["line_callers"] = (*tls.line_callers, *first)
+    if not update:
+        return settings
+    log.info("every process presents %s: workers and line routes accept it", first[0])
+    return settings.model_copy(update={"tls": tls.model_copy(update=update)})
+
+
 # The first argument of a child's command -> its Prometheus job.
 _JOBS = {"worker": "worker", "billing": "billing", "gateway": "gateway", "batches": "executor"}
 
@@ -567,7 +611,9 @@ def write_scrape_targets(settings: Settings, children: list[Child]) -> Path:
 
 
 def write_run_config(settings: Settings) -> Path:
-    """The resolved settings, for the children to read as their config file."""
+    """The resolved settings, for the children to read as their config file (their one
+    shared certificate accepted by the workers: ``with_own_identity``)."""
+    settings = with_own_identity(settings)
     run_dir = settings.data_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"settings-{os.getpid()}.json"

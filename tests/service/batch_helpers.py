@@ -16,10 +16,11 @@ import msgspec
 from headway.batches.executor import Executor
 from headway.batches.inputs import Inputs
 from headway.batches.metrics import ExecutorMetrics
-from headway.batches.model import FINAL, Batch
+from headway.batches.model import FINAL, Batch, new_batch_id
 from headway.batches.mover import Bursts, Mover, no_bursts
 from headway.batches.queue import WorkQueue
 from headway.batches.sqlite_queue import SqliteWorkQueue
+from headway.batches.store import BatchStore
 from headway.batches.submit import ROUTE_OF, Answer, line_headers, retry_after_s
 from headway.gateway.batches.parts import BatchParts
 from headway.settings import BatchSettings, ExecutorSettings, LimitsSettings
@@ -146,3 +147,28 @@ async def create(
 
 def lines_of(data: bytes) -> list[dict[str, object]]:
     return [msgspec.json.decode(line) for line in data.splitlines() if line.strip()]
+
+
+def live_line(
+    store: BatchStore, tenant_id: int, line: int = 1, *, total: int = 3
+) -> dict[str, str]:
+    """A batch of ``tenant_id`` put in progress in ``store`` (``total`` lines), and the
+    headers of its line ``line`` as the executor sends them (less its token)."""
+    batch = Batch(
+        new_batch_id(),
+        tenant_id,
+        f"tenant-{tenant_id}",
+        "00" * 8,
+        "/v1/embeddings",
+        "file-none",
+        "24h",
+        "validating",
+        int(time.time()),
+        int(time.time()) + 86400,
+    )
+    assert store.add_batch(batch) is None
+    live = store.move(batch.id, ("validating",), "in_progress", int(time.time()), total=total)
+    assert live is not None
+    headers = line_headers(live, line, "unused", 10_000)
+    del headers["authorization"]
+    return headers

@@ -103,6 +103,7 @@ async def make_stack(
     clock: Callable[[], float] = time.monotonic,
     observability: ObservabilitySettings | None = None,
     auth_store: FailureStore | None = None,
+    line_callers: frozenset[str] | None = None,
     **gateway: Any,
 ) -> Stack:
     """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
@@ -111,7 +112,8 @@ async def make_stack(
     ``batch_store``); ``tracing``: the gateway's and the workers' (default: off);
     ``clock``: the gateway's monotonic clock; ``observability``: its metrics, quality and
     console settings (default: the defaults); ``auth_store``: where failed key checks are
-    counted (default: in the gateway)."""
+    counted (default: in the gateway); ``line_callers``: the identities the line routes
+    require of the connection's certificate (default: none asked for)."""
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
@@ -153,7 +155,9 @@ async def make_stack(
             time.time,
             gateway_settings.limits,
         )
-    gateway_app = build_gateway_app(service, ("rerank", SYNTHETIC_ALIAS), batch_parts, tracing)
+    gateway_app = build_gateway_app(
+        service, ("rerank", SYNTHETIC_ALIAS), batch_parts, tracing, line_callers=line_callers
+    )
     await gateway_app.startup()
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=gateway_app), base_url="http://gateway"

@@ -22,14 +22,14 @@ import httpx
 from headway.batches.store import BatchStore
 from headway.billing.ledger.memory import MemoryLedger
 from headway.gateway.app import build_gateway_app
-from headway.gateway.batches.lines import KEY_ID, REQUEST_ID, TENANT_ID
+from headway.gateway.batches.lines import BATCH_ID, KEY_ID, LINE, REQUEST_ID, TENANT_ID
 from headway.gateway.endpoints.weights import WeightsParts
 from headway.http.asgi import App
 from headway.models.store import ModelStore, StoredModel
 from headway.registry.model import Actor
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import FailedAuthSettings
-from tests.service.batch_helpers import BATCHES, TOKEN
+from tests.service.batch_helpers import BATCHES, TOKEN, live_line
 from tests.service.conftest import Stack, make_stack
 from tests.weights_builders import stored_artifact
 
@@ -120,6 +120,9 @@ class Gateway:
     app: App
     client: httpx.AsyncClient
     model: StoredModel
+    line: Mapping[str, str]
+    """The claim headers of a line of a live batch of the fuzzing tenant: the executor's
+    token serves only such a line (``gateway/batches/claims.py``)."""
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -156,7 +159,11 @@ async def full_gateway(
     app = build_gateway_app(stack.gateway, ("rerank", "synthetic"), stack.batches, weights=weights)
     await app.startup()
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
-    return Gateway(stack, app, client, model)
+    assert stack.batches is not None
+    tenant_id = stack.registry.tenant(TENANT_NAME).id
+    line = live_line(stack.batches.store, tenant_id, total=1)
+    claim = {name: line[name] for name in (BATCH_ID, LINE, KEY_ID, REQUEST_ID)}
+    return Gateway(stack, app, client, model, claim)
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -172,14 +179,16 @@ class Callers:
     refused: Mapping[str, Mapping[str, str]]
 
 
-def callers(path: str) -> Callers:
+def callers(path: str, line: Mapping[str, str]) -> Callers:
     """The callers ``path`` serves, and the ones a hostile client would try there instead:
-    another role's key, a credential of another route, no key."""
+    another role's key, a credential of another route (the executor's token with a live
+    line's claim, everywhere but its line routes), no key."""
     tenant, admin, anonymous = bearer(TENANT_KEY), bearer(DEMO_ADMIN_KEY), {}
+    executor = bearer(TOKEN) | LINE_HEADERS | dict(line)
     if path.startswith("/internal/batches/"):
         return Callers(
-            {"executor": bearer(TOKEN)},
-            {"tenant": tenant | LINE_HEADERS, "admin": admin, "anonymous": anonymous},
+            {"executor": bearer(TOKEN) | dict(line)},  # the tenant's id: the fuzzer's
+            {"tenant": tenant | LINE_HEADERS | dict(line), "admin": admin, "anonymous": anonymous},
         )
     if path.startswith("/v1/weights/"):
         return Callers(
@@ -187,7 +196,13 @@ def callers(path: str) -> Callers:
             {"tenant": tenant, "executor": bearer(TOKEN), "anonymous": anonymous},
         )
     if path.startswith("/admin/"):
-        return Callers({"admin": admin}, {"tenant": tenant, "anonymous": anonymous})
+        return Callers(
+            {"admin": admin}, {"tenant": tenant, "executor": executor, "anonymous": anonymous}
+        )
     if path in ANY_KEY:
-        return Callers({"tenant": tenant, "admin": admin}, {"anonymous": anonymous})
-    return Callers({"tenant": tenant}, {"admin": admin, "anonymous": anonymous})
+        return Callers(
+            {"tenant": tenant, "admin": admin}, {"executor": executor, "anonymous": anonymous}
+        )
+    return Callers(
+        {"tenant": tenant}, {"admin": admin, "executor": executor, "anonymous": anonymous}
+    )

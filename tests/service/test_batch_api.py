@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from headway.metering.sink import MemorySink
 from headway.registry.model import SYSTEM
+from headway.tls.identity import PEER_EXTENSION
 from headway.transport.base import Reply
-from tests.service.batch_helpers import BATCHES, create, embed_line, jsonl, upload
+from tests.service.batch_helpers import BATCHES, create, embed_line, jsonl, live_line, upload
 from tests.service.conftest import auth, make_stack
 
 OTHER = auth("demo-key-support-bot")
@@ -221,13 +223,7 @@ async def test_the_input_of_a_running_batch_cannot_be_deleted(stack):
 
 async def test_the_line_routes_take_only_the_executors_token(stack):
     body = b'{"model": "synthetic", "input": ["x"]}'
-    headers = {
-        "content-type": "application/json",
-        "x-headway-tenant-id": str(stack.registry.tenant("search-app").id),
-        "x-headway-tenant": "search-app",
-        "x-headway-key-id": "00" * 8,
-        "x-headway-request-id": "ab" * 16,
-    }
+    headers = live_line(stack.batches.store, stack.registry.tenant("search-app").id)
     for key in ("demo-key-search-app", "demo-admin-key", "wrong"):
         refused = await stack.client.post(
             "/internal/batches/v1/embeddings", content=body, headers=headers | auth(key)
@@ -239,7 +235,7 @@ async def test_the_line_routes_take_only_the_executors_token(stack):
         headers=headers | auth(BATCHES.executor_token),
     )
     assert served.status_code == 200, served.text
-    assert served.headers["x-request-id"] == "ab" * 16
+    assert served.headers["x-request-id"] == headers["x-headway-request-id"]
     gone = await stack.client.post(
         "/internal/batches/v1/embeddings",
         content=body,
@@ -253,14 +249,11 @@ async def test_a_line_names_its_tenant_by_id_and_never_by_name(stack):
     """The name header is for logs: a line of a deleted tenant is refused however the new
     tenant of its name is named, and an executor that sends no id (the previous version's)
     is refused with a 403 (it waits that out, failing no line) rather than served by name."""
-    executor = {
-        "content-type": "application/json",
-        "x-headway-key-id": "00" * 8,
-        "x-headway-request-id": "ab" * 16,
-    } | auth(BATCHES.executor_token)
+    old_id = stack.registry.tenant("search-app").id
+    executor = live_line(stack.batches.store, old_id) | auth(BATCHES.executor_token)
+    del executor["x-headway-tenant-id"], executor["x-headway-tenant"]
     body = b'{"model": "synthetic", "input": ["x"]}'
     line = "/internal/batches/v1/embeddings"
-    old_id = stack.registry.tenant("search-app").id
     stack.registry.delete_tenant("search-app", actor=SYSTEM)
     stack.registry.add_tenant("search-app", "interactive", actor=SYSTEM)
     await stack.gateway.snapshots.refresh()
@@ -282,12 +275,9 @@ async def test_a_line_that_failed_on_our_side_is_still_billed_once_when_it_serve
     sink = MemorySink()
     stack = await make_stack(tmp_path, batches=BATCHES, metering=sink)
     try:
-        headers = {
-            "content-type": "application/json",
-            "x-headway-tenant-id": str(stack.registry.tenant("nightly-index").id),
-            "x-headway-key-id": "00" * 8,
-            "x-headway-request-id": "cd" * 16,
-        } | auth(BATCHES.executor_token)
+        tenant_id = stack.registry.tenant("nightly-index").id
+        headers = live_line(stack.batches.store, tenant_id) | auth(BATCHES.executor_token)
+        request_id = headers["x-headway-request-id"]
         body = b'{"model": "synthetic", "input": ["x", "y"]}'
         send, failures = stack.transport.send, [2]  # the first attempt and its retry
 
@@ -307,5 +297,91 @@ async def test_a_line_that_failed_on_our_side_is_still_billed_once_when_it_serve
         await stack.close()
     billable = [e for e in sink.events if e.billable]
     given_back = [e for e in sink.events if not e.billable]
-    assert [(e.request_id, e.tier, e.texts) for e in billable] == [("cd" * 16, "batch", 2)]
-    assert len(given_back) == 1 and given_back[0].request_id != "cd" * 16
+    assert [(e.request_id, e.tier, e.texts) for e in billable] == [(request_id, "batch", 2)]
+    assert len(given_back) == 1 and given_back[0].request_id != request_id
+
+
+async def test_the_executors_token_runs_only_lines_of_a_live_batch_of_the_tenant(stack):
+    """The token is no master key: it acts for a tenant only on a line of that tenant's
+    batch in progress, under that line's own request id, and is refused everywhere else."""
+    body = b'{"model": "synthetic", "input": ["x"]}'
+    line = "/internal/batches/v1/embeddings"
+    tenant_id = stack.registry.tenant("search-app").id
+    other_id = stack.registry.tenant("support-bot").id
+    token = auth(BATCHES.executor_token)
+    headers = live_line(stack.batches.store, tenant_id) | token
+    served = await stack.client.post(line, content=body, headers=headers)
+    assert served.status_code == 200, served.text
+    attempts = {
+        "another tenant": {"x-headway-tenant-id": str(other_id)},
+        "a request id of its choosing": {"x-headway-request-id": "ee" * 16},
+        "another key": {"x-headway-key-id": "cd" * 8},
+        "a line past the end": {"x-headway-line": "4"},
+        "no such batch": {"x-headway-batch-id": "batch_" + "0" * 24},
+    }
+    for what, change in attempts.items():
+        refused = await stack.client.post(line, content=body, headers=headers | change)
+        assert refused.status_code == 403, (what, refused.text)
+    # A batch that no longer runs (read fresh: never seen live) runs no line.
+    fresh = live_line(stack.batches.store, tenant_id)
+    stack.batches.store.move(fresh["x-headway-batch-id"], ("in_progress",), "finalizing", 4)
+    done = await stack.client.post(line, content=body, headers=fresh | token)
+    assert done.status_code == 403 and "finalizing" in done.text
+    for method, path in (
+        ("GET", "/v1/files"),
+        ("GET", "/v1/batches"),
+        ("GET", "/v1/usage"),
+        ("GET", "/admin/tenants"),
+        ("GET", "/admin/usage"),
+        ("POST", "/v1/embeddings"),
+        ("GET", "/v1/models"),
+    ):
+        elsewhere = await stack.client.request(
+            method, path, headers=headers | {"content-type": "application/json"}, content=body
+        )
+        assert elsewhere.status_code in (401, 403), (path, elsewhere.status_code)
+
+
+def presenting(app, names: frozenset[str] | None):
+    """``app`` as the guard hands it a connection whose client certificate names ``names``
+    (``http/guard.py``; None: no certificate)."""
+
+    async def wrapped(scope, receive, send):
+        extensions = dict(scope.get("extensions") or {})
+        if names is not None:
+            extensions[PEER_EXTENSION] = names
+        await app({**scope, "extensions": extensions}, receive, send)
+
+    return wrapped
+
+
+async def test_with_tls_the_line_routes_take_only_the_executors_certificate(tmp_path):
+    """The token is not enough where the client port asks for a certificate: a gateway's
+    (or any other role's) certificate of the same CA, or none, is refused on the line
+    routes; the executor's is served."""
+    executor = "executor.headway.internal"
+    stack = await make_stack(tmp_path, batches=BATCHES, line_callers=frozenset({executor}))
+    try:
+        tenant_id = stack.registry.tenant("search-app").id
+        headers = live_line(stack.batches.store, tenant_id) | auth(BATCHES.executor_token)
+        body = b'{"model": "synthetic", "input": ["x"]}'
+        answers = {}
+        for who, names in (
+            ("executor", frozenset({executor})),
+            ("gateway", frozenset({"gateway.headway.internal"})),
+            ("worker", frozenset({"worker.headway.internal", "localhost"})),
+            ("no certificate", None),
+        ):
+            app = presenting(stack.gateway_app, names)
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://gateway"
+            ) as client:
+                answer = await client.post(
+                    "/internal/batches/v1/embeddings", content=body, headers=headers
+                )
+            answers[who] = answer.status_code
+            if who != "executor":
+                assert "client certificate" in answer.text, who
+        assert answers == {"executor": 200, "gateway": 403, "worker": 403, "no certificate": 403}
+    finally:
+        await stack.close()

@@ -27,6 +27,7 @@ from headway.serve import listening_socket
 from headway.settings import EdgeLimits
 from headway.tls.contexts import client_context, server_context
 from headway.tls.folder import init
+from headway.tls.identity import PEER_EXTENSION
 
 WAIT_S = 10.0  # deadline for a condition that should come far sooner
 SHORT = EdgeLimits(header_timeout_s=0.2, idle_timeout_s=0.3)
@@ -60,10 +61,13 @@ class HeldApp:
     waiting_to_read: asyncio.Event = field(default_factory=asyncio.Event)
     body_sizes: list[int] = field(default_factory=list)
     schemes: list[str] = field(default_factory=list)
+    peers: list[frozenset[str] | None] = field(default_factory=list)
+    """Each request's client certificate names (``PEER_EXTENSION``), None without one."""
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Any) -> None:
         assert scope["type"] == "http"
         self.schemes.append(scope["scheme"])
+        self.peers.append(scope["extensions"].get(PEER_EXTENSION))
         if scope["path"] == "/early":  # refused from its headers, as the edge does
             await send({"type": "http.response.start", "status": 401, "headers": [
                 (b"content-length", b"2"), (b"connection", b"close")]})  # fmt: skip
@@ -117,9 +121,13 @@ class Served:
 
 
 @asynccontextmanager
-async def serving(limits: EdgeLimits, tls: ssl.SSLContext | None = None) -> AsyncIterator[Served]:
+async def serving(
+    limits: EdgeLimits,
+    tls: ssl.SSLContext | None = None,
+    callers: frozenset[str] | None = None,
+) -> AsyncIterator[Served]:
     observer, app = RecordingObserver(), HeldApp()
-    guard = EdgeGuard(limits, observer=observer, tls=tls)
+    guard = EdgeGuard(limits, observer=observer, tls=tls, callers=callers)
     config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False, ws="none")
     config.load()
     state = ServerState()

@@ -76,7 +76,7 @@ class Hostile:
     def served_by_path(self, path: str) -> dict[str, str]:
         if path.startswith("/console"):
             return dict(self.console)
-        return dict(next(iter(callers(path).served.values())))
+        return dict(next(iter(callers(path, self.gateway.line).served.values())))
 
     def path_of(self, route: Route, fuzzed: str | None = None, value: str = "") -> str:
         """``route``'s path with ``value`` (percent-encoded) as its parameter ``fuzzed``, and
@@ -202,6 +202,8 @@ READ_HEADERS: dict[str, st.SearchStrategy[str]] = {
     "x-headway-tenant-id": header_values,
     "x-headway-key-id": _PIECE,
     "x-headway-request-id": _PIECE,
+    "x-headway-batch-id": joined(st.sampled_from(["", "batch_"]), header_values),
+    "x-headway-line": header_values,
     "origin": joined(st.sampled_from(["", "http://", "https://[", "null"]), header_values),
     "sec-fetch-site": header_values,
     "x-csrf-token": header_values,

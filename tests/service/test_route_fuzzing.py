@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -139,6 +139,7 @@ def fuzz(
     operation: schemathesis.APIOperation,
     mode: schemathesis.GenerationMode,
     served: Counter[tuple[str, int]],
+    line: Mapping[str, str],
 ) -> None:
     """``EXAMPLES`` cases of ``mode``, each sent by every caller of ``callers``; ``served``
     counts the own callers' answers by (operation, status)."""
@@ -153,7 +154,7 @@ def fuzz(
     )
     @given(case=operation.as_strategy(generation_mode=mode))
     def send(case: schemathesis.Case) -> None:
-        who = callers(case.path)
+        who = callers(case.path, line)
         for headers in who.served.values():
             # Whether a route checks its key is the refused callers' check, below.
             answer = case.call_and_validate(headers=dict(headers), excluded_checks=[ignored_auth])
@@ -179,7 +180,7 @@ def test_no_route_answers_any_caller_with_a_server_error(gateway_schema) -> None
             modes.append(schemathesis.GenerationMode.NEGATIVE)
         for mode in modes:
             try:
-                fuzz(operation, mode, served)
+                fuzz(operation, mode, served, gateway.line)
             except Exception as exc:  # every route's failures, not only the first's
                 failures.append(f"{operation.label} ({mode.value}): {exc}")
     assert not failures, "\n\n".join(failures)

@@ -34,7 +34,7 @@ class FakeRegistry:
 
     snap: Snapshot = field(default_factory=Snapshot)
 
-    def snapshot(self) -> Snapshot:
+    def model_snapshot(self) -> Snapshot:
         return self.snap
 
     def changes(self) -> int:

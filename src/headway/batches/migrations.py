@@ -39,7 +39,7 @@ from typing import get_args
 from headway.batches.model import TIMESTAMP_OF, BatchStatus
 from headway.batches.store import BatchSchemaTooNew
 from headway.registry.dialect import DialectName, Tx
-from headway.schema import Migration, apply, pending
+from headway.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
 
 MIGRATE_LOCK_KEY = 0x6865_6164_7761_7942  # "headwayB": held while batch migrations run
 
@@ -161,6 +161,10 @@ def migrate(
     if dialect == "postgres":
         tx.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATE_LOCK_KEY,))
     types = SQLITE if dialect == "sqlite" else POSTGRES
-    tx.execute(_CREATE_RECORD.format(big=types.big))
+    create = _CREATE_RECORD.format(big=types.big)
+    what = "batch store"
+    ensure_record(tx, dialect, "batch_migrations", create, what=what, migrations=migrations)
     applied = {version for (version,) in tx.all("SELECT version FROM batch_migrations")}
-    return apply(tx, dialect, "batch_migrations", missing(applied, migrations), int(clock()))
+    todo = missing(applied, migrations)
+    refuse_unless_allowed(tx, dialect, what, todo)
+    return apply(tx, dialect, "batch_migrations", todo, int(clock()))

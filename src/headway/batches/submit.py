@@ -101,6 +101,9 @@ def line_headers(batch: Batch, line: int, token: str, timeout_ms: int) -> dict[s
         "x-headway-tenant": batch.tenant,
         "x-headway-key-id": batch.key_id,
         "x-headway-request-id": line_request_id(batch.id, line),
+        # The claim the gateway checks against its batch store (gateway/batches/claims.py).
+        "x-headway-batch-id": batch.id,
+        "x-headway-line": str(line),
     }
     if batch.traceparent:
         headers["traceparent"] = batch.traceparent

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from headway.cli import batches, bench, billing, catalog, certs, loadgen, rollout, serve, weights
+from headway.cli import (
+    batches,
+    bench,
+    billing,
+    catalog,
+    certs,
+    db,
+    loadgen,
+    rollout,
+    serve,
+    weights,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 # In the order ``headway --help`` lists them.
@@ -20,6 +31,7 @@ app.add_typer(billing.billing_app, name="billing")
 app.add_typer(batches.batches_app, name="batches")
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(certs.certs_app, name="certs")
+app.add_typer(db.db_app, name="db")
 
 
 def main() -> None:

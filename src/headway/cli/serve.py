@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,9 @@ from headway.cli.options import (
     given,
     settings_from,
 )
+
+if TYPE_CHECKING:
+    from headway.privileges import Component
 
 log = logging.getLogger("headway")
 
@@ -129,14 +132,38 @@ def up(
         registry.add_model(
             synthetic_record(synthetic), synthetic_aliases(synthetic), actor=Actor("cli:up")
         )
-    run_config = write_run_config(settings)
+    postgres_urls = None
+    if settings.postgres_url and settings.postgres_roles.up:
+        postgres_urls = _component_roles(settings.postgres_url, settings.postgres_roles.prefix)
+        # The children's config names the least of the roles; each is given its own.
+        settings = settings.model_copy(update={"postgres_url": postgres_urls["worker"]})
+    with tls_files_checked():
+        run_config = write_run_config(settings)
     try:
         with tls_files_checked():
-            supervisor = Supervisor(settings, run_config)
+            supervisor = Supervisor(settings, run_config, postgres_urls=postgres_urls)
         code = supervisor.run()
     finally:
         run_config.unlink(missing_ok=True)
     raise typer.Exit(code)
+
+
+def _component_roles(owner_url: str, prefix: str) -> dict[Component, str]:
+    """Each component's own Postgres URL (``headway db roles`` with fresh passwords);
+    exits 1 if the owner's URL may not make the roles."""
+    from headway.db_setup import DbSetupError, fresh_component_urls
+
+    try:
+        urls = fresh_component_urls(owner_url, prefix)
+    except DbSetupError as exc:
+        typer.echo(
+            f"cannot make the components' Postgres roles: {exc}"
+            " (or set postgres_roles.up = false to run every process as postgres_url)",
+            err=True,
+        )
+        raise typer.Exit(1) from exc
+    log.info("each process connects to Postgres as its own role (%s_*)", prefix)
+    return urls
 
 
 def gateway(
@@ -279,4 +306,7 @@ def worker(
         ssl_context=ssl_context,
         edge=w.edge,
         metrics_registry=service.metrics.registry,
+        # Only the roles that call workers: a certificate of the CA is not enough.
+        tls_callers=frozenset(settings.tls.worker_callers) if ssl_context else None,
+        tls_loopback_callers=frozenset(settings.tls.worker_loopback_callers),
     )

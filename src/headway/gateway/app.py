@@ -46,8 +46,11 @@ from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.auth.kinds import ADMIN_KEY, ANY_KEY, EXECUTOR_TOKEN, TENANT_KEY
 from headway.gateway.batches import batches as batches_api
 from headway.gateway.batches import files
+from headway.gateway.batches.claims import LiveBatches
+from headway.gateway.batches.lines import BATCH_ID as LINE_BATCH_ID
 from headway.gateway.batches.lines import KEY_ID as LINE_KEY_ID
-from headway.gateway.batches.lines import MAX_TENANT_ID
+from headway.gateway.batches.lines import LINE as LINE_NUMBER
+from headway.gateway.batches.lines import MAX_LINE, MAX_TENANT_ID
 from headway.gateway.batches.lines import PATHS as LINE_PATHS
 from headway.gateway.batches.lines import REQUEST_ID as LINE_REQUEST_ID
 from headway.gateway.batches.lines import TENANT_ID as LINE_TENANT_ID
@@ -97,6 +100,7 @@ def build_gateway_app(
     prices: PriceBook | None = None,
     weights: WeightsParts | None = None,
     embed_models: Sequence[str] = (),
+    line_callers: frozenset[str] | None = None,
 ) -> App:
     """``rerank_models``: what serves a rerank request that names no model, in order;
     ``batches``: the Batch API's stores (None: no ``/v1/files`` or ``/v1/batches``);
@@ -104,7 +108,9 @@ def build_gateway_app(
     price book the console's economics page reads (None: the packaged example prices);
     ``weights``: the model store served to workers (None: no ``/v1/weights``);
     ``embed_models``: what serves an embedding request that names no model (TEI's), in
-    order (empty: the last of ``rerank_models``, the embedding model rerank falls back to)."""
+    order (empty: the last of ``rerank_models``, the embedding model rerank falls back to);
+    ``line_callers``: the identities a line route's client certificate must name (None:
+    no certificate asked for: ``tls.hops.line_callers``)."""
     tracing = tracing or ProcessTracing()
     tenant_data = TenantData(
         service.registry,
@@ -118,6 +124,8 @@ def build_gateway_app(
         trusted=TrustedProxies(service.settings.edge.trusted_proxies),
         executor_token=batches.settings.executor_token if batches is not None else "",
         weights_token=weights.token if weights is not None else "",
+        live_batches=LiveBatches(batches.store) if batches is not None else None,
+        line_callers=line_callers,
     )
     checks = keys.table()
     documented = gateway_routes(
@@ -438,6 +446,20 @@ _LINE_HEADERS = [
         "required": True,
         "schema": _HEX_ID,
         "description": "The line's own request id, the same on every attempt (billed once).",
+    },
+    {
+        "name": LINE_BATCH_ID,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^batch_[0-9A-Za-z_-]{1,64}$"},
+        "description": "The batch the line is of: it must be in_progress, of this tenant and key.",
+    },
+    {
+        "name": LINE_NUMBER,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LINE},
+        "description": "The line's number in the batch's input (1-based); the request id is its.",
     },
 ]
 

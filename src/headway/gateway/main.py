@@ -41,7 +41,7 @@ from headway.quality.references import open_reference_store
 from headway.redis_client import cache_endpoint, quota_endpoint
 from headway.registry.open import open_registry
 from headway.settings import GatewaySettings, Settings
-from headway.tls.hops import internal_client
+from headway.tls.hops import internal_client, line_callers
 from headway.tls.names import WORKER_NAME
 from headway.tracing.setup import process_tracing
 from headway.transport.http1 import Http1Transport
@@ -174,6 +174,13 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
     store = ModelStore(settings.model_root)
     weights = WeightsParts(service.snapshots, store, settings.weights.token)
     app = build_gateway_app(
-        service, rerank_models, batches, tracing, prices, weights, embed_models=embed_models
+        service,
+        rerank_models,
+        batches,
+        tracing,
+        prices,
+        weights,
+        embed_models=embed_models,
+        line_callers=line_callers(settings.tls),
     )
     return app, service

@@ -14,16 +14,22 @@ from __future__ import annotations
 from typing import Literal
 
 Refusal = Literal[
-    "max_connections", "max_connections_per_client", "max_header_bytes", "tls_handshake"
+    "max_connections",
+    "max_connections_per_client",
+    "max_header_bytes",
+    "tls_handshake",
+    "tls_identity",
 ]
 """Why the edge refused a connection: a cap here, or (``http/guard.py``) headers too large,
 or a TLS handshake that failed (not TLS, a protocol or certificate the server refuses, or
-a client that left in the middle)."""
+a client that left in the middle), or a client certificate of a role the listener does not
+serve (``tls_identity``)."""
 REFUSALS: tuple[Refusal, ...] = (
     "max_connections",
     "max_connections_per_client",
     "max_header_bytes",
     "tls_handshake",
+    "tls_identity",
 )
 
 

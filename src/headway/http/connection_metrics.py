@@ -43,7 +43,8 @@ class ConnectionMetrics:
             "Connections closed at once, by the limit they would have broken "
             "(max_connections: the process; max_connections_per_client: the client address; "
             "max_header_bytes: a request line and headers larger than allowed, answered 431; "
-            "tls_handshake: a TLS handshake that failed).",
+            "tls_handshake: a TLS handshake that failed; tls_identity: a client certificate "
+            "of a role this listener does not serve).",
             ["reason"],
             registry=registry,
         )

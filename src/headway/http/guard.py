@@ -39,6 +39,11 @@ each connection is always in one phase, and each phase but one runs a timer:
 - A client that disconnects while its request is being served has that request's task
   cancelled here, its ``Disconnect`` (the scope's ``DISCONNECT_EXTENSION``) marked first,
   so the app needs no watcher task per request to learn of it (``http/asgi.py``).
+- Over TLS with ``callers`` set, a client certificate that names none of them (another
+  role's, signed by the same CA; ``loopback_callers`` pass from loopback only) is refused
+  as the handshake ends (``tls_identity``):
+  closed before a byte of it is read. The names a connection's certificate carries are in
+  each request's scope (``tls/identity.PEER_EXTENSION``), for routes of one caller.
 - A connection over a cap (``ConnectionCaps``) is answered 503 with ``Connection: close``
   and a JSON error (over TLS: closed, a TLS client cannot read a plain answer) and closed at
   once, before anything it sends is read: it costs an accept, a protocol object and a
@@ -53,6 +58,7 @@ protocol class uvicorn instantiates per connection.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import ssl
 from asyncio import TimerHandle
@@ -77,6 +83,7 @@ from headway.http.connection_metrics import (
 from headway.http.request_limits import TAIL_BYTES, body_deadline, header_section_size
 from headway.http.tls_handshake import wrap_server_side
 from headway.settings import EdgeLimits
+from headway.tls.identity import PEER_EXTENSION, accepted, peer_names
 
 HeaderExpiry = Literal["close", "answer_408", "close_after_response"]
 HEADER_OVERHEAD = 4
@@ -135,8 +142,16 @@ class EdgeGuard:
         caps: ConnectionCaps | None = None,
         observer: ConnectionObserver | None = None,
         tls: ssl.SSLContext | None = None,
+        callers: frozenset[str] | None = None,
+        loopback_callers: frozenset[str] = frozenset(),
     ) -> None:
+        """``callers``: the identities a TLS client's certificate must carry
+        (``tls/identity.py``); None: any certificate the context accepts.
+        ``loopback_callers``: identities accepted besides, from a loopback address only
+        (a pod's own probes, presenting its own certificate)."""
         self.limits = limits
+        self.callers = callers
+        self.loopback_callers = loopback_callers
         self.caps = caps or ConnectionCaps(
             limits.max_connections, limits.max_connections_per_client
         )
@@ -234,12 +249,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._linger_left = 0
         self._linger_timer: TimerHandle | None = None
         self._serving: tuple[RequestResponseCycle, asyncio.Task[None], Disconnect] | None = None
+        self._peer: frozenset[str] = frozenset()  # the names in the client's certificate
+        self._peer_host: str | None = None
 
     # Connection lifetime: a slot in the caps, or a refusal; then TLS, if any.
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self._handshake is not None:  # again, with the TLS transport: the handshake is done
             self._handshake = None
+            self._peer = peer_names(transport.get_extra_info("peercert"))
+            if not self._identity_accepted():
+                # A certificate of the CA, but of a role this listener does not serve.
+                super().connection_made(transport)  # uvicorn's state, for connection_lost
+                self._cancel_header_timer()
+                self.edge_guard.observer.refused("tls_identity")
+                self._release()
+                transport.close()
+                return
             self._begin(transport)
             return
         guard = self.edge_guard
@@ -255,6 +281,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.close()
             return
         self._admitted_client = client
+        self._peer_host = host
         self._arm_header_timer()
         if guard.tls is None:
             self._begin(transport)
@@ -263,6 +290,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         waiter = wrap_server_side(self.loop, transport, self, guard.tls, timeout_s + 1.0)
         self._handshake = (transport, waiter)
         waiter.add_done_callback(self._handshake_done)
+
+    def _identity_accepted(self) -> bool:
+        guard = self.edge_guard
+        if guard.callers is None or accepted(self._peer, guard.callers):
+            return True
+        return _loopback(self._peer_host) and accepted(self._peer, guard.loopback_callers)
 
     def _begin(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
@@ -405,6 +438,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._body_received = 0
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[DISCONNECT_EXTENSION] = Disconnect()
+        if self._peer:
+            extensions[PEER_EXTENSION] = self._peer
         super().on_headers_complete()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
@@ -531,6 +566,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().timeout_keep_alive_handler()
 
 
+def _loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _disconnect_of(cycle: RequestResponseCycle) -> Disconnect:
     return cast(Disconnect, cycle.scope["extensions"][DISCONNECT_EXTENSION])
 
@@ -539,14 +581,17 @@ def measured_guard(
     limits: EdgeLimits,
     metrics_registry: CollectorRegistry | None,
     tls: ssl.SSLContext | None = None,
+    callers: frozenset[str] | None = None,
+    loopback_callers: frozenset[str] = frozenset(),
 ) -> EdgeGuard:
     """A process's guard, its counters and open-connection gauge in ``metrics_registry``
     (the app's own, so they show on its /metrics); none counted without one. ``tls``: the
     context of its handshakes (None: plain HTTP)."""
     caps = ConnectionCaps(limits.max_connections, limits.max_connections_per_client)
     if metrics_registry is None:
-        return EdgeGuard(limits, caps, tls=tls)
-    return EdgeGuard(limits, caps, ConnectionMetrics(metrics_registry, lambda: caps.open), tls)
+        return EdgeGuard(limits, caps, tls=tls, callers=callers, loopback_callers=loopback_callers)
+    metrics = ConnectionMetrics(metrics_registry, lambda: caps.open)
+    return EdgeGuard(limits, caps, metrics, tls, callers, loopback_callers)
 
 
 def guarded_protocol(guard: EdgeGuard) -> type[GuardedHttpToolsProtocol]:

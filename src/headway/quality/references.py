@@ -37,7 +37,7 @@ from headway.registry.dialect import Dialect, DialectName, Row, Tx
 from headway.registry.errors import RegistryError, RegistryUnavailable
 from headway.registry.postgres import PostgresDialect
 from headway.registry.sqlite import SqliteDialect
-from headway.schema import Migration, apply, pending
+from headway.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
 from headway.settings import Settings
 
 QualityKind = Literal["embedding", "rerank"]
@@ -201,12 +201,15 @@ def _migrate(tx: Tx, dialect: DialectName, applied_at: float) -> list[int]:
     if dialect == "postgres":
         tx.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATE_LOCK_KEY,))
     real = "REAL" if dialect == "sqlite" else "DOUBLE PRECISION"
-    tx.execute(
+    create = (
         "CREATE TABLE IF NOT EXISTS quality_migrations"
         f" (version INTEGER PRIMARY KEY, applied_at {real} NOT NULL)"
     )
+    what = "quality store"
+    ensure_record(tx, dialect, "quality_migrations", create, what=what, migrations=MIGRATIONS)
     applied = {version for (version,) in tx.all("SELECT version FROM quality_migrations")}
-    todo = pending(applied, MIGRATIONS, too_new=QualitySchemaTooNew, what="quality store")
+    todo = pending(applied, MIGRATIONS, too_new=QualitySchemaTooNew, what=what)
+    refuse_unless_allowed(tx, dialect, what, todo)
     return apply(tx, dialect, "quality_migrations", todo, applied_at)
 
 

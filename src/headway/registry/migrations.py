@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from headway.registry.dialect import DialectName, Tx
 from headway.registry.errors import SchemaTooNew
-from headway.schema import Migration, apply, pending
+from headway.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +308,10 @@ def migrate(
 ) -> list[int]:
     """Apply what is missing in ``tx`` (a write transaction: it holds the lock); the
     versions applied."""
-    tx.execute(_CREATE_RECORD.format(real=SQLITE.real if dialect == "sqlite" else POSTGRES.real))
+    create = _CREATE_RECORD.format(real=SQLITE.real if dialect == "sqlite" else POSTGRES.real)
+    table = "registry_migrations"
+    ensure_record(tx, dialect, table, create, what="registry", migrations=migrations)
     applied = {version for (version,) in tx.all("SELECT version FROM registry_migrations")}
-    return apply(tx, dialect, "registry_migrations", missing(applied, migrations), clock())
+    todo = missing(applied, migrations)
+    refuse_unless_allowed(tx, dialect, "registry", todo)
+    return apply(tx, dialect, table, todo, clock())

@@ -25,7 +25,7 @@ from headway.registry.codec import (
     split_of,
     tenant_of,
 )
-from headway.registry.dialect import Dialect
+from headway.registry.dialect import Dialect, Tx
 from headway.registry.errors import UnknownTenant
 from headway.registry.model import (
     ApiKey,
@@ -64,29 +64,22 @@ class RegistryReads:
                 f" WHERE {LIVE_KEY}",
                 (now,),
             )
-            models = {
-                record.version: record
-                for record in map(model_of, tx.all(f"SELECT {MODEL_COLUMNS} FROM models"))
-            }
-            aliases = tx.all("SELECT alias, version FROM aliases")
-            splits = {
-                split.alias: split
-                for split in (
-                    split_of(row, tx.parsed)
-                    for row in tx.all(f"SELECT {SPLIT_COLUMNS} FROM splits")
-                )
-            }
-            changes = q.changes(tx)
+            models, splits, changes = _model_rows(tx)
         principals = {
             bytes(digest): Principal(
                 role, None if tenant_id is None else tenants[tenant_id], bytes(digest), expires
             )
             for digest, tenant_id, role, expires in key_rows
         }
-        for alias, version in aliases:
-            models[alias] = models[version]
         by_name = {tenant.name: tenant for tenant in tenants.values()}
         return Snapshot(principals, models, splits, changes, by_name, tenants)
+
+    def model_snapshot(self) -> Snapshot:
+        """Models, aliases and splits as of one moment, without a tenant or a key: what a
+        worker needs, and all its Postgres role may read (``privileges.py``)."""
+        with self._dialect.read() as tx:
+            models, splits, changes = _model_rows(tx)
+        return Snapshot({}, models, splits, changes, {}, {})
 
     def changes(self) -> int:
         with self._dialect.read() as tx:
@@ -203,3 +196,20 @@ class RegistryReads:
                 (rollout_id, step),
             )
             return [observation_of(row, tx.parsed) for row in rows]
+
+
+def _model_rows(tx: Tx) -> tuple[dict[str, ModelRecord], dict[str, Split], int]:
+    """Models by version and by alias, splits by alias, and the change counter."""
+    models = {
+        record.version: record
+        for record in map(model_of, tx.all(f"SELECT {MODEL_COLUMNS} FROM models"))
+    }
+    for alias, version in tx.all("SELECT alias, version FROM aliases"):
+        models[alias] = models[version]
+    splits = {
+        split.alias: split
+        for split in (
+            split_of(row, tx.parsed) for row in tx.all(f"SELECT {SPLIT_COLUMNS} FROM splits")
+        )
+    }
+    return models, splits, q.changes(tx)

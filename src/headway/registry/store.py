@@ -37,6 +37,10 @@ class RegistryStore(Protocol):
 
     def snapshot(self) -> Snapshot: ...
 
+    def model_snapshot(self) -> Snapshot:
+        """``snapshot`` without tenants or keys (a worker's read)."""
+        ...
+
     def changes(self) -> int:
         """The change counter: bumped by every write (not by observations)."""
         ...

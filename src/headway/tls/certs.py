@@ -183,3 +183,20 @@ def _key_usage(*, signer: bool) -> x509.KeyUsage:
         encipher_only=False,
         decipher_only=False,
     )
+
+
+def certificate_names(pem: bytes) -> frozenset[str]:
+    """The identities a PEM certificate carries, as ``tls.identity.peer_names`` reads a
+    peer's: its DNS SANs, else its common names (lower case, no wildcards)."""
+    certificate = x509.load_pem_x509_certificate(pem)
+    try:
+        sans = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        dns = sans.value.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        dns = []
+    if not dns:
+        dns = [
+            str(attribute.value)
+            for attribute in certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        ]
+    return frozenset(name.lower() for name in dns if "*" not in name)

@@ -21,12 +21,16 @@ class TlsFilesInvalid(Exception):
     key that does not match its certificate)."""
 
 
-def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+def server_context(
+    cert: Path, key: Path, client_ca: Path | None = None, *, optional: bool = False
+) -> ssl.SSLContext:
+    """``optional``: a client certificate is asked for but not required; one that is sent
+    must still chain to ``client_ca`` (the gateway's client port: the executor's)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_chain(context, cert, key)
     if client_ca is not None:
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL if optional else ssl.CERT_REQUIRED
         _load_ca(context, client_ca)
     return context
 

@@ -1,10 +1,15 @@
 """Which TLS context each hop uses, from the ``tls`` settings; all of them reload.
 
     hop                    server presents        server checks         client checks
-    client  -> gateway     public_cert            nothing (API keys)    its own trust
+    client  -> gateway     public_cert            nothing (API keys);   its own trust
+                                                  a cert of tls.ca if
+                                                  sent (internal TLS)
     gateway -> worker      worker's cert          a cert of tls.ca      chain to tls.ca only,
-                                                  with clientAuth       name worker.headway.internal
-    executor, up -> gw     public_cert            nothing (its token)   system roots + tls.ca
+                                                  with clientAuth,      name worker.headway.internal
+                                                  naming one of
+                                                  tls.worker_callers
+    executor, up -> gw     public_cert            its token; on line    system roots + tls.ca
+                                                  routes its identity
                                                                         (+ public_cert, pinned)
 
 Each answers None when its part of ``tls`` is not set: the hop stays plain HTTP (or,
@@ -23,16 +28,25 @@ from headway.tls.reload import ContextSource, ReloadingContext
 
 
 def public_server(tls: TlsSettings) -> ssl.SSLContext | None:
-    """The gateway's listener: its public certificate, no client certificate asked."""
+    """The gateway's listener: its public certificate; with internal TLS too, a client
+    certificate of ``tls.ca`` asked for but not required (the executor's, which its line
+    routes check: ``tls.line_callers``)."""
     if tls.public_cert is None or tls.public_key is None:
         return None
-    cert, key = tls.public_cert, tls.public_key
+    cert, key, ca = tls.public_cert, tls.public_key, tls.ca
+    files = (cert, key) if ca is None else (cert, key, ca)
     return ReloadingContext(
-        lambda: server_context(cert, key),
-        (cert, key),
+        lambda: server_context(cert, key, client_ca=ca, optional=True),
+        files,
         interval_s=tls.reload_interval_s,
         what="public",
     ).serving()
+
+
+def line_callers(tls: TlsSettings) -> frozenset[str] | None:
+    """The identities the gateway's batch line routes require of a client certificate:
+    where its client port asks for one (``public_server`` with internal TLS); None: none."""
+    return frozenset(tls.line_callers) if tls.public and tls.internal else None
 
 
 def internal_server(tls: TlsSettings) -> ssl.SSLContext | None:

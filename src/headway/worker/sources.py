@@ -82,9 +82,9 @@ class FixedSource:
 
 
 class RegistryView(Protocol):
-    """The two reads of a ``RegistryStore`` a worker needs."""
+    """The two reads of a ``RegistryStore`` a worker needs (no tenant, no key)."""
 
-    def snapshot(self) -> Snapshot: ...
+    def model_snapshot(self) -> Snapshot: ...
 
     def changes(self) -> int: ...
 
@@ -106,7 +106,7 @@ class RegistrySource:
         return self._registry.changes()
 
     def wanted(self) -> Wanted:
-        snapshot = self._registry.snapshot()
+        snapshot = self._registry.model_snapshot()
         return Wanted(snapshot.changes, versions_for(snapshot, self._names))
 
     def load(self, version: str) -> LoadedModel:

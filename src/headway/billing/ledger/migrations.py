@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headway.billing.ledger.errors import SchemaTooNew
-from headway.schema import Migration, pending
+from headway.schema import MAY_MIGRATE, Migration, SchemaNotMigrated, pending
 
 if TYPE_CHECKING:
     import asyncpg
@@ -243,9 +243,14 @@ async def migrate_postgres(
     (released at its end); the versions applied."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", POSTGRES_LOCK_KEY)
-        await conn.execute(_CREATE_RECORD.format(real="DOUBLE PRECISION"))
+        # A component's role may not create tables: no DDL on an up-to-date ledger.
+        exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        if not exists:
+            await _refuse_unless_allowed(conn, list(migrations))
+            await conn.execute(_CREATE_RECORD.format(real="DOUBLE PRECISION"))
         applied = {row[0] for row in await conn.fetch("SELECT version FROM schema_migrations")}
         todo = missing(applied, migrations)
+        await _refuse_unless_allowed(conn, todo)
         for migration in todo:
             for statement in migration.postgres:
                 await conn.execute(statement)
@@ -255,3 +260,9 @@ async def migrate_postgres(
                 clock(),
             )
     return [migration.version for migration in todo]
+
+
+async def _refuse_unless_allowed(conn: asyncpg.Connection, todo: list[Migration]) -> None:
+    """``SchemaNotMigrated`` if ``todo`` is not empty and this role may not apply it."""
+    if todo and not await conn.fetchval(MAY_MIGRATE):
+        raise SchemaNotMigrated("ledger", [migration.version for migration in todo])

@@ -8,7 +8,10 @@ no handler checks a key again and a stranger's upload is refused after its heade
     any_key          any valid key, a tenant's or an admin's → Principal
     admin_key        an admin key                            → Principal (role admin)
     executor_token   batches.executor_token, and the tenant
-                     its headers name (``batches/lines.py``) → Caller (tier batch)
+                     its headers name (``batches/lines.py``),
+                     for a line of its live batch (``claims``),
+                     over the executor's certificate
+                     where TLS asks for one               → Caller (tier batch)
     weights_token    weights.token, or an admin key          → Principal, or None (the token)
     console_session  a console session cookie (``console/auth.py``; no key: not limited)
 
@@ -34,7 +37,8 @@ from headway.gateway.auth.kinds import (
     WEIGHTS_TOKEN,
 )
 from headway.gateway.auth.limiter import FailedAuthLimiter
-from headway.gateway.batches.lines import line_caller
+from headway.gateway.batches.claims import LiveBatches
+from headway.gateway.batches.lines import line_caller, line_claim
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import Caller, principal_of, require_admin, require_tenant
 from headway.http.asgi import Request
@@ -42,6 +46,7 @@ from headway.http.client_address import NO_PROXIES, TrustedProxies, request_clie
 from headway.http.router import Check
 from headway.registry.keys import key_digest
 from headway.registry.model import Principal
+from headway.tls.identity import PEER_EXTENSION, accepted
 
 T = TypeVar("T")
 
@@ -68,15 +73,22 @@ class KeyChecks:
         trusted: TrustedProxies = NO_PROXIES,
         executor_token: str = "",
         weights_token: str = "",
+        live_batches: LiveBatches | None = None,
+        line_callers: frozenset[str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``trusted``: the proxies whose X-Forwarded-For names the client; ``clock``: wall
-        seconds (key expiry)."""
+        """``trusted``: the proxies whose X-Forwarded-For names the client;
+        ``live_batches``: what the executor's token may run (None: no line at all);
+        ``line_callers``: the identities the connection's client certificate must name on
+        a line route (``tls.line_callers``; None: no certificate asked for);
+        ``clock``: wall seconds (key expiry)."""
         self._snapshots = snapshots
         self.limiter = limiter
         self.trusted = trusted
         self._executor_token = executor_token.encode()
         self._weights_token = weights_token.encode()
+        self._live_batches = live_batches
+        self._line_callers = line_callers
         self._clock = clock
 
     def table(self) -> dict[str, Check]:
@@ -118,7 +130,20 @@ class KeyChecks:
                 raise Unauthorized("these routes take the batch executor's token")
 
         await self._checked(request, bearer(request), evaluate)
+        if self._line_callers is not None:
+            names = request.scope.get("extensions", {}).get(PEER_EXTENSION, frozenset())
+            if not accepted(names, self._line_callers):
+                raise Forbidden(
+                    "batch line routes take the executor's client certificate"
+                    f" (one naming {', '.join(sorted(self._line_callers))})"
+                )
         caller = line_caller(request, self._snapshots.current)
+        claim = line_claim(request, caller)
+        if self._live_batches is None:
+            raise Forbidden("batch line routes are off: this gateway has no batch store")
+        refusal = await self._live_batches.refusal(claim)
+        if refusal is not None:
+            raise Forbidden(f"the executor's token runs only lines of live batches: {refusal}")
         request.tenant = caller.tenant.name
         return caller
 

@@ -14,6 +14,11 @@ has the name, and never runs as that one. An executor of the previous version na
 tenant only by name; it is refused with a 403, which such an executor waits out without
 failing a line (upgrade it), rather than run lines as whoever has the name now.
 
+The token is good only for a line of a live batch of that tenant, created with that key,
+under that line's own request id (``claims.py``): the executor names the batch and the
+line too (``x-headway-batch-id``, ``x-headway-line``); a line without them is refused
+with a 403, as above.
+
 The tenant's tier becomes ``batch`` whatever it is: a batch line takes only the
 capacity the batch tier may use (admission sheds it first), waits below interactive
 work in the workers' queues, and is priced as batch work. Its quota is the tenant's
@@ -26,6 +31,7 @@ import re
 from dataclasses import replace
 
 from headway.errors import Forbidden, NotFound, ValidationFailed
+from headway.gateway.batches.claims import LineClaim
 from headway.gateway.query import whole_number
 from headway.gateway.stages.authenticate import Caller
 from headway.http.asgi import Request
@@ -34,6 +40,8 @@ from headway.registry.model import Snapshot
 TENANT_ID = "x-headway-tenant-id"
 KEY_ID = "x-headway-key-id"
 REQUEST_ID = "x-headway-request-id"
+BATCH_ID = "x-headway-batch-id"
+LINE = "x-headway-line"
 PATHS = {"embeddings": "/internal/batches/v1/embeddings", "rerank": "/internal/batches/v1/rerank"}
 
 _HEX = re.compile(r"[0-9a-f]{16,64}")
@@ -56,6 +64,25 @@ def line_caller(request: Request, snapshot: Snapshot) -> Caller:
     request.id = _hex(request.headers.get(REQUEST_ID, ""), REQUEST_ID)
     key_id = _hex(request.headers.get(KEY_ID, ""), KEY_ID)
     return Caller(replace(tenant, tier="batch"), key_id, retried=True)
+
+
+_BATCH_ID = re.compile(r"batch_[0-9A-Za-z_-]{1,64}")
+MAX_LINE = 2**31 - 1
+
+
+def line_claim(request: Request, caller: Caller) -> LineClaim:
+    """The batch and line ``request`` says it runs (``claims.py`` checks them)."""
+    batch_id = request.headers.get(BATCH_ID)
+    line = request.headers.get(LINE)
+    if batch_id is None or line is None:
+        raise Forbidden(
+            f"batch lines name their batch and line ({BATCH_ID}, {LINE}) on this gateway:"
+            " upgrade the batch executor"
+        )
+    if _BATCH_ID.fullmatch(batch_id) is None:
+        raise ValidationFailed(f"{BATCH_ID} must be a batch id (batch_…)")
+    number = whole_number(line, LINE, least=1, most=MAX_LINE)
+    return LineClaim(batch_id, number, caller.tenant.id, caller.key_id, request.id)
 
 
 def _hex(value: str, header: str) -> str:
