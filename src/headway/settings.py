@@ -621,6 +621,28 @@ class ExecutorSettings(_Section):
     line_timeout_ms: int = Field(
         120_000, gt=0, description="Deadline of one line's request (X-Timeout-Ms)."
     )
+    dependency_retry_initial_s: float = Field(
+        0.1,
+        gt=0,
+        description="First pause of the executor when its batch store or work queue is "
+        "unreachable (at start or mid-run: Postgres or NATS away); doubled, with jitter, up to "
+        "dependency_retry_max_s. It waits, never exits; /readyz is 503 meanwhile.",
+    )
+    dependency_retry_max_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest pause between the executor's tries of an unreachable store or "
+        "queue.",
+    )
+
+    @model_validator(mode="after")
+    def _dependency_retry_bounds(self) -> ExecutorSettings:
+        if self.dependency_retry_initial_s > self.dependency_retry_max_s:
+            raise ValueError(
+                "batches.executor.dependency_retry_initial_s must not exceed "
+                "dependency_retry_max_s"
+            )
+        return self
 
 
 class BatchSettings(_Section):
