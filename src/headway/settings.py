@@ -631,16 +631,14 @@ class ExecutorSettings(_Section):
     dependency_retry_max_s: float = Field(
         10.0,
         gt=0,
-        description="Longest pause between the executor's tries of an unreachable store or "
-        "queue.",
+        description="Longest pause between the executor's tries of an unreachable store or queue.",
     )
 
     @model_validator(mode="after")
     def _dependency_retry_bounds(self) -> ExecutorSettings:
         if self.dependency_retry_initial_s > self.dependency_retry_max_s:
             raise ValueError(
-                "batches.executor.dependency_retry_initial_s must not exceed "
-                "dependency_retry_max_s"
+                "batches.executor.dependency_retry_initial_s must not exceed dependency_retry_max_s"
             )
         return self
 
