@@ -533,6 +533,14 @@ class WorkerSettings(_Section):
     registry_poll_s: float = Field(
         1.0, gt=0, description="How often the registry's change counter is read."
     )
+    registry_retry_max_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest pause between a starting worker's tries of the model registry "
+        "while its database is unreachable (Postgres restarting): it waits, unready, and "
+        "never exits for it; the first pause is 0.1 s (or this, if smaller), doubled with "
+        "jitter.",
+    )
     max_batch_size: int = Field(32, gt=0, description="Most texts in one model call.")
     max_background_batch_size: int = Field(
         2,
