@@ -22,6 +22,7 @@
     ├── MeteringUnavailable     503  the usage outbox is full or failing: work could not be billed
     ├── UsageUnavailable        503  the usage ledger cannot be read now
     ├── RegistryUnavailable     503  the registry's database cannot be had now (admin API)
+    ├── StoreUnavailable        503  the batch store's database cannot be had now (Batch API)
     └── DeadlineExceeded        504  the request's deadline passed
 
 Dependency errors are translated where they happen (``raise X from exc``);
@@ -210,6 +211,14 @@ class RegistryUnavailable(HeadwayError):
 
     status = 503
     type = "registry_unavailable"
+
+
+class StoreUnavailable(HeadwayError):
+    """The batch store's database (Postgres, or the SQLite file locked) cannot be had now:
+    nothing was changed; retry after ``Retry-After``."""
+
+    status = 503
+    type = "store_unavailable"
 
 
 class DeadlineExceeded(HeadwayError):

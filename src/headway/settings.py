@@ -536,6 +536,14 @@ class WorkerSettings(_Section):
     registry_poll_s: float = Field(
         1.0, gt=0, description="How often the registry's change counter is read."
     )
+    registry_retry_max_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest pause between a starting worker's tries of the model registry "
+        "while its database is unreachable (Postgres restarting): it waits, unready, and "
+        "never exits for it; the first pause is 0.1 s (or this, if smaller), doubled with "
+        "jitter.",
+    )
     max_batch_size: int = Field(32, gt=0, description="Most texts in one model call.")
     max_background_batch_size: int = Field(
         2,
@@ -624,6 +632,26 @@ class ExecutorSettings(_Section):
     line_timeout_ms: int = Field(
         120_000, gt=0, description="Deadline of one line's request (X-Timeout-Ms)."
     )
+    dependency_retry_initial_s: float = Field(
+        0.1,
+        gt=0,
+        description="First pause of the executor when its batch store or work queue is "
+        "unreachable (at start or mid-run: Postgres or NATS away); doubled, with jitter, up to "
+        "dependency_retry_max_s. It waits, never exits; /readyz is 503 meanwhile.",
+    )
+    dependency_retry_max_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest pause between the executor's tries of an unreachable store or queue.",
+    )
+
+    @model_validator(mode="after")
+    def _dependency_retry_bounds(self) -> ExecutorSettings:
+        if self.dependency_retry_initial_s > self.dependency_retry_max_s:
+            raise ValueError(
+                "batches.executor.dependency_retry_initial_s must not exceed dependency_retry_max_s"
+            )
+        return self
 
 
 class BatchSettings(_Section):

@@ -58,6 +58,8 @@ class Runner:
     queue: WorkQueue
     submitter: ClientSubmitter
     metrics: ExecutorMetrics
+    task: asyncio.Task[None] | None = None
+    """The executor's line loop (it ends only when cancelled)."""
 
     async def until_final(self, batch_id: str, parts: BatchParts, timeout_s: float = 30) -> Batch:
         deadline = time.monotonic() + timeout_s
@@ -104,7 +106,7 @@ async def running(
     executor = Executor(parts.store, queue, inputs, submitter, settings, metrics)
     task = asyncio.ensure_future(executor.run())
     try:
-        yield Runner(mover, executor, queue, submitter, metrics)
+        yield Runner(mover, executor, queue, submitter, metrics, task)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

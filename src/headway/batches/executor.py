@@ -24,6 +24,12 @@ acked; an executor killed in between leaves the item to be delivered again, and 
 next executor finds the result and only acks. Every attempt of a line carries the
 line's own request id, so the ledger bills a line once however often it ran.
 
+**Its dependencies away.** The batch store or the work queue unreachable (Postgres or
+NATS restarting) stops no line for good and the executor never exits for it: the pull
+loop hands back what it pulled and waits with backoff, a line that meets it mid-run is
+handed back, and each link (``links.py``) logs the outage once and turns readiness off
+until the dependency answers again.
+
 **Slots, shared fairly.** At most ``lines_in_flight`` lines run at once, and at most
 ``max_lines_in_flight_per_tenant`` of one tenant's: each pull tells the queue how many
 more of each tenant it may take (``queue.Room``), and the queue hands lines out round
@@ -57,6 +63,7 @@ from typing import TypeVar
 
 from headway.batches import output
 from headway.batches.inputs import InputMissing, Inputs
+from headway.batches.links import AWAY, ExecutorLinks
 from headway.batches.metrics import ExecutorMetrics
 from headway.batches.model import FINAL, LEGACY_TENANT_ID, Batch, LineResult
 from headway.batches.offload import off_loop
@@ -109,8 +116,12 @@ class Executor:
         settings: ExecutorSettings,
         metrics: ExecutorMetrics,
         clock: Callable[[], float] = time.monotonic,
+        links: ExecutorLinks | None = None,
     ) -> None:
+        """``links``: the store's and the queue's reachability, shared with the service that
+        reports it (default: the executor's own)."""
         self._store, self._queue, self._inputs = store, queue, inputs
+        self._links = links or ExecutorLinks.of(metrics)
         self._submitter, self._settings, self._metrics = submitter, settings, metrics
         self._clock = clock
         self._quota_gates: dict[int, float] = {}
@@ -122,7 +133,7 @@ class Executor:
         """Lines in flight here, by the tenant id their queue items name."""
         self._batches: dict[str, tuple[float, Batch | None]] = {}
         self._running: set[asyncio.Task[None]] = set()
-        self._committer = Committer(store, queue)
+        self._committer = Committer(store, queue, self._links)
         self._window = SendWindow(settings.lines_in_flight)
 
     async def run(self) -> None:
@@ -137,8 +148,17 @@ class Executor:
                     continue
                 busy = bool(self._running)
                 wait_s = 0.0 if busy else PULL_WAIT_S  # busy: look, then wait for an end
-                pulled = await self._queue.pull(free, wait_s, self._room())
-                for delivery in await self._to_run(pulled):
+                pulled: list[Delivery] = []
+                try:
+                    pulled = await self._queue.pull(free, wait_s, self._room())
+                    to_run = await self._to_run(pulled)
+                except AWAY as exc:  # Postgres or NATS away: wait for it, never exit
+                    link = self._links.of_error(exc)
+                    link.failed(exc, "pulling lines")
+                    await _hand_back(pulled, DEFAULT_WAIT_S)
+                    await link.pause()
+                    continue
+                for delivery in to_run:
                     self._start(delivery, ended)
                 self._metrics.in_flight.set(len(self._running))
                 if busy and not pulled:
@@ -210,6 +230,10 @@ class Executor:
             with contextlib.suppress(Exception):  # stopping: let another executor have it now
                 await asyncio.wait_for(asyncio.shield(delivery.nak(0.0)), STOP_WAIT_S)
             raise
+        except AWAY as exc:  # logged once an outage by its link, not once a line
+            self._links.of_error(exc).failed(exc, "running a line")
+            with contextlib.suppress(Exception):
+                await delivery.nak(DEFAULT_WAIT_S)
         except Exception:
             log.exception(
                 "line %d of %s failed here; it will be delivered again",
@@ -347,6 +371,14 @@ class Executor:
         return batch
 
 
+async def _hand_back(deliveries: list[Delivery], delay_s: float) -> None:
+    """Back to the queue, for another pull after ``delay_s``; a hand-back that fails (the
+    queue away too) leaves the line to come back when its lease ends."""
+    for delivery in deliveries:
+        with contextlib.suppress(Exception):
+            await delivery.nak(delay_s)
+
+
 def _by_batch(deliveries: list[Delivery]) -> dict[str, list[Delivery]]:
     groups: dict[str, list[Delivery]] = {}
     for delivery in deliveries:
@@ -360,8 +392,8 @@ class Committer:
     of acks), as the usage outbox groups its writes. ``commit`` returns once its line
     is kept and acked, in that order."""
 
-    def __init__(self, store: BatchStore, queue: WorkQueue) -> None:
-        self._store, self._queue = store, queue
+    def __init__(self, store: BatchStore, queue: WorkQueue, links: ExecutorLinks) -> None:
+        self._store, self._queue, self._links = store, queue, links
         self._pending: list[tuple[str, LineResult, Delivery, asyncio.Future[None]]] = []
         self._flushing: asyncio.Task[None] | None = None
 
@@ -382,7 +414,9 @@ class Committer:
                 for batch_id, results in groups.items():
                     with contextlib.suppress(UnknownBatch):  # deleted with its tenant
                         await off_loop(self._store.record_many, batch_id, results)
+                self._links.store.succeeded()
                 await self._queue.ack_all([delivery for _, _, delivery, _ in taken])
+                self._links.queue.succeeded()
             except BaseException as exc:  # each line hears of it (a stop cancels this too)
                 for *_, done in taken:
                     if done.done():

@@ -8,6 +8,9 @@ OUTCOMES = ("completed", "failed", "skipped", "deferred")
 WAITS = ("quota", "overloaded", "unauthorized")
 MOVES = ("validate", "finalize", "cancel", "expire")
 MOVE_FAILURES = ("unavailable", "error", "given_up")
+DEPENDENCIES = ("store", "queue")
+"""What an executor cannot work without: the batch store (Postgres or the SQLite file)
+and the work queue (JetStream or the SQLite queue)."""
 
 
 class ExecutorMetrics:
@@ -59,6 +62,26 @@ class ExecutorMetrics:
             "Lines this executor is running now.",
             registry=self.registry,
         )
+        self._up = {
+            dependency: Gauge(
+                f"headway_batch_{dependency}_up",
+                f"1 while this executor reaches its {what}, 0 while it waits for it (with "
+                "backoff: no line is lost, each is delivered again); /readyz is 503 meanwhile.",
+                registry=self.registry,
+            )
+            for dependency, what in zip(DEPENDENCIES, ("batch store", "work queue"), strict=True)
+        }
+        dependency_retries = Counter(
+            "headway_batch_dependency_retries_total",
+            "Pauses of the executor's line loop before it tried an unreachable dependency "
+            "(store, queue) again.",
+            ["dependency"],
+            registry=self.registry,
+        )
+        self._dependency_retries = {
+            dependency: dependency_retries.labels(dependency=dependency)
+            for dependency in DEPENDENCIES
+        }
 
     def line(self, outcome: str, count: int = 1) -> None:
         self._lines[outcome].inc(count)
@@ -71,3 +94,9 @@ class ExecutorMetrics:
 
     def retried(self) -> None:
         self._retries.inc()
+
+    def dependency_up(self, dependency: str, up: bool) -> None:
+        self._up[dependency].set(1 if up else 0)
+
+    def dependency_retry(self, dependency: str) -> None:
+        self._dependency_retries[dependency].inc()

@@ -12,12 +12,19 @@ dir; the file store at ``batches.files_dir``), the registry too while quotas are
 ``nats_url``, else the SQLite queue in the data dir. Any number of executors may run
 on one set of stores: each line runs once at a time (its lease), and every move is
 safe to repeat (``mover.py``). It serves ``/healthz``, ``/readyz`` and ``/metrics``.
+
+It starts whatever is up: the HTTP face at once, the loops once the batch store has been
+opened (migrated) and the queue set up, each waited for with backoff (``links.py``), so an
+executor started before Postgres or NATS, or while one restarts, waits rather than exits.
+``/readyz`` is 503 until both answer, and again while either is away later
+(``headway_batch_store_up``, ``headway_batch_queue_up``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from headway import plants
 from headway.background import Background
@@ -26,13 +33,16 @@ from headway.batches.executor import Executor
 from headway.batches.filestore import DirectoryFileStore
 from headway.batches.inputs import Inputs
 from headway.batches.jetstream_queue import JetStreamWorkQueue
+from headway.batches.links import ExecutorLinks, watched
 from headway.batches.metrics import ExecutorMetrics
 from headway.batches.mover import Bursts, Mover, no_bursts
+from headway.batches.offload import off_loop
 from headway.batches.open import open_batch_store
-from headway.batches.queue import WorkQueue
+from headway.batches.queue import WorkQueue, WorkQueueUnavailable
 from headway.batches.queue_open import open_work_queue
-from headway.batches.store import BatchStore
+from headway.batches.store import BatchStore, BatchStoreUnavailable
 from headway.batches.submit import HttpSubmitter
+from headway.dependency_link import until_reachable
 from headway.http.asgi import App
 from headway.http.ops import ops_app
 from headway.metering.stream_metrics import StreamMetrics
@@ -60,6 +70,10 @@ class ExecutorService:
         self.settings = settings
         self.metrics = metrics or ExecutorMetrics()
         self.stream_metrics = StreamMetrics(self.metrics.registry)
+        executor = settings.batches.executor
+        self.links = ExecutorLinks.of(
+            self.metrics, executor.dependency_retry_initial_s, executor.dependency_retry_max_s
+        )
         self._background = Background()
         self.store: BatchStore | None = None
         self.queue: WorkQueue | None = None
@@ -68,10 +82,23 @@ class ExecutorService:
         self._gateway_tls = gateway_client(settings.tls)  # a bad TLS file fails here, at once
 
     async def start(self) -> None:
+        """Starts nothing that needs a dependency: the loops start once both are had."""
+        self.queue = open_work_queue(self.settings)  # connects on first use
+        self._background.essential("lines", self._run)
+
+    async def _run(self) -> None:
+        """Wait for the store and the queue, start the loops, then run lines for good."""
         settings, batches = self.settings, self.settings.batches
         executor = batches.executor
-        self.store = store = open_batch_store(settings)
-        self.queue = queue = open_work_queue(settings)
+        queue = self.queue
+        assert queue is not None
+        self.store = store = await until_reachable(
+            lambda: off_loop(open_batch_store, settings),
+            self.links.store,
+            BatchStoreUnavailable,
+            "opening it",
+        )
+        await until_reachable(queue.depth, self.links.queue, WorkQueueUnavailable, "setting it up")
         files = DirectoryFileStore(settings.files_dir)
         inputs = Inputs(store, files, settings.gateway.limits, batches.max_inputs)
         self._submitter = HttpSubmitter(
@@ -95,12 +122,22 @@ class ExecutorService:
             metrics=self.metrics,
             duplicate_a_line=plants.planted(settings, "duplicate_line"),
         )
-        lines = Executor(store, queue, inputs, self._submitter, executor, self.metrics)
-        self._background.every("mover", executor.poll_s, mover.tick)
-        self._background.every("files", REAP_INTERVAL_S, mover.reap_files)
-        self._background.every("unnamed", UNNAMED_INTERVAL_S, mover.sweep_unnamed)
-        self._background.every("depth", DEPTH_INTERVAL_S, self._depth)
-        self._background.essential("lines", lines.run)
+        lines = Executor(
+            store, queue, inputs, self._submitter, executor, self.metrics, links=self.links
+        )
+        links = self.links
+        self._background.every(
+            "mover", executor.poll_s, watched(self._tick(mover), links, "moving batches")
+        )
+        self._background.every(
+            "files", REAP_INTERVAL_S, watched(mover.reap_files, links, "reaping files")
+        )
+        self._background.every(
+            "unnamed", UNNAMED_INTERVAL_S, watched(mover.sweep_unnamed, links, "sweeping files")
+        )
+        self._background.every(
+            "depth", DEPTH_INTERVAL_S, watched(self._depth, links, "reading the queue's depth")
+        )
         log.info(
             "batch executor: queue on %s, stores on %s, %d lines at once through %s",
             "NATS JetStream" if settings.nats_url else settings.batches_path,
@@ -108,10 +145,19 @@ class ExecutorService:
             executor.lines_in_flight,
             ", ".join(executor.gateway_urls),
         )
+        await lines.run()
+
+    def _tick(self, mover: Mover) -> Callable[[], Awaitable[None]]:
+        async def tick() -> None:
+            await mover.tick()
+            self.links.store.succeeded()  # every tick reads the store's open batches
+
+        return tick
 
     async def _depth(self) -> None:
         if self.queue is not None:
             self.metrics.queue_depth.set(await self.queue.depth())
+            self.links.queue.succeeded()
         if isinstance(self.queue, JetStreamWorkQueue) and self.queue.stream is not None:
             self.stream_metrics.observe(self.queue.stream)
 
@@ -128,7 +174,7 @@ class ExecutorService:
 
     @property
     def ready(self) -> bool:
-        return self.store is not None and self.queue is not None
+        return self.store is not None and self.queue is not None and self.links.up
 
 
 def build_executor_app(service: ExecutorService) -> App:

@@ -56,6 +56,7 @@ from headway.gateway.batches.lines import REQUEST_ID as LINE_REQUEST_ID
 from headway.gateway.batches.lines import TENANT_ID as LINE_TENANT_ID
 from headway.gateway.batches.parts import BatchParts
 from headway.gateway.batches.tenants import FINISH_EVERY_S, TenantData
+from headway.gateway.batches.unavailable import guarded as store_guarded
 from headway.gateway.console import routes as console
 from headway.gateway.endpoints import tei
 from headway.gateway.endpoints.base import Endpoint
@@ -492,7 +493,8 @@ def batch_routes(
         )
         for endpoint in endpoints
     ]
-    return [*files.routes(batches), *batches_api.routes(batches), *lines]
+    store_routes = [*files.routes(batches), *batches_api.routes(batches)]
+    return [*(store_guarded(route) for route in store_routes), *lines]
 
 
 def _openapi(documented: list[DocumentedRoute], service: GatewayService) -> Handler:

@@ -4,10 +4,13 @@ A worker holds every version its ``ModelSource`` wants, each with its own loaded
 backend and ``Batcher`` (its own queue), all running on the worker's one inference
 thread: a replica is as fast with two versions as with one, and a shadow batch never
 runs beside real work on another core. Readiness comes only after each version is
-loaded and a warm-up batch has run. Every ``registry_poll_s`` the worker reads the
-source's change counter; when it moved, it loads (in a thread, off the event loop)
-and warms up what is newly wanted before advertising it, stops taking chunks for what
-is no longer wanted, and unloads that once its queue is empty. A chunk is served by
+loaded and a warm-up batch has run; while the source cannot read the model registry
+(its Postgres away: ``RegistryUnavailable``), the start waits with backoff
+(``headway.dependency_link``, ``headway_worker_registry_up``) rather than exits. Every
+``registry_poll_s`` the worker reads the source's change counter; when it moved, it
+loads (in a thread, off the event loop) and warms up what is newly wanted before
+advertising it, stops taking chunks for what is no longer wanted, and unloads that once
+its queue is empty. A chunk is served by
 the version it names (``ModelMismatch`` if not held; none named: the first). Shadow
 chunks run only in spare capacity: taken only while the worker is idle (a batcher
 drains its queue into each batch, so an empty queue is not idleness), refused at once
@@ -20,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -30,6 +33,7 @@ import numpy as np
 
 from headway import wire
 from headway.background import Background
+from headway.dependency_link import Backoff, DependencyLink, until_reachable
 from headway.errors import (
     DeadlineExceeded,
     InvalidRequest,
@@ -42,6 +46,7 @@ from headway.http.asgi import App, Handler, Request, Response, json_response
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metrics import metrics_handler
+from headway.registry.errors import RegistryUnavailable
 from headway.tracing.setup import ProcessTracing
 from headway.tracing.spans import record, recording, span, wall_ns
 from headway.worker.backends.base import Encoded
@@ -88,6 +93,8 @@ class WorkerService:
         clock: Callable[[], float] = time.monotonic,
         metrics: WorkerMetrics | None = None,
         background: Background | None = None,
+        registry_retry_max_s: float = 5.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.pool = pool
         self._source = source
@@ -96,6 +103,15 @@ class WorkerService:
         self._clock = clock
         self.metrics = metrics or WorkerMetrics(pool)
         self._background = background or Background()
+        self.registry_link = DependencyLink(
+            "model registry",
+            on_change=self.metrics.registry_up,
+            on_retry=self.metrics.registry_retry,
+            backoff=Backoff(min(0.1, registry_retry_max_s), registry_retry_max_s),
+            sleep=sleep,
+            meanwhile="a starting worker stays unready, a running one serves what it holds",
+            resumed="the worker follows it again",
+        )
         self.held: dict[str, Held] = {}
         """Versions served, the default first."""
         self.retiring: list[Held] = []
@@ -113,7 +129,7 @@ class WorkerService:
     async def start(self) -> None:
         """Load and warm up before serving; a model that cannot load stops the process."""
         started = time.perf_counter()
-        await self._sync()
+        await until_reachable(self._sync, self.registry_link, RegistryUnavailable, "starting")
         self.ready = True
         self._poll = self._background.every("registry", self._registry_poll_s, self.refresh)
         log.info(
@@ -141,9 +157,15 @@ class WorkerService:
         self._inference.shutdown(wait=True)
 
     async def refresh(self) -> None:
-        """One registry poll: follow a change, then unload retired versions now idle."""
-        if await asyncio.to_thread(self._source.changes) != self._changes:
-            await self._sync()
+        """One registry poll: follow a change, then unload retired versions now idle. The
+        registry away, the worker serves what it holds, and says so once (its link)."""
+        try:
+            if await asyncio.to_thread(self._source.changes) != self._changes:
+                await self._sync()
+        except RegistryUnavailable as exc:
+            self.registry_link.failed(exc, "polling it")
+        else:
+            self.registry_link.succeeded()
         for held in [h for h in self.retiring if h.batcher.outstanding_texts == 0]:
             self.retiring.remove(held)
             await held.batcher.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from headway.catalog import synthetic_aliases, synthetic_record
 from headway.http.asgi import App
 from headway.models.store import ModelStore
@@ -42,9 +44,13 @@ def synthetic_loader(settings: Settings) -> LoadedModel:
 
     synthetic = settings.worker.synthetic
     record = synthetic_record(synthetic)
-    open_registry(settings).add_model(
-        record, synthetic_aliases(synthetic), actor=Actor(f"worker:{settings.worker.pool}")
-    )
+    registry = open_registry(settings)
+    try:  # closed each try: a start waiting for Postgres tries again and again
+        registry.add_model(
+            record, synthetic_aliases(synthetic), actor=Actor(f"worker:{settings.worker.pool}")
+        )
+    finally:
+        registry.close()
     backend = SyntheticBackend(
         call_ms=synthetic.call_ms,
         text_ms=synthetic.text_ms,
@@ -81,7 +87,9 @@ def model_source(settings: Settings) -> ModelSource:
             loader.load(version), intra_op_threads=threads, mapped_weights=mapped
         )
 
-    names = model_names_for(settings, registry)
+    # Resolved on the first question, from the worker's start (which waits for the
+    # registry), not here: building a worker reads no database.
+    names = functools.partial(model_names_for, settings, registry)
     return RefusingSource(RegistrySource(registry, names, load_backend))
 
 
@@ -104,5 +112,6 @@ def build_worker(settings: Settings) -> tuple[App, WorkerService]:
         limits,
         registry_poll_s=worker.registry_poll_s,
         metrics=metrics,
+        registry_retry_max_s=worker.registry_retry_max_s,
     )
     return build_worker_app(service, tracing, access_log=observability.logging.access), service

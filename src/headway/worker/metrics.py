@@ -16,6 +16,20 @@ class WorkerMetrics:
     def __init__(self, pool: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         labels = {"pool": pool}
+        self._registry_up = Gauge(
+            "headway_worker_registry_up",
+            "1 while the worker reads the model registry, 0 while its database is "
+            "unreachable: a start waits (with backoff, unready), a running worker serves "
+            "what it holds.",
+            ["pool"],
+            registry=self.registry,
+        ).labels(**labels)
+        self._registry_retries = Counter(
+            "headway_worker_registry_retries_total",
+            "Pauses of a starting worker before it tried the unreachable registry again.",
+            ["pool"],
+            registry=self.registry,
+        ).labels(**labels)
         self.chunks = Counter(
             "headway_worker_chunks_total",
             "Chunks answered, by outcome.",
@@ -119,6 +133,12 @@ class WorkerMetrics:
         """Chunks answered, by outcome (``ok`` or the error type); other routes are not chunks."""
         if route in _CHUNK_ROUTES:
             self.chunks.labels(pool=self._pool, outcome=error or "ok").inc()
+
+    def registry_up(self, up: bool) -> None:
+        self._registry_up.set(1 if up else 0)
+
+    def registry_retry(self) -> None:
+        self._registry_retries.inc()
 
 
 _CHUNK_ROUTES = frozenset(("embed", "score"))

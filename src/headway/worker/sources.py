@@ -95,9 +95,11 @@ class RegistrySource:
     def __init__(
         self,
         registry: RegistryView,
-        names: tuple[str, ...],
+        names: tuple[str, ...] | Callable[[], tuple[str, ...]],
         load_backend: Callable[[str], Backend],
     ) -> None:
+        """``names``: or how to find them (a read of the registry: the rerank pool's
+        fallback), asked once, when first wanted."""
         self._registry = registry
         self._names = names
         self._load_backend = load_backend
@@ -106,6 +108,8 @@ class RegistrySource:
         return self._registry.changes()
 
     def wanted(self) -> Wanted:
+        if callable(self._names):
+            self._names = self._names()
         snapshot = self._registry.model_snapshot()
         return Wanted(snapshot.changes, versions_for(snapshot, self._names))
 
