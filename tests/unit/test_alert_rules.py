@@ -42,7 +42,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
             "promtool is not installed (Debian package prometheus): run `make prerequisites`"
         )
     return subprocess.run(
-        [binary, *args], capture_output=True, text=True, timeout=60, cwd=PROMETHEUS
+        [binary, *args], capture_output=True, text=True, timeout=300, cwd=PROMETHEUS
     )
 
 
