@@ -340,7 +340,8 @@ class Executor:
 
     async def _leased(self, delivery: Delivery, work: Awaitable[T]) -> T:
         """``work``, touching the delivery's lease meanwhile so no one else takes it; a
-        line asked to stop stops here even if ``work`` or a touch swallowed the ask."""
+        line asked to stop stops here, even if the ask came during a touch that swallowed
+        it (``work`` runs in a task of its own: what it swallows is its own)."""
         task = asyncio.ensure_future(work)
         every_s = self._queue.lease_s / 3
         try:
