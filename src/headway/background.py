@@ -13,7 +13,10 @@ Two kinds, as TEI's background tasks either carry on or ``.expect()`` loudly:
   once, exit status 70), so a supervisor or orchestrator restarts it instead of
   it answering nothing while looking alive.
 
-``stop()`` cancels them all and waits for them; it is the only way they end.
+``stop()`` cancels them all and waits for them; it is the only way they end. A loop
+whose step swallowed the cancellation, or turned it into an error (``cancellation.py``:
+Python 3.11's ``wait_for``, nats-py), still ends: each loop checks after its step whether
+it was asked to stop.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine
+
+from headway.cancellation import cancel_requested, raise_if_cancel_requested
 
 log = logging.getLogger(__name__)
 
@@ -83,17 +88,23 @@ class Background:
             try:
                 await step()
             except Exception:
+                if cancel_requested():  # the step turned this loop's stop into an error
+                    raise asyncio.CancelledError from None
                 self.failures[name] = self.failures.get(name, 0) + 1
                 log.exception("background loop %s: step failed; carrying on", name)
                 if self._on_failure is not None:
                     self._on_failure(name)
+            raise_if_cancel_requested()  # a stop the step swallowed (cancellation.py)
 
     async def _guarded(self, name: str, run: Step) -> None:
         try:
             await run()
+            raise_if_cancel_requested()  # stopped, though ``run`` swallowed the stop
         except asyncio.CancelledError:
             raise
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception) and cancel_requested():  # its stop, as an error
+                raise asyncio.CancelledError from None
             log.critical("background task %s died; stopping the process", name, exc_info=True)
         else:
             log.critical("background task %s ended; stopping the process", name)

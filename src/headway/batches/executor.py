@@ -41,6 +41,15 @@ let through round robin by tenant) are at the gateways at a time, so a pool with
 for five lines sees about five, not a stream of refusals. A line waiting (for capacity,
 for a slow answer) keeps its lease alive by touching it.
 
+**Stopping.** A stop is a cancel of ``run``: every line running hands itself back (a
+nak, visible again at once to another executor), each given ``STOP_WAIT_S``. A stop can
+be swallowed below: under Python 3.11 a pull from JetStream that is cancelled as its
+message arrives returns the message instead (``cancellation.py``); the loop then went on
+pulling for ever, and whoever stopped it (``Background.stop``, a test) waited for ever.
+So ``run`` checks once a turn, and after each pull, whether it was asked to stop (the
+lines that pull brought are handed back unstarted), and so does each line's every wait
+(``_leased``).
+
 **Tenants by id.** A line runs as its batch's tenant, named to the gateway by id
 (``submit.py``), and the executor's per-tenant state (lines held, quota gates, the send
 window's turns) is keyed by id, so a tenant created with a deleted one's name inherits
@@ -71,6 +80,7 @@ from headway.batches.queue import Delivery, Room, WorkQueue
 from headway.batches.store import BatchStore, UnknownBatch
 from headway.batches.submit import UNREACHABLE, Submitter
 from headway.batches.window import SendWindow
+from headway.cancellation import cancel_requested, raise_if_cancel_requested
 from headway.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
@@ -141,6 +151,7 @@ class Executor:
         ended = asyncio.Event()  # a line ended: its slot, and its tenant's room, are free
         try:
             while True:
+                raise_if_cancel_requested()  # a stop swallowed below (cancellation.py)
                 free = self._settings.lines_in_flight - len(self._running)
                 ended.clear()
                 if free <= 0:
@@ -158,12 +169,16 @@ class Executor:
                     await _hand_back(pulled, DEFAULT_WAIT_S)
                     await link.pause()
                     continue
+                if cancel_requested():  # the pull swallowed a stop: start none of these
+                    await _hand_back(to_run)
+                    raise asyncio.CancelledError
                 for delivery in to_run:
                     self._start(delivery, ended)
                 self._metrics.in_flight.set(len(self._running))
                 if busy and not pulled:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(ended.wait(), BUSY_PULL_S)
+                        async with asyncio.timeout(BUSY_PULL_S):  # not wait_for (3.11)
+                            await ended.wait()
         finally:
             for task in list(self._running):
                 task.cancel()
@@ -347,12 +362,15 @@ class Executor:
         return waited
 
     async def _leased(self, delivery: Delivery, work: Awaitable[T]) -> T:
-        """``work``, touching the delivery's lease meanwhile so no one else takes it."""
+        """``work``, touching the delivery's lease meanwhile so no one else takes it; a
+        line asked to stop stops here, even if the ask came during a touch that swallowed
+        it (``work`` runs in a task of its own: what it swallows is its own)."""
         task = asyncio.ensure_future(work)
         every_s = self._queue.lease_s / 3
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=every_s)
+                raise_if_cancel_requested()
                 if done:
                     return task.result()
                 await delivery.touch()
@@ -371,12 +389,15 @@ class Executor:
         return batch
 
 
-async def _hand_back(deliveries: list[Delivery], delay_s: float) -> None:
-    """Back to the queue, for another pull after ``delay_s``; a hand-back that fails (the
-    queue away too) leaves the line to come back when its lease ends."""
-    for delivery in deliveries:
-        with contextlib.suppress(Exception):
-            await delivery.nak(delay_s)
+async def _hand_back(deliveries: list[Delivery], delay_s: float = 0.0) -> None:
+    """Back to the queue, for another pull after ``delay_s`` (none when stopping: at once,
+    for another executor); a nak that fails or takes too long (the queue away too) leaves
+    the line to come back when its lease ends."""
+    if not deliveries:
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(STOP_WAIT_S):
+            await asyncio.gather(*(d.nak(delay_s) for d in deliveries), return_exceptions=True)
 
 
 def _by_batch(deliveries: list[Delivery]) -> dict[str, list[Delivery]]:
