@@ -106,3 +106,27 @@ async def test_an_essential_task_that_swallows_its_stop_is_stopped_not_fatal():
     await running.wait()
     await asyncio.wait_for(background.stop(), 10)
     assert fatal == []
+
+
+async def test_the_billing_consumers_fetch_raises_a_stop_nats_py_swallowed():
+    """``JetStreamSource.fetch`` returns nothing but a stop when nats-py's ``fetch`` (on
+    ``next_msg``, ``wait_for``) swallowed one: the consumer's loop ends, no event acked."""
+    from headway.billing.sources.jetstream import JetStreamSource
+    from headway.metering.stream import StreamConfig
+
+    class SwallowingSubscription:
+        async def fetch(self, batch: int, timeout: float) -> list[object]:  # noqa: ASYNC109 (nats-py's)
+            await _swallow_one_cancel()
+            return []
+
+    source = JetStreamSource(StreamConfig(servers=("nats://127.0.0.1:9",)))
+
+    async def ready(timeout_s: float) -> SwallowingSubscription:
+        return SwallowingSubscription()
+
+    source._ready = ready  # type: ignore[method-assign,assignment]
+    task = asyncio.ensure_future(source.fetch(10, 5.0))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

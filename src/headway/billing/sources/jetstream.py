@@ -37,6 +37,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError
 
 from headway.billing.sources.base import Delivery
+from headway.cancellation import raise_if_cancel_requested
 from headway.metering.stream import StreamConfig, connect, ensure_stream, sync_probe
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,10 @@ class JetStreamSource:
         except _NATS_ERRORS as exc:
             self._note_failure(f"fetch failed: {exc!r}")
             return []
+        finally:
+            # nats-py's fetch may swallow a stop (headway/cancellation.py): it takes effect
+            # here, the fetched events unacked, so redelivered to the next consumer.
+            raise_if_cancel_requested()
         self._note_success()
         return [self._delivery(message) for message in messages]
 
