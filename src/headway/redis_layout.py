@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from headway import redis_client
-from headway.redis_client import RedisEndpoint
+from headway.redis_client import REDIS_FAILURES, RedisEndpoint
 
 SAFE_POLICY = "noeviction"
 UNREADABLE = "unreadable"
@@ -91,7 +91,7 @@ async def quota_layout_problem(
         client = redis_client.connect(cache, timeout_s)
         try:
             cache_id = await instance_id(client)
-        except (RedisError, OSError):
+        except REDIS_FAILURES:
             cache_id = None
         finally:
             await client.aclose()

@@ -220,3 +220,23 @@ async def test_script_survives_a_restart_that_empties_the_script_cache(
         assert fresh.remaining == pytest.approx(2)
     finally:
         await store.close()
+
+
+async def test_a_transport_closed_under_the_call_is_the_store_away_not_a_500() -> None:
+    """uvloop raises RuntimeError ("unable to perform operation on <TCPTransport
+    closed=True>") when Redis dies while redis-py re-opens a pooled connection; the
+    chaos run saw it reach the client as a 500. It is an outage like any other."""
+    store = RedisQuotaStore(f"redis://127.0.0.1:{free_port()}")
+
+    async def closed_transport(**_: object) -> object:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+
+    store._take = closed_transport  # type: ignore[assignment]
+    store._refund = closed_transport  # type: ignore[assignment]
+    try:
+        with pytest.raises(QuotaStoreUnavailable):
+            await store.take(Quota(ACME, 1, 10), 1)
+        with pytest.raises(QuotaStoreUnavailable):
+            await store.refund(Quota(ACME, 1, 10), 1)
+    finally:
+        await store.close()

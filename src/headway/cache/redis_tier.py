@@ -22,15 +22,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from redis.exceptions import RedisError
-
 from headway import redis_client
 from headway.cache.entry import Entry, EntryCorrupt
-from headway.redis_client import RedisEndpoint
+from headway.redis_client import REDIS_FAILURES, RedisEndpoint
 
 logger = logging.getLogger(__name__)
 
-_FAILURES = (RedisError, OSError)  # OSError covers TimeoutError (the deadline)
+_FAILURES = REDIS_FAILURES  # OSError among them covers TimeoutError (the deadline)
 _SCAN_PAGE = 1000
 _KEY_HEX_CHARS = 64
 

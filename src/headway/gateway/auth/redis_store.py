@@ -15,11 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from redis.exceptions import RedisError
-
 from headway import redis_client
 from headway.gateway.auth.store import Failed, FailureStoreUnavailable, Subject
-from headway.redis_client import RedisEndpoint
+from headway.redis_client import REDIS_FAILURES, RedisEndpoint
 
 # ARGV: rate and burst of each key in turn. Answers each key's wait, as a string (Redis
 # truncates Lua numbers to integers).
@@ -96,7 +94,7 @@ class RedisFailureStore:
         keys = [self.key(subject) for subject in subjects]
         try:
             waits = await self._locked(keys=keys, args=args)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise FailureStoreUnavailable(f"failed-auth check failed: {exc}") from exc
         return [float(wait) for wait in waits]
 
@@ -108,7 +106,7 @@ class RedisFailureStore:
         keys = [self.key(subject) for subject in subjects]
         try:
             answer = await self._fail(keys=keys, args=args)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise FailureStoreUnavailable(f"failed-auth count failed: {exc}") from exc
         return [Failed(float(answer[2 * i]), int(answer[2 * i + 1]) == 1) for i in range(len(keys))]
 

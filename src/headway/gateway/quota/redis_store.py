@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import math
 
-from redis.exceptions import RedisError
-
 from headway import redis_client
 from headway.gateway.quota.store import Quota, QuotaDecision, QuotaStoreUnavailable, decision
-from headway.redis_client import RedisEndpoint
+from headway.redis_client import REDIS_FAILURES, RedisEndpoint
 from headway.redis_layout import quota_layout_problem
 
 # Redis >= 5 replicates a script's effects, which a script calling TIME needs;
@@ -131,7 +129,7 @@ class RedisQuotaStore:
         None; until a later check answers None every take and refund is refused."""
         try:
             self._unsafe = await quota_layout_problem(self._redis, cache)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise QuotaStoreUnavailable(f"quota layout check failed: {exc}") from exc
         return self._unsafe
 
@@ -144,7 +142,7 @@ class RedisQuotaStore:
         args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
         try:
             granted, remaining, wait = await self._take(keys=[self.key(quota.tenant_id)], args=args)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise QuotaStoreUnavailable(f"quota take failed: {exc}") from exc
         retry_after_s = float(wait)
         if retry_after_s < 0:
@@ -156,14 +154,14 @@ class RedisQuotaStore:
         args = [float(quota.rate), float(quota.burst), float(cost), idle_ttl_ms(quota)]
         try:
             await self._refund(keys=[self.key(quota.tenant_id)], args=args)
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise QuotaStoreUnavailable(f"quota refund failed: {exc}") from exc
 
     async def heartbeat(self, gateway_id: str, ttl_s: float) -> int:
         """Record ``gateway_id`` as live now; answer how many gateways beat within ``ttl_s``."""
         try:
             live = await self._heartbeat(keys=[self._gateways_key], args=[gateway_id, float(ttl_s)])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             raise QuotaStoreUnavailable(f"gateway heartbeat failed: {exc}") from exc
         return int(live)
 
