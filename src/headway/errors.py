@@ -9,6 +9,7 @@
     ├── MethodNotAllowed        405
     ├── ModelMismatch           409  a chunk names a version its worker does not serve
     ├── Conflict                409  the write clashes with what exists (a duplicate, a rollout)
+    ├── LineNotLive             409  a batch line whose batch runs no more lines (the executor's)
     ├── PayloadTooLarge         413  body bytes over the limit
     ├── UnsupportedMediaType    415  body is not JSON
     ├── RangeNotSatisfiable     416  a Range past the end of the file (carries Content-Range)
@@ -114,6 +115,15 @@ class Conflict(HeadwayError):
 
     status = 409
     type = "conflict"
+
+
+class LineNotLive(HeadwayError):
+    """The executor's token asked to run a line that its batch no longer runs (cancelled,
+    expired, ended) or that is not that batch's: the executor skips the line. Not a 403,
+    which would mean the executor's own token is wrong and pause every tenant's lines."""
+
+    status = 409
+    type = "line_not_live"
 
 
 class PayloadTooLarge(HeadwayError):

@@ -303,7 +303,9 @@ async def test_a_line_that_failed_on_our_side_is_still_billed_once_when_it_serve
 
 async def test_the_executors_token_runs_only_lines_of_a_live_batch_of_the_tenant(stack):
     """The token is no master key: it acts for a tenant only on a line of that tenant's
-    batch in progress, under that line's own request id, and is refused everywhere else."""
+    batch in progress, under that line's own request id (any other line: 409
+    line_not_live, which the executor skips that line for, where a 403 would pause every
+    tenant's lines), and is refused everywhere else."""
     body = b'{"model": "synthetic", "input": ["x"]}'
     line = "/internal/batches/v1/embeddings"
     tenant_id = stack.registry.tenant("search-app").id
@@ -321,12 +323,13 @@ async def test_the_executors_token_runs_only_lines_of_a_live_batch_of_the_tenant
     }
     for what, change in attempts.items():
         refused = await stack.client.post(line, content=body, headers=headers | change)
-        assert refused.status_code == 403, (what, refused.text)
+        assert refused.status_code == 409, (what, refused.text)
+        assert refused.json()["error"]["type"] == "line_not_live", (what, refused.text)
     # A batch that no longer runs (read fresh: never seen live) runs no line.
     fresh = live_line(stack.batches.store, tenant_id)
     stack.batches.store.move(fresh["x-headway-batch-id"], ("in_progress",), "finalizing", 4)
     done = await stack.client.post(line, content=body, headers=fresh | token)
-    assert done.status_code == 403 and "finalizing" in done.text
+    assert done.status_code == 409 and "finalizing" in done.text
     for method, path in (
         ("GET", "/v1/files"),
         ("GET", "/v1/batches"),

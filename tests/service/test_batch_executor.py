@@ -15,6 +15,7 @@ from tests.fakes import until
 from tests.registry.conftest import sqlite_sql
 from tests.service.batch_helpers import (
     BATCHES,
+    ClientSubmitter,
     create,
     embed_line,
     jsonl,
@@ -248,3 +249,47 @@ async def test_a_batch_not_yet_adopted_by_its_tenant_runs_as_nobody_until_it_is(
         batch = await runner.until_final(batch_id, stack.batches)
     assert batch.status == "completed" and batch.counts.completed == 2
     assert {e.tenant_id for e in sink.events if e.tier == "batch"} == {search_app}
+
+
+class _CancelsFirst(ClientSubmitter):
+    """Cancels ``batch_id`` in the store just before its first line is sent: the
+    executor read it in progress, the gateway reads it fresh and finds it cancelling."""
+
+    def __init__(self, client, store, batch_id: str) -> None:
+        super().__init__(client)
+        self._store, self._batch_id, self._done = store, batch_id, False
+
+    async def submit(self, batch, line: int, body: bytes):
+        if batch.id == self._batch_id and not self._done:
+            self._done = True
+            assert self._store.move(batch.id, ("in_progress",), "cancelling", int(time.time()))
+        return await super().submit(batch, line, body)
+
+
+async def test_a_line_whose_batch_ended_under_it_is_skipped_and_pauses_no_other_tenant(
+    tmp_path, monkeypatch
+):
+    """The gateway refuses a line whose batch no longer runs with 409 line_not_live: the
+    executor skips that line (its batch's mover lists it as never run). A 403 would say
+    the executor's own token is wrong and pause every tenant's lines."""
+    monkeypatch.setattr(executor_module, "BATCH_FRESH_S", 1e9)  # its first read stays
+    stack = await make_stack(tmp_path, batches=BATCHES)
+    try:
+        _, secret = stack.registry.add_tenant("bystander", "batch", actor=SYSTEM)
+        await stack.gateway.snapshots.refresh()
+        doomed = await _submit(stack, jsonl(*[embed_line(f"d{i}", f"t{i}") for i in range(6)]))
+        kept = await _submit(
+            stack, jsonl(*[embed_line(f"k{i}", f"u{i}") for i in range(6)]), auth(secret)
+        )
+        submitter = _CancelsFirst(stack.client, stack.batches.store, doomed)
+        async with running(
+            stack.batches, stack.client, tmp_path, limits=TEST_LIMITS, submitter=submitter
+        ) as runner:
+            ended = await runner.until_final(doomed, stack.batches)
+            done = await runner.until_final(kept, stack.batches)
+            paused = runner.metrics._waits["unauthorized"]._value.get()  # type: ignore[attr-defined]
+        assert ended.status == "cancelled" and ended.counts.completed == 0
+        assert done.status == "completed" and done.counts.completed == 6
+        assert paused == 0
+    finally:
+        await stack.close()

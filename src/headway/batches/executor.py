@@ -15,6 +15,8 @@ capacity interactive traffic leaves. What comes back decides the line:
                              within a batch or two), and the send window halves;
                              neither ever fails a line
     401 / 403                this executor's token is wrong: wait, log, never fail a line
+    409 line_not_live        its batch ended (a cancel, an expiry) before this executor
+                             heard: once a fresh read agrees, this line alone is skipped
     unreachable, 500/502/504 ours: retried with backoff, up to ``max_attempts``, then
                              the answer goes to the error file
     any other 4xx            the line's own fault: its answer goes to the error file
@@ -89,6 +91,8 @@ T = TypeVar("T")
 
 QUOTA = 429
 UNAUTHORIZED = (401, 403)
+NOT_LIVE = (409, "line_not_live")
+"""The gateway's answer to a line whose batch runs no more lines (``LineNotLive``)."""
 SHED = 503
 SHED_PAUSE_S = (0.05, 2.0)
 """A shed line's first pause and its longest (doubling, with jitter, in between)."""
@@ -323,6 +327,12 @@ class Executor:
                     self._quota_gates.get(batch.tenant_id, 0.0), until
                 )
                 return Later(wait_s)
+            if (status, answer.error_type) == NOT_LIVE:
+                # Its batch ended (a cancel, an expiry) before this executor heard: this
+                # line alone is skipped, once this executor's own read says so too.
+                now = await self._batch(batch.id, fresh=True)
+                if now is None or now.status in FINAL or now.status == "cancelling":
+                    return None
             if status in UNAUTHORIZED:
                 wait_s = min(MAX_WAIT_S, answer.retry_after_s or DEFAULT_WAIT_S)
                 self._auth_gate = max(self._auth_gate, self._clock() + wait_s)
@@ -377,10 +387,11 @@ class Executor:
         finally:
             task.cancel()
 
-    async def _batch(self, batch_id: str) -> Batch | None:
+    async def _batch(self, batch_id: str, *, fresh: bool = False) -> Batch | None:
+        """The batch as read at most ``BATCH_FRESH_S`` ago (``fresh``: read now)."""
         now = self._clock()
         seen = self._batches.get(batch_id)
-        if seen is not None and now - seen[0] < BATCH_FRESH_S:
+        if seen is not None and now - seen[0] < BATCH_FRESH_S and not fresh:
             return seen[1]
         batch = await off_loop(self._store.batch_by_id, batch_id)
         self._batches[batch_id] = (now, batch)

@@ -11,6 +11,7 @@ never an exception, so the executor decides every outcome in one place.
 from __future__ import annotations
 
 import itertools
+import json
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,18 @@ class Answer:
     body: bytes
     request_id: str
     retry_after_s: float | None = None
+
+    @property
+    def error_type(self) -> str | None:
+        """The ``error.type`` of an error answer (``{"error": {"type", "message"}}``)."""
+        if self.status < 400:
+            return None
+        try:
+            error = json.loads(self.body).get("error")
+        except (ValueError, AttributeError):
+            return None
+        kind = error.get("type") if isinstance(error, dict) else None
+        return kind if isinstance(kind, str) else None
 
 
 class Submitter(Protocol):

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from headway.errors import Forbidden, Unauthorized
+from headway.errors import Forbidden, LineNotLive, Unauthorized
 from headway.gateway.auth.kinds import (
     ADMIN_KEY,
     ANY_KEY,
@@ -143,7 +143,7 @@ class KeyChecks:
             raise Forbidden("batch line routes are off: this gateway has no batch store")
         refusal = await self._live_batches.refusal(claim)
         if refusal is not None:
-            raise Forbidden(f"the executor's token runs only lines of live batches: {refusal}")
+            raise LineNotLive(f"the executor's token runs only lines of live batches: {refusal}")
         request.tenant = caller.tenant.name
         return caller
 
