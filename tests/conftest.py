@@ -68,3 +68,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "every test needs exactly one tier marker (tests/conftest.py):\n  "
             + "\n  ".join(problems)
         )
+
+
+@pytest.fixture(autouse=True)
+def _a_fatal_background_task_fails_its_test(monkeypatch: pytest.MonkeyPatch):
+    """A service under test whose essential task dies would ``os._exit(70)``, taking the
+    whole pytest run down without a report: here it fails the test that caused it."""
+    import headway.background
+
+    fatal: list[str] = []
+    monkeypatch.setattr(headway.background, "exit_now", fatal.append)
+    yield
+    assert not fatal, f"background tasks died, which stops a real process (exit 70): {fatal}"

@@ -41,19 +41,23 @@ def exit_now(name: str) -> None:
     os._exit(EXIT_SOFTWARE)
 
 
+def _exit_now(name: str) -> None:
+    exit_now(name)
+
+
 class Background:
     def __init__(
         self,
         *,
         on_failure: Callable[[str], None] | None = None,
-        on_fatal: Callable[[str], None] = exit_now,
+        on_fatal: Callable[[str], None] | None = None,
         on_loop: Callable[[str], None] | None = None,
     ) -> None:
         """``on_failure(loop)``: a step failed; ``on_loop(loop)``: a loop was started (its
         failure counter exists from then, at 0)."""
         self._on_failure = on_failure
         self._on_loop = on_loop
-        self._on_fatal = on_fatal
+        self._on_fatal = on_fatal or _exit_now  # looked up when called: tests replace it
         self._tasks: list[asyncio.Task[None]] = []
         self.failures: dict[str, int] = {}
         """Failed steps so far, per loop."""

@@ -324,7 +324,9 @@ async def test_executor_service_waits_for_nats_at_start_and_after_a_restart(
 ) -> None:
     monkeypatch.setattr(service_module, "DEPTH_INTERVAL_S", 0.1)  # the queue's probe
     nats = NatsServer()  # not started yet
-    service = ExecutorService(_service_settings(tmp_path, nats_url=nats.url))
+    service = ExecutorService(
+        _service_settings(tmp_path, nats_url=nats.url, streams={"monitor_urls": nats.monitor_url})
+    )
     try:
         await service.start()
         retries = "headway_batch_dependency_retries_total"
