@@ -242,3 +242,22 @@ async def test_refund_failure_switches_to_local_and_drops_it(
     assert store.mode == "local"
     assert modes == ["local"]
     assert shared.refunded == []
+
+
+async def test_an_outage_that_flaps_gives_its_local_burst_once() -> None:
+    """A Redis restart fails each dead pooled connection in turn, flipping the gateway
+    between Redis and local several times in one outage. Time spent on Redis earns the
+    local buckets nothing, so the flips do not each grant another burst."""
+    clock = FakeClock()
+    shared = FakeSharedStore(clock)
+    store = FallbackQuotaStore(shared, LocalQuotaStore(clock), gateways=1, probe_interval_s=0.0)
+    shared.available = False
+    assert await granted_of(store, 30) == 20  # the local burst
+    for _ in range(5):
+        shared.available = True
+        assert (await store.take(QUOTA, 1)).granted  # back on Redis for a while
+        clock.advance(10.0)  # long enough to refill any bucket that earned the time
+        shared.available = False
+        assert await granted_of(store, 30) == 0  # local again: nothing earned meanwhile
+    clock.advance(0.5)  # local time refills as before: 40 texts/s
+    assert await granted_of(store, 30) == 20

@@ -15,8 +15,14 @@ the outage, ``W`` for any window containing it. Each of the N gateways' local
 buckets holds at most ``b/N`` and refills at ``r/N``, and starts full whatever the
 tenant had spent in Redis, so across the N gateways the local buckets grant at
 most ``b + r x T`` during the outage: the quota for those T seconds plus one
-extra burst. Meanwhile the Redis bucket, untouched, refills by ``min(b, r x T)``
-that the tenant can spend after Redis returns; if Redis restarted empty (no
+extra burst. They refill only while local: a Redis that comes back and goes again
+(a restart whose dead pooled connections fail one after another flips a gateway
+several times) finds them as they were left, so a flapping outage counts once,
+with T the time spent local; otherwise each flip would give another burst. (A later,
+separate outage finds them as the last left them too: less than a burst at first,
+the safe side.)
+Meanwhile the Redis bucket, untouched, refills by ``min(b, r x T)`` that the
+tenant can spend after Redis returns; if Redis restarted empty (no
 persistence) the bucket is simply full, which is the same bound. Hence over W
 the tenant is granted at most ``b + r x W`` (the contract) plus
 ``b + min(b, r x T)``: never more than two extra bursts per outage, however long
@@ -156,6 +162,7 @@ class FallbackQuotaStore:
             return
         n = self.gateways
         self._local.share = 1.0 / n
+        self._local.resume()  # one outage that flaps is still one outage: see above
         self._mode = "local"
         if self._configured_gateways:
             source = "configured"
@@ -176,6 +183,7 @@ class FallbackQuotaStore:
         if self._mode == "redis":
             return
         self._mode = "redis"
+        self._local.pause()  # its buckets earn nothing while Redis answers
         logger.info("quota store is back; limiting through Redis again")
         if self._on_mode_change is not None:
             self._on_mode_change("redis")

@@ -63,6 +63,7 @@ class LocalQuotaStore:
     def __init__(self, clock: Callable[[], float] = time.monotonic, share: float = 1.0) -> None:
         self._clock = clock
         self._buckets: dict[int, BucketState] = {}
+        self._paused_at: float | None = None
         self.share = share
 
     def _scaled(self, quota: Quota) -> Quota:
@@ -77,6 +78,24 @@ class LocalQuotaStore:
         )
         self._buckets[quota.tenant_id] = outcome.state
         return decision(scaled, outcome.granted, outcome.remaining, outcome.retry_after_s)
+
+    def pause(self) -> None:
+        """Stop refilling every bucket until ``resume`` (the fallback's buckets earn
+        nothing while the shared store answers)."""
+        if self._paused_at is None:
+            self._paused_at = self._clock()
+
+    def resume(self) -> None:
+        """Every bucket as it was at ``pause``, as if the time between had not passed."""
+        if self._paused_at is None:
+            return
+        held = self._clock() - self._paused_at
+        self._paused_at = None
+        if held > 0:
+            self._buckets = {
+                tenant_id: BucketState(state.tokens, state.updated_s + held)
+                for tenant_id, state in self._buckets.items()
+            }
 
     async def refund(self, quota: Quota, cost: float) -> None:
         state = self._buckets.get(quota.tenant_id)
