@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -322,9 +323,11 @@ async def cancel_unfinished(url: str, key: str) -> None:
 _FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
-async def probe_texts(url: str, key: str) -> list[str]:
-    """Texts the victim embeds before any attack: what the cache probe looks for."""
-    texts = [f"the victim's private query number {i}" for i in range(PROBE_TEXTS)]
+async def probe_texts(url: str, key: str, run: int) -> list[str]:
+    """Texts the victim embeds before run ``run``'s attacks: what its cache probe looks
+    for. New ones each run: an earlier run's probe has put the earlier ones in the
+    attacker's own scope, where they hit without telling it anything of the victim."""
+    texts = [f"the victim's private query number {i} (run {run})" for i in range(PROBE_TEXTS)]
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         response = await client.post(
             "/v1/embeddings",
@@ -362,14 +365,15 @@ async def isolation(
     once, on ``attacker_url``)."""
     measured = await capacity(url, victim_key)
     rate = LOAD_X * measured / TEXTS_PER_REQUEST
-    texts = await probe_texts(url, victim_key)
-    target = Target(attacker_url, attacker_key, burst, tuple(texts), slow_within_s, MODEL)
+    target = Target(attacker_url, attacker_key, burst, (), slow_within_s, MODEL)
     alone = await victim_run(url, victim_key, rate, ARRIVAL_SEED)
     runs = []
     with attacker_pool() as pool:
         for n, names in enumerate(plan, 1):
             seed = ARRIVAL_SEED + n
-            runs.append(await attacked_run(url, victim_key, target, names, rate, seed, pool))
+            texts = tuple(await probe_texts(url, victim_key, n))
+            attacked = dataclasses.replace(target, victim_texts=texts)
+            runs.append(await attacked_run(url, victim_key, attacked, names, rate, seed, pool))
     return measured, rate, alone, runs
 
 
