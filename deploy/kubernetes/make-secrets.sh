@@ -6,7 +6,9 @@
 #
 #   make-secrets.sh dev DIR       the dev overlay: gateway.toml worker.toml billing.toml
 #                                 executor.toml (one Secret each: headway-secrets-<role>),
-#                                 and postgres-password for its in-cluster Postgres
+#                                 postgres-password for its in-cluster Postgres, and for
+#                                 the Job headway-db-roles the owner's db-owner.toml and
+#                                 db-roles/ (each role's Postgres password)
 #   make-secrets.sh prod DIR      the prod overlay: the same four files, with the external
 #                                 services' URLs (and their credentials) taken from
 #                                 POSTGRES_URL, REDIS_URL and NATS_URL; a role's own
@@ -14,11 +16,13 @@
 #                                 POSTGRES_URL_GATEWAY, _WORKER, _BILLING or _EXECUTOR
 #                                 where set, else POSTGRES_URL; the cache's own Redis
 #                                 from CACHE_REDIS_URL, if set (the gateways')
-#   make-secrets.sh compose DIR   compose.yaml: the same four files, models.toml (the
-#                                 one-off model import's) and postgres-password
+#   make-secrets.sh compose DIR   compose.yaml: the same files as dev (db-owner.toml is
+#                                 also the one-off model import's)
 #
 # Each role gets only what it uses (tests/unit/test_secrets.py checks it against the code):
-# its database URL (postgres_url) for all, the weights token for the gateways (which check
+# its database URL (postgres_url) for all, its own Postgres role's in dev and compose
+# (headway_<role>, made with only its grants by `headway db roles`, which alone reads the
+# owner's URL; docs/security.md), the weights token for the gateways (which check
 # it) and the workers (which present it), the executor token for the gateways and the
 # executors, the console's session secret for the gateways; in prod the Redis URL for the
 # gateways alone, the NATS URL for the gateways, billing consumers and executors.
@@ -59,7 +63,7 @@ toml_value() {
 
 mkdir -p "$dir"
 chmod 700 "$dir"
-for name in gateway.toml worker.toml billing.toml executor.toml models.toml postgres-password; do
+for name in gateway.toml worker.toml billing.toml executor.toml db-owner.toml db-roles postgres-password; do
   if [[ -e $dir/$name ]]; then
     echo "$0: $dir/$name exists; not replacing it (the running pods use its tokens)" >&2
     exit 1
@@ -71,16 +75,23 @@ weights_token=$(token)
 executor_token=$(token)
 session_secret=$(token)
 
-# Each role's database URL: one for all until the roles have their own Postgres users
-# (then POSTGRES_URL_<ROLE> in prod; dev and compose create theirs with the database).
+# Each role's database URL: its own Postgres role's. Dev and compose make the roles in their
+# own Postgres (the Job headway-db-roles, compose's db-roles: `headway db roles` as the owner,
+# the superuser `headway`, with the passwords in db-roles/); in prod POSTGRES_URL_<ROLE>.
 case $mode in
   dev | compose)
     password=$(token)
     printf '%s' "$password" >"$dir/postgres-password"
     host=headway-postgres.headway.svc.cluster.local
     [[ $mode == compose ]] && host=postgres
-    for role in gateway worker billing executor models; do
-      printf -v "postgres_$role" '%s' "postgresql://headway:$password@$host:5432/headway"
+    printf 'postgres_url = "%s"\n' "postgresql://headway:$password@$host:5432/headway" \
+      >"$dir/db-owner.toml"
+    mkdir "$dir/db-roles"
+    for role in gateway worker billing executor; do
+      role_password=$(token)
+      printf '%s' "$role_password" >"$dir/db-roles/$role"
+      printf -v "postgres_$role" '%s' \
+        "postgresql://headway_$role:$role_password@$host:5432/headway"
     done
     redis_line=""
     nats_line=""
@@ -121,12 +132,11 @@ printf 'postgres_url = "%s"\n%s\n\n[batches]\nexecutor_token = "%s"\n' \
   "$postgres_executor" "$nats_line" "$executor_token" >"$dir/executor.toml"
 
 if [[ $mode == compose ]]; then
-  # The one-off `headway models import`: the registry, nothing else.
-  printf 'postgres_url = "%s"\n' "$postgres_models" >"$dir/models.toml"
   # Compose bind-mounts secret files as they are: the containers' uid (10001) must read
   # them. The folder stays 0700, so no other user of this machine can.
-  chmod 644 "$dir"/{gateway,worker,billing,executor,models}.toml "$dir/postgres-password"
-  echo "wrote $dir/{gateway,worker,billing,executor,models}.toml and $dir/postgres-password"
-  exit 0
+  chmod 755 "$dir/db-roles"
+  chmod 644 "$dir"/{gateway,worker,billing,executor,db-owner}.toml "$dir/postgres-password" \
+    "$dir"/db-roles/*
 fi
-echo "wrote $dir/{gateway,worker,billing,executor}.toml${password:+ and $dir/postgres-password}"
+echo "wrote $dir/{gateway,worker,billing,executor}.toml${password:+, $dir/postgres-password, \
+$dir/db-owner.toml and $dir/db-roles/}"

@@ -24,11 +24,14 @@ from headway.billing.ledger.base import UsageQuery
 from headway.billing.ledger.postgres import PostgresLedger
 from headway.cli import app
 from headway.db_setup import apply_roles, component_url, migrate_all
-from headway.privileges import COMPONENTS, TABLES, Component, all_statements
+from headway.dependency_link import Backoff, DependencyLink
+from headway.gateway.main import wait_for_stores
+from headway.privileges import COMPONENTS, TABLES, Component, all_statements, role_name
 from headway.quality.references import Reference, postgres_reference_store
 from headway.registry.model import ModelRecord
 from headway.registry.postgres import PostgresRegistry
 from headway.schema import SchemaNotMigrated
+from headway.settings import Settings
 from headway.testing.postgres_server import PostgresServer
 from tests.billing.conftest import usage_event
 
@@ -355,3 +358,39 @@ def test_headway_db_migrate_as_a_component_is_refused_with_the_reason(stack: Sta
     done = runner.invoke(app, ["db", "migrate", "--postgres-url", stack.libpq["executor"]])
     assert done.exit_code == 1
     assert "lacks schema versions [3]" in done.output and "owner" in done.output
+
+
+def test_a_gateway_started_before_its_role_exists_waits_then_opens_its_stores(
+    postgres_server: PostgresServer, postgres_schema: str, libpq_url: str, tmp_path: Path
+) -> None:
+    """Compose's components and the dev overlay's pods may start before ``headway db
+    roles`` has made their role: the gateway's stores wait (refused connections are the
+    database away) instead of the process exiting, and open as the role once it exists."""
+    prefix = postgres_schema
+    passwords = {component: secrets.token_hex(8) for component in COMPONENTS}
+    url = component_url(libpq_url, role_name(prefix, "gateway"), passwords["gateway"])
+    settings = Settings(postgres_url=url, data_dir=tmp_path)
+    waits: list[float] = []
+
+    async def roles_made_during_the_first_wait(delay_s: float) -> None:
+        if not waits:  # as the owner: `headway db roles`
+            await asyncio.to_thread(migrate_all, libpq_url)
+            await asyncio.to_thread(apply_roles, libpq_url, prefix, passwords)
+        waits.append(delay_s)
+
+    link = DependencyLink(
+        "gateway database", sleep=roles_made_during_the_first_wait, backoff=Backoff(0.01, 0.01)
+    )
+    try:
+        stores = wait_for_stores(settings, link)
+        try:
+            assert len(waits) == 1 and link.up is True and link.changes == 2  # down, then up
+            assert stores.registry.tenants() == []  # read as the gateway's own role
+            assert stores.batches.batches(1) == []
+        finally:
+            stores.registry.close()
+            stores.batches.close()
+            stores.quality.close()
+    finally:
+        names = ", ".join(role_name(prefix, c) for c in COMPONENTS)
+        postgres_server.psql(f"DROP OWNED BY {names}; DROP ROLE IF EXISTS {names}")

@@ -27,8 +27,10 @@ from tests.unit.test_manifests import check_command, setting_field
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 SCHEMA = ROOT / "deploy" / "kubernetes" / "schemas" / "compose" / "compose-spec.json"
+ONE_OFF = {"db-roles", "models-import"}
+"""Run to completion once per start; the rest wait for them."""
 HEADWAY_SERVICES = {
-    "models-import",
+    *ONE_OFF,
     "gateway",
     "embed-worker",
     "rerank-worker",
@@ -122,13 +124,13 @@ def test_long_running_services_are_health_checked_and_wait_for_what_they_need(
 ) -> None:
     all_services = services(compose)
     for name, service in all_services.items():
-        if name != "models-import":
+        if name not in ONE_OFF:
             test = service["healthcheck"]["test"]
             assert test[0] == "CMD" and len(test) > 1, name
         for needed, condition in service.get("depends_on", {}).items():
             assert needed in all_services, f"{name} depends on {needed}"
             wanted = condition["condition"]
-            if needed == "models-import":
+            if needed in ONE_OFF:
                 assert wanted == "service_completed_successfully", name
             else:
                 assert wanted == "service_healthy", f"{name} -> {needed}"
@@ -139,10 +141,13 @@ def test_long_running_services_are_health_checked_and_wait_for_what_they_need(
     for name, port in ports.items():
         assert all_services[name]["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/readyz"
     needs = {name: set(service.get("depends_on", {})) for name, service in all_services.items()}
-    assert {"postgres", "redis", "redis-cache", "nats", "models-import"} <= needs["gateway"]
-    assert {"postgres", "models-import"} <= needs["embed-worker"]
-    assert {"postgres", "nats"} <= needs["billing"]
-    assert {"postgres", "nats", "gateway"} <= needs["executor"]
+    # Postgres through db-roles: its roles exist before any component connects as one.
+    assert needs["db-roles"] == {"postgres"}
+    assert needs["models-import"] == {"db-roles"}
+    assert {"db-roles", "redis", "redis-cache", "nats", "models-import"} <= needs["gateway"]
+    assert {"db-roles", "models-import"} <= needs["embed-worker"]
+    assert {"db-roles", "nats"} <= needs["billing"]
+    assert {"db-roles", "nats", "gateway"} <= needs["executor"]
 
 
 def test_no_secret_is_in_the_file(compose: Doc) -> None:
@@ -171,7 +176,7 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
     assert run.returncode == 0, run.stderr
     # Readable by the containers' uid, in a folder no one else may enter.
     assert folder.stat().st_mode & 0o777 == 0o700
-    for role in ("gateway", "worker", "billing", "executor", "models"):
+    for role in ("gateway", "worker", "billing", "executor", "db-owner"):
         assert (folder / f"{role}.toml").stat().st_mode & 0o777 == 0o644
     for name in HEADWAY_SERVICES:
         service = services(compose)[name]
@@ -181,11 +186,10 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
         for key, value in service["environment"].items():
             assert setting_field(key), f"{name}: {key} is not a headway setting"
             monkeypatch.setenv(key, value)
-        (secret,) = service["secrets"]
+        (secret,) = [s for s in service["secrets"] if s["target"] == "headway.toml"]
         mounted = f"/run/secrets/{secret['target']}"
         config_at = next(run for run in headway_commands(service) if "--config" in run)
         assert config_at[config_at.index("--config") + 1] == mounted, name
-        assert secret["target"] == "headway.toml", name
         source = Path(compose["secrets"][secret["source"]]["file"]).name
         settings = load_settings(config_file=folder / source)
         assert settings.postgres_url is not None and "@postgres:5432/" in settings.postgres_url
@@ -200,9 +204,11 @@ def test_its_settings_are_real_and_load_with_the_secrets_make_secrets_writes(
             assert settings.batches.executor_token
         if name == "executor":
             assert settings.batches.executor.gateway_urls == ("http://gateway:8080",)
+    # The superuser's password (the owner's URL) is in db-owner.toml alone.
     password = (folder / "postgres-password").read_text(encoding="utf-8")
-    for role in ("gateway", "worker", "billing", "executor", "models"):
-        assert password in (folder / f"{role}.toml").read_text(encoding="utf-8")
+    for role in ("gateway", "worker", "billing", "executor", "db-owner"):
+        held = password in (folder / f"{role}.toml").read_text(encoding="utf-8")
+        assert held == (role == "db-owner"), role
     postgres = services(compose)["postgres"]
     assert postgres["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password"
     assert compose["secrets"]["postgres-password"]["file"].endswith("/postgres-password")

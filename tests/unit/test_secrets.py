@@ -19,11 +19,13 @@ import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 import pytest
 import yaml
 from pydantic import BaseModel
 
+from headway.privileges import COMPONENTS, role_name
 from headway.settings import Settings
 from tests.unit.test_manifests import (
     K8S,
@@ -77,8 +79,9 @@ USES = {
     "billing": {"postgres_url", "nats_url", "billing.export_api_key"},
     "executor": {"postgres_url", "nats_url", "batches.executor_token"},
 }
-MODELS_USES = {"postgres_url"}
-"""compose.yaml's one-off models-import (`headway models list | verify | import`)."""
+OWNER_USES = {"postgres_url"}
+"""The owner's file (db-owner.toml): compose.yaml's one-off db-roles and models-import
+(`headway db roles`, `headway models list | verify | import`), the Job headway-db-roles."""
 
 
 def module_file(name: str) -> Path | None:
@@ -198,8 +201,9 @@ def test_the_table_of_what_each_role_uses_is_what_its_code_reads(role: str) -> N
     assert used_by_code(ENTRY[role]) == USES[role]
 
 
-def test_the_model_import_reads_the_database() -> None:
-    assert used_by_code("headway.cli.catalog") >= MODELS_USES
+def test_the_owners_commands_read_the_database() -> None:
+    assert used_by_code("headway.cli.catalog") >= OWNER_USES
+    assert used_by_code("headway.cli.db") >= OWNER_USES
 
 
 @pytest.mark.parametrize("mode", [*OVERLAYS, "compose"])
@@ -210,14 +214,42 @@ def test_each_roles_file_holds_only_the_secrets_it_uses(
         given = file_secrets(written[mode] / f"{role}.toml")
         assert given <= uses, f"{mode} {role}.toml: {sorted(given - uses)} it does not use"
         assert "postgres_url" in given, f"{mode} {role}.toml"
-    if mode == "compose":
-        assert file_secrets(written[mode] / "models.toml") == MODELS_USES
+    if mode != "prod":
+        assert file_secrets(written[mode] / "db-owner.toml") == OWNER_USES
     if mode == "prod":
         billing = tomllib.loads((written[mode] / "billing.toml").read_text(encoding="utf-8"))
         gateway = tomllib.loads((written[mode] / "gateway.toml").read_text(encoding="utf-8"))
         # Each role's own database URL where one is given, the shared one otherwise.
         assert billing["postgres_url"].startswith("postgresql://billing:")
         assert gateway["postgres_url"].startswith("postgresql://headway:")
+
+
+def database_url(path: Path) -> SplitResult:
+    return urlsplit(tomllib.loads(path.read_text(encoding="utf-8"))["postgres_url"])
+
+
+@pytest.mark.parametrize("mode", [m for m in (*OVERLAYS, "compose") if m != "prod"])
+def test_each_role_connects_as_its_own_postgres_role_and_only_the_owner_as_the_owner(
+    written: dict[str, Path], mode: str
+) -> None:
+    """The roles `headway db roles` makes (``<prefix>_<component>``) with the passwords
+    it is given (db-roles/): a role's URL names its own, never the owner's."""
+    folder = written[mode]
+    owner = database_url(folder / "db-owner.toml")
+    assert (owner.username, owner.password) == (
+        "headway",
+        (folder / "postgres-password").read_text(encoding="utf-8"),
+    )
+    passwords = {
+        path.name: path.read_text(encoding="utf-8") for path in (folder / "db-roles").iterdir()
+    }
+    assert sorted(passwords) == sorted(COMPONENTS)
+    for component_name in COMPONENTS:
+        url = database_url(folder / f"{component_name}.toml")
+        assert url.username == role_name("headway", component_name), mode
+        assert url.password == passwords[component_name], mode
+        assert (url.hostname, url.path) == (owner.hostname, owner.path)
+    assert len(set(passwords.values()) | {owner.password}) == len(COMPONENTS) + 1
 
 
 @pytest.fixture(scope="module")
@@ -265,9 +297,21 @@ def test_each_compose_container_mounts_its_own_roles_secret_and_no_other(
     written: dict[str, Path],
 ) -> None:
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
-    files = {name: Path(secret["file"]).name for name, secret in compose["secrets"].items()}
+    files = {
+        name: str(Path(secret["file"]).relative_to(".headway/compose"))
+        for name, secret in compose["secrets"].items()
+    }
+    one_off = compose["services"]["db-roles"]
+    # The owner's URL and every role's password: the roles' maker alone.
+    assert {secret["source"] for secret in one_off["secrets"]} == {
+        "db-owner",
+        *(f"db-password-{c}" for c in COMPONENTS),
+    }
+    for secret in one_off["secrets"]:
+        if secret["source"] != "db-owner":
+            assert files[secret["source"]] == f"db-roles/{Path(secret['target']).name}"
     role_of = {
-        "models-import": "models",
+        "models-import": "db-owner",
         "gateway": "gateway",
         "embed-worker": "worker",
         "rerank-worker": "worker",
@@ -280,9 +324,14 @@ def test_each_compose_container_mounts_its_own_roles_secret_and_no_other(
         (secret,) = service["secrets"]
         assert files[secret["source"]] == f"{role_of[name]}.toml", name
         assert secret["target"] == "headway.toml", name
-        uses = MODELS_USES if role_of[name] == "models" else USES[role_of[name]]
+        uses = OWNER_USES if role_of[name] == "db-owner" else USES[role_of[name]]
         given = file_secrets(written["compose"] / files[secret["source"]])
         assert given <= uses, f"{name}: {sorted(given - uses)}"
         for key, value in service.get("environment", {}).items():
             # A URL in the environment (every container's) carries no credentials.
             assert not (key.endswith("_URL") and "@" in str(value)), f"{name}: {key}"
+        # Every component starts once its role and grants exist.
+        if role_of[name] != "db-owner":
+            assert service["depends_on"]["db-roles"] == {
+                "condition": "service_completed_successfully"
+            }, name

@@ -232,7 +232,7 @@ def gateway(
             "dns_server": dns_server,
         },
     )
-    from headway.gateway.main import build_gateway
+    from headway.gateway.main import build_gateway, wait_for_stores
     from headway.gateway.ops import build_ops_app
     from headway.serve import OpsListener, serve
     from headway.tls.hops import public_server
@@ -240,7 +240,7 @@ def gateway(
     g = settings.gateway
     with tls_files_checked():
         ssl_context = public_server(settings.tls)
-        app, service = build_gateway(settings)
+        app, service = build_gateway(settings, wait_for_stores(settings))
     ops = OpsListener(build_ops_app(service), g.ops_host, g.ops_port, ops_fd, g.ops_edge)
     serve(
         app,

@@ -1,23 +1,35 @@
 """Building a gateway from settings: embedded (local quotas, outbox read by the local
-consumer) or shared (quotas in Redis, the outbox relayed to NATS, the ledger on Postgres)."""
+consumer) or shared (quotas in Redis, the outbox relayed to NATS, the ledger on Postgres).
+
+Its three stores (registry, batch store, quality references) each migrate or check their
+schema as they open, so a gateway cannot be built without its database. In shared mode
+that is Postgres, which may start after the gateway, restart under it, or refuse its role
+until ``headway db roles`` has run: ``wait_for_stores`` opens them with the backoff of
+``headway.dependency_link`` (one line when the database is away, one when it is back)
+instead of exiting; the gateway listens once they are open.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from headway import plants
 from headway.batches.filestore import PARTIAL_FILE_AGE_S, DirectoryFileStore
 from headway.batches.open import open_batch_store
+from headway.batches.store import BatchStore, BatchStoreUnavailable
 from headway.billing.ledger.base import Ledger
 from headway.billing.ledger.open import open_ledger
 from headway.billing.prices import load_prices
 from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS
+from headway.dependency_link import DependencyLink, until_reachable
 from headway.gateway.app import build_gateway_app
 from headway.gateway.auth.fallback import FallbackFailureStore
 from headway.gateway.auth.metrics import AuthMetrics
@@ -37,9 +49,15 @@ from headway.gateway.service import GatewayService
 from headway.http.asgi import App
 from headway.metering.build import gateway_id, gateway_metering
 from headway.models.store import ModelStore
-from headway.quality.references import open_reference_store
+from headway.quality.references import (
+    QualityStoreUnavailable,
+    SqlReferenceStore,
+    open_reference_store,
+)
 from headway.redis_client import cache_endpoint, quota_endpoint
+from headway.registry.errors import RegistryUnavailable
 from headway.registry.open import open_registry
+from headway.registry.store import RegistryStore
 from headway.settings import GatewaySettings, Settings
 from headway.tls.hops import internal_client, line_callers
 from headway.tls.names import WORKER_NAME
@@ -125,8 +143,54 @@ def results_cache(settings: Settings, metrics: GatewayMetrics) -> ResultsCache |
     return ResultsCache.from_settings(settings, CacheMetrics(metrics.registry))
 
 
-def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
+@dataclass(frozen=True)
+class GatewayStores:
+    registry: RegistryStore
+    batches: BatchStore
+    quality: SqlReferenceStore
+
+
+STORES_UNAVAILABLE = (RegistryUnavailable, BatchStoreUnavailable, QualityStoreUnavailable)
+"""What a database that is away (or refusing the role) raises as a store opens."""
+
+
+def open_stores(settings: Settings) -> GatewayStores:
+    """Every store opened, or none: one that opened is closed when a later one fails."""
     registry = open_registry(settings)
+    try:
+        batches = open_batch_store(settings)
+        try:
+            return GatewayStores(registry, batches, open_reference_store(settings))
+        except BaseException:
+            batches.close()
+            raise
+    except BaseException:
+        registry.close()
+        raise
+
+
+def wait_for_stores(settings: Settings, link: DependencyLink | None = None) -> GatewayStores:
+    """``open_stores`` once the database lets it; meanwhile retried with backoff."""
+    link = link or DependencyLink(
+        "the gateway's database (registry, batch store, quality references)",
+        logger=log,
+        meanwhile="not listening until it opens",
+        resumed="starting",
+    )
+
+    async def opened() -> GatewayStores:
+        return await until_reachable(
+            lambda: asyncio.to_thread(open_stores, settings),
+            link,
+            STORES_UNAVAILABLE,
+            "opening its stores",
+        )
+
+    return asyncio.run(opened())
+
+
+def build_gateway(settings: Settings, stores: GatewayStores) -> tuple[App, GatewayService]:
+    registry = stores.registry
     observability = settings.observability
     metrics = GatewayMetrics(max_tenant_labels=observability.metrics.max_tenant_labels)
     tracing = process_tracing(observability.tracing, "gateway", metrics.registry)
@@ -152,14 +216,14 @@ def build_gateway(settings: Settings) -> tuple[App, GatewayService]:
         metrics=metrics,
         cache=results_cache(settings, metrics),
         observability=settings.observability,
-        quality_store=open_reference_store(settings),
+        quality_store=stores.quality,
         failed_auth=failed_auth_store(settings, auth_metrics),
         auth_metrics=auth_metrics,
     )
     files = DirectoryFileStore(settings.files_dir)
     files.sweep_partial(PARTIAL_FILE_AGE_S)  # uploads a killed gateway left half-written
     batches = BatchParts(
-        open_batch_store(settings),
+        stores.batches,
         files,
         settings.batches,
         service.snapshots,
