@@ -86,13 +86,22 @@ sbom: $(SUPPLY_STAMP)
 	  --pyproject pyproject.toml --sv 1.6 --of JSON --output-reproducible --validate -o $(SBOM) -
 	@echo "wrote $(SBOM)"
 
-# Every tier (tests/conftest.py gives each test one: unit, service or e2e).
+# Every tier (tests/conftest.py gives each test one: unit, service or e2e): the unit and
+# service tiers on every core (pytest-xdist, a file's tests on one worker), then the e2e
+# tier alone, one test at a time, as its tests compare timings measured side by side.
+# Both run whatever the first found; exit 5 is "no test selected" (ARGS may name tests of
+# one kind only).
+PYTEST := $(BIN)/python -m pytest
+PARALLEL := -n auto --dist loadfile
 test: prerequisites lint $(TOOLS_STAMP) $(SUPPLY_STAMP)
-	$(BIN)/python -m pytest $(ARGS)
+	@status=0; \
+	$(PYTEST) -m 'unit or service' $(PARALLEL) $(ARGS) || [ $$? -eq 5 ] || status=1; \
+	$(PYTEST) -m e2e $(ARGS) || [ $$? -eq 5 ] || status=1; \
+	exit $$status
 
-# Seconds, not minutes: no lint, no real model, no `headway up` processes.
+# Minutes, not a quarter of an hour: no lint, no real model, no `headway up` processes.
 test-fast: prerequisites $(TEST_STAMP) $(TOOLS_STAMP) $(SUPPLY_STAMP)
-	$(BIN)/python -m pytest -m 'unit or service' $(ARGS)
+	$(PYTEST) -m 'unit or service' $(PARALLEL) $(ARGS)
 
 bench: $(RUN_STAMP)
 	$(BIN)/headway bench $(ARGS)

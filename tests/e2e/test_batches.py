@@ -127,9 +127,12 @@ def test_bad_input_gets_clear_errors_through_the_sdk(running: Up) -> None:
     assert [msgspec.json.decode(e)["error"]["code"] for e in errors] == ["invalid_url"]
 
 
-# --- 20,000 lines, interactive traffic at half the capacity, two SIGKILLs ----------------
+# --- 6,000 lines, interactive traffic at a quarter of the capacity, two SIGKILLs ---------
+# Issue 12's proof ran 20,000 lines; beside this interactive load the executor runs ~70
+# lines/s on 2 cores, so that batch took 4 of the suite's minutes. Both SIGKILLs still land
+# mid-batch (at 25% and 60%), each with a full executor's lines in flight.
 
-LINES = 20_000
+LINES = 6_000
 INTERACTIVE_RPS = 100
 INTERACTIVE_TEXTS = 6
 DEADLINE_MS = 2000
@@ -176,7 +179,7 @@ async def _interactive(url: str, stop: threading.Event, results: list[tuple[int,
         await asyncio.gather(*tasks)
 
 
-def test_a_20k_line_batch_survives_two_sigkills_beside_interactive_traffic(tmp_path: Path) -> None:
+def test_a_6k_line_batch_survives_two_sigkills_beside_interactive_traffic(tmp_path: Path) -> None:
     # Two synthetic replicas of ~1,200 texts/s each (32 texts in 10 + 32 × 0.5 ms); the
     # interactive tenant sends 100 × 6 texts/s (a quarter) with a 2 s deadline.
     env = {
