@@ -86,17 +86,17 @@ sbom: $(SUPPLY_STAMP)
 	  --pyproject pyproject.toml --sv 1.6 --of JSON --output-reproducible --validate -o $(SBOM) -
 	@echo "wrote $(SBOM)"
 
-# Every tier (tests/conftest.py gives each test one: unit, service or e2e): the unit and
-# service tiers on every core (pytest-xdist, a file's tests on one worker), then the e2e
-# tier alone, one test at a time, as its tests compare timings measured side by side.
+# Every tier (tests/conftest.py gives each test one: unit, service or e2e): first on every
+# core (pytest-xdist, a file's tests on one worker) all but the tests marked `alone`
+# (tests/e2e: real processes, timings compared side by side), then those one at a time.
 # Both run whatever the first found; exit 5 is "no test selected" (ARGS may name tests of
 # one kind only).
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -n auto --dist loadfile
 test: prerequisites lint $(TOOLS_STAMP) $(SUPPLY_STAMP)
 	@status=0; \
-	$(PYTEST) -m 'unit or service' $(PARALLEL) $(ARGS) || [ $$? -eq 5 ] || status=1; \
-	$(PYTEST) -m e2e $(ARGS) || [ $$? -eq 5 ] || status=1; \
+	$(PYTEST) -m 'not alone' $(PARALLEL) $(ARGS) || [ $$? -eq 5 ] || status=1; \
+	$(PYTEST) -m alone $(ARGS) || [ $$? -eq 5 ] || status=1; \
 	exit $$status
 
 # Minutes, not a quarter of an hour: no lint, no real model, no `headway up` processes.

@@ -10,6 +10,10 @@
 name its tier itself (``pytestmark = pytest.mark.e2e``), which wins over its folder's;
 a test in a folder missing from ``TIERS`` that names none fails collection, so a new
 folder has to choose its tier here.
+
+Apart from its tier, a test of a folder in ``ALONE`` is marked ``alone``: it starts real
+processes and compares timings measured side by side, so ``make test`` runs those one at a
+time after the rest, which it runs on every core (``-m "not alone"`` with pytest-xdist).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ TIERS = {
     "e2e": "e2e",  # real processes, the real model
 }
 
+ALONE = frozenset({"e2e"})
+"""Folders whose tests need the machine to themselves (``models`` is slow, not timed)."""
+
 TESTS_DIR = Path(__file__).parent
 
 
@@ -63,6 +70,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 problems.append(f"{item.nodeid}: no tier (add its folder to TIERS)")
             else:
                 item.add_marker(tier)
+        if folder_of(item) in ALONE:
+            item.add_marker("alone")
     if problems:
         raise pytest.UsageError(
             "every test needs exactly one tier marker (tests/conftest.py):\n  "

@@ -2,7 +2,7 @@
 
 A checker that has never caught anything proves little. Each plant below is one of the
 bugs the exactly-once design exists to prevent, switched on in one process by the
-``test_fault`` setting, which start-up refuses unless ``test_faults_allowed`` is set too
+``test_faults`` setting, which start-up refuses unless ``test_faults_allowed`` is set too
 (``Settings._test_fault_only_in_tests``); the manifests and ``headway up`` set neither.
 
     drop_outbox_row    the gateway answers 200 but one usage event in ``DROP_EVERY``
@@ -40,9 +40,9 @@ DROP_EVERY = 20
 
 def planted(settings: Settings, plant: Plant) -> bool:
     """Whether this process runs with ``plant`` (settings already refused it outside tests)."""
-    if settings.test_fault != plant:
+    if plant not in settings.test_faults:
         return False
-    log.warning("PLANTED BUG %s is on in this process (test_fault): tests only", plant)
+    log.warning("PLANTED BUG %s is on in this process (test_faults): tests only", plant)
     return True
 
 

@@ -1108,24 +1108,27 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     tls: TlsSettings = TlsSettings()
     weights: WeightsSettings = WeightsSettings()
-    test_fault: Literal["drop_outbox_row", "ack_before_commit", "duplicate_line"] | None = Field(
-        None,
-        description="TESTS ONLY: a planted bug the chaos checker must catch (headway/plants.py): "
-        "a gateway drops one usage event in 20 from its outbox, the billing consumer acks "
-        "before it commits, or the executor writes one output line twice. Refused unless "
-        "test_faults_allowed is also set; never set it in a deployment.",
+    test_faults: frozenset[Literal["drop_outbox_row", "ack_before_commit", "duplicate_line"]] = (
+        Field(
+            frozenset(),
+            description="TESTS ONLY: planted bugs the chaos checker must catch "
+            "(headway/plants.py): a gateway drops one usage event in 20 from its outbox, the "
+            "billing consumer acks before it commits, the executor writes one output line "
+            "twice. Refused unless test_faults_allowed is also set; never set it in a "
+            "deployment.",
+        )
     )
     test_faults_allowed: bool = Field(
-        False, description="TESTS ONLY: the second key test_fault needs (the harness sets both)."
+        False, description="TESTS ONLY: the second key test_faults needs (the harness sets both)."
     )
 
     @model_validator(mode="after")
     def _test_fault_only_in_tests(self) -> Settings:
-        if self.test_fault is not None and not self.test_faults_allowed:
+        if self.test_faults and not self.test_faults_allowed:
             raise ValueError(
-                f"test_fault={self.test_fault!r} plants a bug on purpose and is for the chaos "
-                "checker's tests only: refused without test_faults_allowed (unset "
-                "HEADWAY_TEST_FAULT in anything that serves tenants)"
+                f"test_faults={sorted(self.test_faults)} plant bugs on purpose and are for the "
+                "chaos checker's tests only: refused without test_faults_allowed (unset "
+                "HEADWAY_TEST_FAULTS in anything that serves tenants)"
             )
         return self
 

@@ -181,9 +181,10 @@ def test_the_plan_is_seeded_spread_over_the_window_and_mixes_actions() -> None:
 
 def test_a_plant_is_refused_without_the_test_flag() -> None:
     with pytest.raises(ValidationError, match="tests only"):
-        Settings(test_fault="drop_outbox_row")
-    rigged = Settings(test_fault="ack_before_commit", test_faults_allowed=True)
+        Settings(test_faults={"drop_outbox_row"})
+    rigged = Settings(test_faults={"ack_before_commit", "duplicate_line"}, test_faults_allowed=True)
     assert plants.planted(rigged, "ack_before_commit")
+    assert plants.planted(rigged, "duplicate_line")
     assert not plants.planted(rigged, "drop_outbox_row")
     assert not plants.planted(Settings(), "ack_before_commit")
 

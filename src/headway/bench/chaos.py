@@ -26,14 +26,16 @@ Then the load stops and the run settles, by conditions with a deadline: the batc
 ended, every outbox is empty, JetStream's usage consumer has nothing pending and the
 ledger's count held over one poll. ``chaos_verdict`` judges what was gathered.
 
-``ChaosSpec.plant`` switches on one planted bug (``headway.plants``) in every process:
-the run must then fail, which ``tests/e2e/test_chaos.py`` checks for each.
+``ChaosSpec.plants`` switches on planted bugs (``headway.plants``) in every process: the
+run must then fail, each bug caught by its own check, which ``tests/e2e/test_chaos.py``
+checks (bugs of different processes, with different signatures, share a run).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -135,7 +137,7 @@ class ChaosSpec:
     targets: tuple[str, ...] = TARGETS
     plan: tuple[ChaosStep, ...] | None = None
     """Explicit steps instead of the seeded plan (a planted bug's test)."""
-    plant: Plant | None = None
+    plants: tuple[Plant, ...] = ()
     ready_timeout_s: float = 90.0
     settle_timeout_s: float = 300.0
 
@@ -231,7 +233,7 @@ class ChaosReport:
         spec, b, lines, q = self.spec, self.billing, self.lines, self.quota
         steps = ", ".join(f"{name} {count}" for name, count in sorted(self.steps_done.items()))
         out = [
-            f"chaos run, seed {spec.seed}{f', planted {spec.plant}' if spec.plant else ''}: "
+            f"chaos run, seed {spec.seed}{f', planted {spec.plants}' if spec.plants else ''}: "
             + ("OK" if self.ok else "FAILED: " + "; ".join(self.failures)),
             f"  chaos {spec.chaos_s:.0f} s, {len(self.plan)} steps planned: {steps or 'none'}",
             f"  unexpected exits (restarted): {len(self.unexpected_exits)}",
@@ -371,8 +373,8 @@ class _Run:
                 "HEADWAY_BATCHES__EXECUTOR_TOKEN": os.urandom(16).hex(),
             }
         )
-        if self.spec.plant is not None:
-            env["HEADWAY_TEST_FAULT"] = self.spec.plant
+        if self.spec.plants:
+            env["HEADWAY_TEST_FAULTS"] = json.dumps(list(self.spec.plants))
             env["HEADWAY_TEST_FAULTS_ALLOWED"] = "true"
         data = ["--data-dir", str(self.data_dir)]
         # All started at once (each start opens its port, which the next ones are given),
