@@ -29,6 +29,10 @@ T = TypeVar("T")
 TIER_LOGGER = "headway.cache.redis_tier"
 FAST_S = 0.5
 """Far above what a failed call may take (a refused connect, or the 0.2 s deadline)."""
+ROOMY = {"timeout_s": 2.0, "deadline_s": 5.0}
+"""Timeouts for the tests of what a working Redis does: the defaults (50 ms a socket call,
+200 ms a call) are a gateway's, and a busy test machine (the suite on every core) can take
+longer to accept the first connection. The tests of failing fast name the defaults."""
 
 
 def key(text: str) -> bytes:
@@ -53,7 +57,7 @@ async def make_cache(
     made: list[RedisCache] = []
 
     def make(url: str | None = None, ttl_s: int = 600, **options: Any) -> RedisCache:
-        cache = RedisCache(url or redis_server.url, ttl_s, **options)
+        cache = RedisCache(url or redis_server.url, ttl_s, **(ROOMY | options))
         made.append(cache)
         return cache
 
@@ -101,7 +105,7 @@ async def test_a_value_that_does_not_decode_is_a_miss_and_an_error(
 async def test_drop_scope_deletes_that_scope_only(
     make_cache: Callable[..., RedisCache], client: aioredis.Redis
 ) -> None:
-    cache = make_cache(deadline_s=10.0)
+    cache = make_cache(deadline_s=10.0)  # 2,500 entries
     many = [(key(str(n)), entry(n)) for n in range(2500)]  # more than one SCAN page
     await cache.put_many("acme", many)
     # Scopes whose names a careless pattern would also match: a prefix, a glob.
@@ -167,7 +171,9 @@ async def test_a_server_that_never_answers_costs_one_deadline(
     server = await asyncio.start_server(silent, "127.0.0.1", port)
     try:
         clock = FakeClock()
-        cache = make_cache(url=f"redis://127.0.0.1:{port}/0", clock=clock)
+        cache = make_cache(
+            url=f"redis://127.0.0.1:{port}/0", clock=clock, timeout_s=0.05, deadline_s=0.2
+        )
         found, took = await timed(cache.get_many(S, [key("a")]))
         assert found == [None] and took < FAST_S
         connections = len(accepted)
@@ -185,7 +191,7 @@ async def test_a_server_that_never_answers_costs_one_deadline(
 
 async def test_gateways_share_entries_through_redis(redis_server: RedisServer) -> None:
     def gateway() -> ResultsCache:
-        shared = RedisCache(redis_server.url, ttl_s=600)
+        shared = RedisCache(redis_server.url, ttl_s=600, **ROOMY)
         return ResultsCache(MemoryCache(1 << 20), shared, CacheMetrics(), CacheSettings())
 
     first, second = gateway(), gateway()
@@ -225,7 +231,7 @@ async def test_across_gateways_a_tenant_reads_only_its_own_scope(redis_server: R
     settings = CacheSettings()
 
     def gateway() -> ResultsCache:
-        shared = RedisCache(redis_server.url, ttl_s=600)
+        shared = RedisCache(redis_server.url, ttl_s=600, **ROOMY)
         return ResultsCache(MemoryCache(1 << 20), shared, CacheMetrics(), settings)
 
     first, second = gateway(), gateway()
