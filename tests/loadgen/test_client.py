@@ -11,8 +11,8 @@ from headway.loadgen.client import (
     parse_base_url,
     request_head,
 )
-from headway.loadgen.connection import Failure, Response, Result
 from headway.loadgen.errors import InvalidSpec, RequestFailed
+from headway.transport.connection import Failure, Response, Result
 from tests.loadgen.servers import ScriptedServer, wait_until
 
 # -- the URL and the request bytes ---------------------------------------------------

@@ -14,8 +14,9 @@ the order a run uses them:
 - ``trace``: a recorded load as JSON lines (offsets, tenants, text lengths; no texts,
   no keys), and ``replay``: a trace → a plan (replay) and a plan → a trace (record);
   ``usage_trace``: the ledger's usage rows → a trace
-- ``client``: a keep-alive connection pool with per-request deadlines, over
-  ``connection``: one HTTP/1.1 connection that parses its responses in place
+- ``client``: a keep-alive connection pool with per-request deadlines, over the
+  product's ``transport.connection`` (one HTTP/1.1 connection that parses its responses
+  in place; the gateway's worker hop runs on it too)
 - ``run``: fires each plan's request at its time and records what came back
 - ``recorder``: per-request records → summaries (overall, per class, per second)
 - ``report``: a summary as a plain-text table or a JSON-able dict

@@ -40,8 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from headway.loadgen.connection import Connection, Failure, OnDone, Pending, Response, Result
 from headway.loadgen.errors import InvalidSpec, RequestFailed
+from headway.transport.connection import Connection, Failure, OnDone, Pending, Response, Result
 
 Clock = Callable[[], float]
 # Connections being opened at once. Without a bound, a generator that falls

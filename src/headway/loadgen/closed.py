@@ -37,9 +37,9 @@ from headway.loadgen.client import (
     parse_base_url,
     request_head,
 )
-from headway.loadgen.connection import Response, Result
 from headway.loadgen.errors import InvalidSpec
 from headway.loadgen.recorder import error_reason
+from headway.transport.connection import Response, Result
 
 Clock = Callable[[], float]
 Headers = Sequence[tuple[str, str]]

@@ -29,8 +29,8 @@ import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
-from headway.loadgen.connection import Response
 from headway.quantile import quantile
+from headway.transport.connection import Response
 
 LAG_P99_LIMIT_S = 0.005
 LAG_MAX_LIMIT_S = 0.050

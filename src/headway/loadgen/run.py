@@ -38,7 +38,6 @@ from headway.loadgen.client import (
     parse_base_url,
     request_head,
 )
-from headway.loadgen.connection import Failure, Response, Result
 from headway.loadgen.plan import Plan, plan_schedule
 from headway.loadgen.recorder import (
     ClientStats,
@@ -50,6 +49,7 @@ from headway.loadgen.recorder import (
 )
 from headway.loadgen.schedule import Schedule
 from headway.loadgen.workload import Workload
+from headway.transport.connection import Failure, Response, Result
 
 LEAD_S = 0.05  # from the end of the preparations to the first intended time
 BURST = 64  # most requests fired without yielding to the event loop

@@ -2,7 +2,7 @@
 
 Each call takes an idle connection to its replica (or opens one), writes the request
 in one ``write``, and waits for the response, which the connection parses in place
-as the bytes arrive (``loadgen.connection``: the same parser the load generator
+as the bytes arrive (``transport.connection``: the same parser the load generator
 drives at ~25k requests/s per core). No streams, no per-call timer objects beyond
 one ``call_later``: aiohttp's client cost ~0.2 ms CPU per call here, httpx's 2-3 ms.
 
@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from headway.loadgen.connection import Connection, Failure, Pending, Response, Result
 from headway.tls.reload import ContextSource
 from headway.transport.base import (
     ConnectFailed,
@@ -37,6 +36,7 @@ from headway.transport.base import (
     TransportTimeout,
     UpstreamRequest,
 )
+from headway.transport.connection import Connection, Failure, Pending, Response, Result
 
 KEEPALIVE_S = 30.0
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from headway.loadgen.connection import Connection, Failure, Pending, Response, Result
+from headway.transport.connection import Connection, Failure, Pending, Response, Result
 
 
 class FakeTransport:

@@ -1,0 +1,66 @@
+"""The layer rules docs/DESIGN.md states, read from the code's imports (every ``import``
+and ``from … import`` of a module, function-level ones included): a rule broken names the
+module and what it imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+TOOLING = ("headway.bench", "headway.loadgen", "headway.testing")
+"""Benchmarks, the load generator and the throw-away servers: not the product."""
+RUNS_TOOLING = frozenset({"headway.cli.bench", "headway.cli.loadgen"})
+"""The commands that run the tooling, imported by name only when one is run."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def product_modules() -> dict[str, Path]:
+    modules = {module_name(path): path for path in (SRC / "headway").rglob("*.py")}
+    return {
+        name: path
+        for name, path in modules.items()
+        if not within(name, TOOLING) and name not in RUNS_TOOLING
+    }
+
+
+def test_the_product_never_imports_the_tooling() -> None:
+    broken = {
+        name: sorted(m for m in imports_of(path) if within(m, TOOLING))
+        for name, path in product_modules().items()
+    }
+    assert {name: found for name, found in broken.items() if found} == {}
+
+
+def test_the_check_reads_function_level_and_relative_imports() -> None:
+    headway = SRC / "headway"
+    # `headway gateway` imports the gateway inside the command's function.
+    assert "headway.gateway.main.build_gateway" in imports_of(headway / "cli" / "serve.py")
+    assert "headway.transport.connection" in imports_of(headway / "transport" / "http1.py")
+    products = product_modules()
+    assert len(products) > 300 and "headway.transport.connection" in products
+    assert not any(within(name, TOOLING) for name in products)
