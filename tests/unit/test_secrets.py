@@ -12,7 +12,6 @@ that role sets no secret setting outside ``USES``.
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import tomllib
@@ -27,6 +26,7 @@ from pydantic import BaseModel
 
 from headway.privileges import COMPONENTS, role_name
 from headway.settings import Settings
+from tests.unit.test_layers import imports_of
 from tests.unit.test_manifests import (
     K8S,
     OVERLAYS,
@@ -93,19 +93,7 @@ def module_file(name: str) -> Path | None:
 
 
 def imported(name: str, path: Path) -> set[str]:
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names}
-    return {module for module in found if module.split(".")[0] == "headway"}
+    return {module for module in imports_of(name, path) if module.split(".")[0] == "headway"}
 
 
 @cache
