@@ -86,16 +86,16 @@ sbom: $(SUPPLY_STAMP)
 	  --pyproject pyproject.toml --sv 1.6 --of JSON --output-reproducible --validate -o $(SBOM) -
 	@echo "wrote $(SBOM)"
 
-# Every tier (tests/conftest.py gives each test one: unit, service or e2e): first on every
-# core (pytest-xdist, a file's tests on one worker) all but the tests marked `alone`
-# (tests/e2e: real processes, timings compared side by side), then those one at a time.
-# Both run whatever the first found; exit 5 is "no test selected" (ARGS may name tests of
-# one kind only).
+# Every tier (tests/conftest.py gives each test one: unit, service or e2e): all but the
+# tests marked `alone` (tests/e2e: real processes, timings compared side by side), then
+# those. One test at a time: on every core (PARALLEL) two in-process tests that time
+# themselves failed in 2 of 10 runs (docs in README "Tests"). Both run whatever the first
+# found; exit 5 is "no test selected" (ARGS may name tests of one kind only).
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -n auto --dist loadfile
 test: prerequisites lint $(TOOLS_STAMP) $(SUPPLY_STAMP)
 	@status=0; \
-	$(PYTEST) -m 'not alone' $(PARALLEL) $(ARGS) || [ $$? -eq 5 ] || status=1; \
+	$(PYTEST) -m 'not alone' $(ARGS) || [ $$? -eq 5 ] || status=1; \
 	$(PYTEST) -m alone $(ARGS) || [ $$? -eq 5 ] || status=1; \
 	exit $$status
 
