@@ -12,8 +12,10 @@ a test in a folder missing from ``TIERS`` that names none fails collection, so a
 folder has to choose its tier here.
 
 Apart from its tier, a test of a folder in ``ALONE`` is marked ``alone``: it starts real
-processes and compares timings measured side by side, so ``make test`` runs those one at a
-time after the rest, which it runs on every core (``-m "not alone"`` with pytest-xdist).
+processes and compares timings measured side by side, so it must never share the machine
+with another test. ``make test`` runs them after the rest (``-m "not alone"``), which could
+then run on every core with pytest-xdist once no in-process test times itself too tightly
+(README "Tests").
 """
 
 from __future__ import annotations
