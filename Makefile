@@ -86,18 +86,13 @@ sbom: $(SUPPLY_STAMP)
 	  --pyproject pyproject.toml --sv 1.6 --of JSON --output-reproducible --validate -o $(SBOM) -
 	@echo "wrote $(SBOM)"
 
-# Every tier (tests/conftest.py gives each test one: unit, service or e2e): all but the
-# tests marked `alone` (tests/e2e: real processes, timings compared side by side), then
-# those. One test at a time: on every core (PARALLEL) two in-process tests that time
-# themselves failed in 2 of 10 runs (docs in README "Tests"). Both run whatever the first
-# found; exit 5 is "no test selected" (ARGS may name tests of one kind only).
+# Every tier (tests/conftest.py gives each test one: unit, service or e2e), one test at a
+# time: the e2e tests compare timings measured side by side, and on every core (PARALLEL)
+# two in-process tests that time themselves failed once each in 10 runs (README "Tests").
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -n auto --dist loadfile
 test: prerequisites lint $(TOOLS_STAMP) $(SUPPLY_STAMP)
-	@status=0; \
-	$(PYTEST) -m 'not alone' $(ARGS) || [ $$? -eq 5 ] || status=1; \
-	$(PYTEST) -m alone $(ARGS) || [ $$? -eq 5 ] || status=1; \
-	exit $$status
+	$(PYTEST) $(ARGS)
 
 # Minutes, not a quarter of an hour: no lint, no real model, no `headway up` processes.
 test-fast: prerequisites $(TEST_STAMP) $(TOOLS_STAMP) $(SUPPLY_STAMP)

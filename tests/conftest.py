@@ -10,12 +10,6 @@
 name its tier itself (``pytestmark = pytest.mark.e2e``), which wins over its folder's;
 a test in a folder missing from ``TIERS`` that names none fails collection, so a new
 folder has to choose its tier here.
-
-Apart from its tier, a test of a folder in ``ALONE`` is marked ``alone``: it starts real
-processes and compares timings measured side by side, so it must never share the machine
-with another test. ``make test`` runs them after the rest (``-m "not alone"``), which could
-then run on every core with pytest-xdist once no in-process test times itself too tightly
-(README "Tests").
 """
 
 from __future__ import annotations
@@ -45,9 +39,6 @@ TIERS = {
     "e2e": "e2e",  # real processes, the real model
 }
 
-ALONE = frozenset({"e2e"})
-"""Folders whose tests need the machine to themselves (``models`` is slow, not timed)."""
-
 TESTS_DIR = Path(__file__).parent
 
 
@@ -72,8 +63,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 problems.append(f"{item.nodeid}: no tier (add its folder to TIERS)")
             else:
                 item.add_marker(tier)
-        if folder_of(item) in ALONE:
-            item.add_marker("alone")
     if problems:
         raise pytest.UsageError(
             "every test needs exactly one tier marker (tests/conftest.py):\n  "
