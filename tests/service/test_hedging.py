@@ -59,6 +59,32 @@ async def test_a_stalled_replica_is_hedged_and_its_call_cancelled(tmp_path):
         await stack.close()
 
 
+async def test_a_chunk_stuck_past_several_quantiles_is_hedged_to_a_replica_above_the_p95(
+    tmp_path,
+):
+    """The healthy replica's recent latency is above the pool's p95 (one slow answer under
+    load does that): it is no hedge target at the first threshold, but it is once the stuck
+    chunk has waited longer than that replica takes."""
+    stack = await make_stack(
+        tmp_path, chunk_texts=1, routing=RoutingSettings(hedge_pools=("embed",))
+    )
+    try:
+        pool = stack.gateway.pools["embed"]
+        for i in range(60):
+            assert await embed(stack, f"warm {i}") == 200
+        p95 = pool.hedge_after_s()
+        assert p95 is not None
+        healthy = pool.replicas[1]
+        pool.record(healthy, ok=True, latency_s=healthy.latency_s + 20 * p95 / 0.2)
+        assert healthy.latency_s > 3 * p95  # at the first threshold, no hedge target
+        stack.transport.apps[WORKER_URLS[0]] = Stalled(stack.worker_apps[WORKER_URLS[1]]).app
+        before = copy.copy(pool.counts)
+        assert await embed(stack, "text", timeout_ms=10_000) == 200
+        assert pool.counts.hedges_won - before.hedges_won == 1
+    finally:
+        await stack.close()
+
+
 async def test_without_hedging_a_chunk_on_a_stalled_replica_waits_out_its_deadline(tmp_path):
     stack = await make_stack(tmp_path, chunk_texts=1)
     try:

@@ -75,8 +75,9 @@ async def send_chunk(
     connection may be retried on the same one (a reused keep-alive connection the
     server closed). Hedged, where the pool hedges: a chunk not answered by the pool's
     recent latency quantile is sent to another replica too, to one whose recent latency
-    is below that quantile (not another slow one); the first answer wins and the other
-    call is cancelled (the worker drops work whose caller left). Only answers feed the
+    is below the time the chunk has waited (not another slow one; looked for again each
+    quantile later, so a chunk stuck past several of them takes any replica faster than
+    its wait); the first answer wins and the other call is cancelled (the worker drops work whose caller left). Only answers feed the
     quantile, not the calls given up on. Failures other than a full queue count toward
     ejection. ``spread``: the request's chunks go to different replicas.
     """
@@ -92,7 +93,8 @@ async def send_chunk(
         return await _without_hedge(send, first)
     loop = asyncio.get_running_loop()
     running = {send.start(first, "first"): first}
-    hedge_at: float | None = loop.time() + hedge_after_s
+    started = loop.time()
+    hedge_at: float | None = started + hedge_after_s
     spare = True  # the one extra attempt, not yet spent
     hedge: asyncio.Task[wire.ChunkResult] | None = None
     try:
@@ -102,7 +104,8 @@ async def send_chunk(
                 running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             if not done:  # the hedge is due
-                other = pool.pick(version, exclude=first, max_latency_s=hedge_after_s)
+                waited_s = loop.time() - started
+                other = pool.pick(version, exclude=first, max_latency_s=waited_s)
                 if other is not None and pool.retry_budget.try_retry():
                     hedge_at = None
                     spare = False
