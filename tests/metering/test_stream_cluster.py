@@ -16,7 +16,7 @@ from headway.metering.build import stream_config
 from headway.metering.stream import StreamConfig, connect, ensure_stream
 from headway.metering.stream_guard import StreamDurabilityError
 from headway.settings import Settings, StreamsSettings
-from headway.testing.nats_server import NatsServer
+from headway.testing.nats_server import NatsServer, wait_for_cluster
 from headway.testing.server import free_port
 
 
@@ -34,6 +34,7 @@ def cluster(sync_always: Sequence[bool]) -> Iterator[list[NatsServer]]:
     try:
         with ThreadPoolExecutor(len(servers)) as pool:  # a majority must meet to be healthy
             list(pool.map(NatsServer.start, servers))
+        wait_for_cluster(servers)
         yield servers
     finally:
         for server in servers:

@@ -12,11 +12,13 @@ server with NATS's default (fsync every two minutes), which start-up must refuse
 store may reserve 1 TB (``max_file_store``; JetStream reserves each stream's
 ``max_bytes`` against it), so streams with production limits fit whatever the disk.
 ``cluster_port`` and ``routes`` make it one server of a cluster (start every server
-before waiting for one: a clustered JetStream is healthy once a majority has met).
+before waiting for one: a clustered JetStream is healthy once a majority has met;
+``wait_for_cluster`` then waits until its leader sees every server).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -55,6 +57,37 @@ def is_healthy(monitor_port: int, timeout_s: float = 0.5, host: str = "127.0.0.1
         return False
 
 
+def meta_group_formed(servers: Sequence[NatsServer], timeout_s: float = 0.5) -> bool:
+    """Whether the servers' JetStream meta group has a leader that sees every other
+    server current and online: until then it may refuse to place a replicated stream
+    ("no suitable peers for placement")."""
+    for server in servers:
+        try:
+            with urllib.request.urlopen(f"{server.monitor_url}/jsz", timeout=timeout_s) as answer:
+                meta = json.load(answer).get("meta_cluster") or {}
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+        if meta.get("leader") != server.name:
+            continue
+        peers = meta.get("replicas") or []
+        return len(peers) == len(servers) - 1 and all(
+            peer.get("current") and not peer.get("offline") for peer in peers
+        )
+    return False
+
+
+def wait_for_cluster(servers: Sequence[NatsServer], timeout_s: float = 15.0) -> None:
+    """Returns once ``meta_group_formed``; start every server first."""
+    deadline = time.monotonic() + timeout_s
+    while not meta_group_formed(servers):
+        if time.monotonic() > deadline:
+            raise NatsServerError(
+                f"the JetStream meta group of {[s.name for s in servers]} did not form "
+                f"within {timeout_s:.0f}s"
+            )
+        time.sleep(0.05)  # poll interval of the condition wait above
+
+
 class NatsServer(ServerProcess):
     """One ``nats-server`` process; ``url``, ports and store stay the same across restarts.
     ``host``: the address clients connect to, and read its monitoring port on."""
@@ -78,6 +111,8 @@ class NatsServer(ServerProcess):
         self.monitor_port = free_port()
         self.url = f"nats://{host}:{self.port}"
         self.monitor_url = f"http://{host}:{self.monitor_port}"
+        self.name = f"n{self.port}"
+        """The server's name in a cluster (``server_name``)."""
         self.sync_always = sync_always
         self._start_timeout_s = start_timeout_s
         self._dir = tempfile.TemporaryDirectory(prefix="headway-nats-")
@@ -90,7 +125,7 @@ class NatsServer(ServerProcess):
             return ""
         routes = "".join(f"    nats://{self.host}:{port}\n" for port in self.routes)
         return (
-            f"server_name: n{self.port}\n"
+            f"server_name: {self.name}\n"
             "cluster {\n"
             "  name: headway-test\n"
             f"  listen: {self.host}:{self.cluster_port}\n"
