@@ -77,9 +77,10 @@ async def send_chunk(
     recent latency quantile is sent to another replica too, to one whose recent latency
     is below the time the chunk has waited (not another slow one; looked for again each
     quantile later, so a chunk stuck past several of them takes any replica faster than
-    its wait); the first answer wins and the other call is cancelled (the worker drops work whose caller left). Only answers feed the
-    quantile, not the calls given up on. Failures other than a full queue count toward
-    ejection. ``spread``: the request's chunks go to different replicas.
+    its wait); the first answer wins and the other call is cancelled (the worker drops
+    work whose caller left). Only answers feed the quantile, not the calls given up on.
+    Failures other than a full queue count toward ejection. ``spread``: the request's
+    chunks go to different replicas.
     """
     version = chunk.message.model_version
     pool.retry_budget.record_request()
