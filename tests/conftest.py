@@ -10,6 +10,9 @@
 name its tier itself (``pytestmark = pytest.mark.e2e``), which wins over its folder's;
 a test in a folder missing from ``TIERS`` that names none fails collection, so a new
 folder has to choose its tier here.
+
+A test file that checks figures measured under load against goals marks itself
+``alone`` too: ``make test`` runs everything else on every core, then those one at a time.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import pytest
 from headway.batches.model import line_request_id
 from tests.e2e.conftest import Up, alive, children_of, start_up, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
 BATCH_KEY = "demo-key-nightly-index"
 

@@ -36,7 +36,7 @@ from headway.registry.sqlite import DEMO_ADMIN_KEY, Registry
 from headway.testing.server import free_port
 from tests.e2e.conftest import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
 HEADWAY = (sys.executable, "-m", "headway")
 AUTH = {"authorization": "Bearer demo-key-search-app"}

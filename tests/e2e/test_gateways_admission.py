@@ -15,7 +15,7 @@ from headway.bench.spread import run_spread
 from headway.loadgen import Step
 from tests.e2e.conftest import start_up
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
 GATEWAYS = 3
 FLOOR = 2 * 32  # 2 replicas x floor_texts_per_replica: what each gateway took whole before

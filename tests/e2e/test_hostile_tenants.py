@@ -25,7 +25,7 @@ from headway.bench.isolation import (
 )
 from headway.bench.served import serving
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
 
 def test_no_attack_stalls_starves_or_observes_the_victim(tmp_path):

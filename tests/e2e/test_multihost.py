@@ -33,7 +33,7 @@ from tests.e2e.multihost import (
     samples,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
 PARTITION, QUOTA, BILLING, WEIGHTS = TENANTS
 RATE = 40.0  # requests/s, 1-4 texts each: a small share of two synthetic workers' capacity

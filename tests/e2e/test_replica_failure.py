@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.conftest import children_of, start_up, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
 ADMIN = {"authorization": "Bearer demo-admin-key"}
 

@@ -14,7 +14,7 @@ from headway.registry.sqlite import Registry
 from headway.testing.redis_server import RedisServer
 from tests.e2e.conftest import start_up, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
 KEY = "shared-quota-key"
 RATE, BURST = 40.0, 60.0

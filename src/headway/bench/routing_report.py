@@ -185,8 +185,9 @@ def render(results: RoutingResults, machine: Machine, command: str, seconds: flo
         f"3 replicas, one of them slow (not failing), at {HEDGE_LOAD:.0%} of the pool's "
         f"capacity measured with that replica in it ({slow_capacity}). Hedging sends a "
         "chunk not answered by the pool's recent p95 to another replica (one whose recent "
-        "latency is under it) and cancels the loser. p99 (all) counts a request that timed "
-        "out at the time its 504 came back (its deadline): the tail a client sees. Extra "
+        "latency is under the time the chunk has waited) and cancels the loser. p99 (all) "
+        "counts a request that timed out at the time its 504 came back (its deadline): the "
+        "tail a client sees. Extra "
         "model work = texts the workers ran, against the run without hedging (same "
         "arrivals). Goal: p99 cut ≥ 2× for ≤ 5% extra load.",
         markdown_table(
