@@ -9,11 +9,12 @@ PIP := $(BIN)/python -m pip
 ARGS ?=
 
 # Re-install when the dependency list or its locks change.
-DEPS_HASH := $(shell cat pyproject.toml requirements/*.lock | sha256sum | cut -c1-16)
+DEPS_HASH := $(shell cat pyproject.toml tools/pyproject.toml requirements/*.lock | sha256sum | cut -c1-16)
 RUN_STAMP := $(VENV)/.run-$(DEPS_HASH)
+TOOLING_STAMP := $(VENV)/.tooling-$(DEPS_HASH)
 TEST_STAMP := $(VENV)/.test-$(DEPS_HASH)
 
-.PHONY: up test test-fast prerequisites lint bench clean lock sbom
+.PHONY: up test test-fast prerequisites lint tooling bench clean lock sbom
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "headway needs Python 3.11 or newer")'
@@ -30,9 +31,16 @@ $(RUN_STAMP): pyproject.toml requirements/runtime.lock requirements/model.lock |
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
+# The tooling (tools/: benchmarks, load generator, test servers), a distribution apart:
+# `make tooling` (for `headway loadgen` beside `make up`), `make bench` and `make test`
+# install it; `make up` (and the image) never do.
+$(TOOLING_STAMP): tools/pyproject.toml $(RUN_STAMP)
+	$(PIP) install -q -e tools
+	@touch $@
+
 # The tests compare against sentence-transformers, which needs torch: pin the CPU
 # build first so nothing pulls a multi-GB CUDA build.
-$(TEST_STAMP): $(RUN_STAMP)
+$(TEST_STAMP): $(TOOLING_STAMP)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test]'
 	@touch $@
@@ -42,8 +50,8 @@ up: $(RUN_STAMP)
 	exec $(BIN)/headway up $(ARGS)
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tools/src tests
+	$(BIN)/ruff format --check src tools/src tests
 	$(BIN)/mypy
 
 # The system packages the tests start (redis-server, dnsmasq) and python3-venv, with
@@ -85,7 +93,7 @@ sbom: $(SUPPLY_STAMP)
 	cat requirements/runtime.lock requirements/model.lock | $(SUPPLY)/bin/cyclonedx-py requirements \
 	  --pyproject pyproject.toml --sv 1.6 --of JSON --output-reproducible --validate -o $(SBOM) -
 	@echo "wrote $(SBOM)"
-# Every tier (tests/conftest.py gives each test one: unit, service or e2e), one test at a
+
 # Every tier (tests/conftest.py gives each test one: unit, service or e2e): the tests not
 # marked `alone` on every core (PARALLEL: a file's tests on one worker), then those, which
 # measure figures under load against goals, one at a time. Both run whatever the first
@@ -102,7 +110,9 @@ test: prerequisites lint $(TOOLS_STAMP) $(SUPPLY_STAMP)
 test-fast: prerequisites $(TEST_STAMP) $(TOOLS_STAMP) $(SUPPLY_STAMP)
 	$(PYTEST) -m 'unit or service' $(PARALLEL) $(ARGS)
 
-bench: $(RUN_STAMP)
+tooling: $(TOOLING_STAMP)
+
+bench: $(TOOLING_STAMP)
 	$(BIN)/headway bench $(ARGS)
 
 # `make clean` removes the venv and what headway rebuilds in .headway/ (models, run files),

@@ -4,19 +4,19 @@
     .venv/bin/python scripts/ab-gateway.py REV [TURNS] [SECONDS]
 
 REV is checked out into a temporary worktree; each turn runs, for REV and then for this
-tree, in a fresh process with that tree first on ``PYTHONPATH`` (so the gateway and worker
-processes it starts run that code): a closed loop of 1-text requests at 16 outstanding to
-a zero-cost synthetic worker, every text new, then the 429 and 503 refusals of ``bench
-spine`` (``headway/bench/refusals.py``, copied into REV's tree when it has none: the
-measuring code is this tree's, the measured code REV's). Medians of the turns are printed
-last. Timings on a shared machine are noisy: compare the two columns of one run.
+tree, in a fresh process with that tree's product first on ``PYTHONPATH`` (so the gateway
+and worker processes it starts run that code): a closed loop of 1-text requests at 16
+outstanding to a zero-cost synthetic worker, every text new, then the 429 and 503 refusals
+of ``bench spine`` (``headway_tools/bench/refusals.py``). The measuring code is the tree's
+own tooling (``tools/src``), or this tree's where REV has none apart (before the tooling
+left ``src/headway``). Medians of the turns are printed last. Timings on a shared machine
+are noisy: compare the two columns of one run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -28,14 +28,14 @@ HERE = Path(__file__).resolve().parent.parent
 TURN = r"""
 import asyncio, json, sys, tempfile
 from pathlib import Path
-from headway.bench.raw import batches_of
-from headway.bench.refusals import measure_refusals
-from headway.bench.served import (
+from headway_tools.bench.raw import batches_of
+from headway_tools.bench.refusals import measure_refusals
+from headway_tools.bench.served import (
     GATEWAY, WORKER, Model, bench_settings, demo_registry, gateway_traffic, measure, serving,
     API_KEY,
 )
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
-from headway.loadgen.corpus import sentences
+from headway_tools.loadgen.corpus import sentences
 
 seconds = float(sys.argv[1])
 data = Path(tempfile.mkdtemp())
@@ -66,13 +66,15 @@ print(json.dumps(out))
 """
 
 
-def turn(src: Path, seconds: str) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(src))
+def turn(tree: Path, seconds: str) -> dict[str, float]:
+    tools = tree / "tools" / "src"
+    measuring = tools if tools.is_dir() else HERE / "tools" / "src"
+    env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}{os.pathsep}{measuring}")
     done = subprocess.run(
         [sys.executable, "-c", TURN, seconds], env=env, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise SystemExit(f"a turn at {src} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"a turn at {tree} failed:\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -86,14 +88,11 @@ def main() -> None:
         old = Path(scratch) / "rev"
         subprocess.run(["git", "-C", str(HERE), "worktree", "add", "-q", str(old), rev], check=True)
         try:
-            measuring = old / "src/headway/bench/refusals.py"
-            if not measuring.exists():
-                shutil.copy(HERE / "src/headway/bench/refusals.py", measuring)
-            trees = {rev: old / "src", "this tree": HERE / "src"}
+            trees = {rev: old, "this tree": HERE}
             seen: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
             for i in range(turns):
-                for name, src in trees.items():
-                    seen[name].append(turn(src, seconds))
+                for name, tree in trees.items():
+                    seen[name].append(turn(tree, seconds))
                     print(f"turn {i + 1}, {name}: {seen[name][-1]}", flush=True)
         finally:
             subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(old)])

@@ -21,7 +21,7 @@ import sys
 from headway.batches.jetstream_queue import JetStreamWorkQueue
 from headway.batches.queue import WorkItem
 from headway.metering.stream import StreamConfig
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 
 
 async def probe(server: NatsServer, cancels: int) -> tuple[int, int]:

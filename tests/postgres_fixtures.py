@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from headway.testing.postgres_server import PostgresServer
+from headway_tools.testing.postgres_server import PostgresServer
 
 
 def process_alive(pid: int) -> bool:

@@ -28,7 +28,7 @@ from headway.batches.open import open_batch_store, postgres_batch_store, sqlite_
 from headway.batches.sql import SqlBatchStore
 from headway.batches.store import BatchStore, BatchStoreError, BatchStoreUnavailable, UnknownBatch
 from headway.settings import Settings
-from headway.testing.server import free_port
+from headway_tools.testing.server import free_port
 from tests.batches.conftest import Backend
 
 T = TypeVar("T")

@@ -42,8 +42,8 @@ import pytest
 
 from headway.registry.postgres import PostgresRegistry
 from headway.registry.sqlite import Registry
-from headway.testing.postgres_server import PostgresServer
-from headway.testing.server import free_port
+from headway_tools.testing.postgres_server import PostgresServer
+from headway_tools.testing.server import free_port
 
 pytestmark = pytest.mark.e2e  # a real gateway process (no model): seconds, not milliseconds
 

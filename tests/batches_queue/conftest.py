@@ -16,7 +16,7 @@ from headway.batches.jetstream_queue import JetStreamWorkQueue
 from headway.batches.queue import WorkQueue
 from headway.batches.sqlite_queue import SqliteWorkQueue
 from headway.metering.stream import StreamConfig
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 from tests.metering.conftest import nats_server
 
 OpenQueue = Callable[[float], WorkQueue]

@@ -26,7 +26,7 @@ from headway.batches.queue import (
     WorkQueueUnavailable,
 )
 from headway.metering.stream import connect
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 from tests.batches_queue.conftest import work_stream
 
 

@@ -11,7 +11,7 @@ from headway.batches.queue import WorkItem
 from headway.batches.queue_open import open_work_queue, work_stream_config
 from headway.batches.sqlite_queue import SqliteWorkQueue
 from headway.settings import BatchSettings, ExecutorSettings, Settings, StreamsSettings
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 
 
 def settings(

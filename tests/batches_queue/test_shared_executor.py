@@ -6,7 +6,7 @@ from __future__ import annotations
 from headway.batches.jetstream_queue import JetStreamWorkQueue
 from headway.batches.open import postgres_batch_store
 from headway.settings import ExecutorSettings
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 from tests.batches_queue.conftest import work_stream
 from tests.fakes import until
 from tests.hangs import dumped_on_timeout

@@ -15,7 +15,7 @@ from headway.batches.queue import WorkItem, WorkQueueConfigError, WorkQueueUnava
 from headway.batches.queue_open import work_stream_config
 from headway.metering.stream import StreamConfig, connect
 from headway.settings import Settings, StreamsSettings, WorkStreamSettings
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 
 
 def work_config(server: NatsServer, tmp_path: Path, **streams: object) -> StreamConfig:

@@ -24,7 +24,7 @@ from headway.billing.export import (
 )
 from headway.billing.ledger.memory import MemoryLedger
 from headway.metering.event import UsageEvent
-from headway.testing.billing_provider import METER_EVENTS_PATH, BillingProvider
+from headway_tools.testing.billing_provider import METER_EVENTS_PATH, BillingProvider
 
 HOUR = 3600
 H0 = calendar.timegm((2026, 11, 2, 0, 0, 0))

@@ -23,8 +23,8 @@ from headway.billing.ledger.open import open_ledger
 from headway.billing.ledger.postgres import PostgresLedger
 from headway.billing.ledger.sqlite import SQLiteLedger
 from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
-from headway.testing.postgres_server import PostgresServer
-from headway.testing.server import free_port
+from headway_tools.testing.postgres_server import PostgresServer
+from headway_tools.testing.server import free_port
 from tests.billing.conftest import (
     DAY0,
     HOUR,

@@ -20,7 +20,7 @@ from headway.billing.service import BillingService
 from headway.billing.sources.base import Delivery
 from headway.metering.event import encode
 from headway.settings import Settings
-from headway.testing.postgres_server import PostgresServer
+from headway_tools.testing.postgres_server import PostgresServer
 from tests.billing.conftest import usage_event
 
 

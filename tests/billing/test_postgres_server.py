@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from headway.testing.postgres_server import PostgresServer, PostgresServerError, find_binaries
+from headway_tools.testing.postgres_server import PostgresServer, PostgresServerError, find_binaries
 from tests.billing.conftest import wait_for
 
 

@@ -23,7 +23,7 @@ from headway.cache.results import ResultsCache
 from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import Quota
 from headway.settings import Settings
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 
 TENANTS = 200
 # Barely refilling and long-lived (idle TTL weeks): nothing but eviction removes one.

@@ -19,8 +19,8 @@ from headway.cache.redis_tier import RedisCache
 from headway.cache.results import ResultsCache
 from headway.cache.scopes import group_scope, tenant_scope
 from headway.settings import CacheSettings
-from headway.testing.redis_server import RedisServer
-from headway.testing.server import free_port
+from headway_tools.testing.redis_server import RedisServer
+from headway_tools.testing.server import free_port
 from tests.fakes import FakeClock
 
 S = "tenant:acme"

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from headway.cache.scopes import group_scope, tenant_scope
 from headway.cli import app
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 
 KEY_HEX = "ab" * 32
 

@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 import numpy as np
 
-from headway.bench.served import bench_settings, supervised
 from headway.catalog import synthetic_record
 from headway.registry.open import open_registry
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import Settings, SyntheticSettings
 from headway.supervisor import Supervisor
-from headway.testing.postgres_server import PostgresServer
 from headway.worker.backends.synthetic import SyntheticBackend
+from headway_tools.bench.served import bench_settings, supervised
+from headway_tools.testing.postgres_server import PostgresServer
 
 ADMIN = {"authorization": f"Bearer {DEMO_ADMIN_KEY}"}
 TENANT = {"authorization": "Bearer demo-key-search-app"}

@@ -1,4 +1,4 @@
-"""A headway cluster on hosts in network namespaces (``headway.testing.netns``), for
+"""A headway cluster on hosts in network namespaces (``headway_tools.testing.netns``), for
 ``test_multihost.py``.
 
     client   the open-loop load generator and every probe of the test
@@ -10,7 +10,7 @@
     dns      dnsmasq :53, answering embed.headway.test with the workers' A records
 
 headway's processes are started with ``ip netns exec`` and log to ``logs/<name>.log``;
-the throw-away servers (``headway.testing``) are started from a thread inside their
+the throw-away servers (``headway_tools.testing``) are started from a thread inside their
 host. The test process itself is on none of these networks: it talks to them from the
 client host (``Cluster.get``, ``Cluster.load``) or, for PostgreSQL, from the gateway's.
 The servers listen on their standard ports, on their hosts' addresses: whatever the
@@ -40,16 +40,16 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from headway.catalog import ensure_default_model
-from headway.loadgen import LoadResult, Outcome, Records, run_load_sync, spec_from_args
 from headway.quantile import quantile
 from headway.registry.demo import DEMO_ADMIN_KEY
 from headway.registry.open import open_registry
 from headway.registry.postgres import PostgresRegistry
 from headway.settings import load_settings
-from headway.testing.nats_server import NatsServer
-from headway.testing.netns import Host, Network
-from headway.testing.postgres_server import PostgresServer
-from headway.testing.redis_server import RedisServer
+from headway_tools.loadgen import LoadResult, Outcome, Records, run_load_sync, spec_from_args
+from headway_tools.testing.nats_server import NatsServer
+from headway_tools.testing.netns import Host, Network
+from headway_tools.testing.postgres_server import PostgresServer
+from headway_tools.testing.redis_server import RedisServer
 from tests.e2e.conftest import wait_for
 
 EMBED_NAME = "embed.headway.test"

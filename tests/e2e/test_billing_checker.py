@@ -1,5 +1,5 @@
 """A request answered 200 is billed once, through SIGKILLs of the consumer, a gateway
-and NATS and through injected duplicates (``headway.bench.checker``), in both modes.
+and NATS and through injected duplicates (``headway_tools.bench.checker``), in both modes.
 
 Each test also proves the chaos happened: a checker that passes because nothing was
 killed, nothing was duplicated or nothing was served fails here.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headway.bench.checker import (
+from headway_tools.bench.checker import (
     CHAOS_SPAN,
     CHAOS_START,
     CheckerReport,

@@ -1,4 +1,4 @@
-"""The chaos run of the whole shared stack (``headway.bench.chaos``), shorter than the bench,
+"""The chaos run of the whole shared stack (``headway_tools.bench.chaos``), shorter than the bench,
 and the proof that its checker catches each planted bug (``headway.plants``).
 
 The chaos test also proves the chaos happened and the checks had something to check: a
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headway.bench.chaos import TARGETS, ChaosReport, ChaosSpec, run_chaos
-from headway.bench.chaos_verdict import ChaosStep
 from headway.plants import Plant
+from headway_tools.bench.chaos import TARGETS, ChaosReport, ChaosSpec, run_chaos
+from headway_tools.bench.chaos_verdict import ChaosStep
 
 MIN_ANSWERED = 300  # 200s a 30 s run reaches on a busy 2-core machine (it makes ~1,000)
 

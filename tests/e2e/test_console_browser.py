@@ -23,12 +23,12 @@ import httpx
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from headway.bench.served import supervised
 from headway.catalog import SYNTHETIC_ALIAS
 from headway.gateway.console.pages import PAGES
 from headway.registry.open import open_registry
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import Settings, load_settings
+from headway_tools.bench.served import supervised
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -31,9 +31,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from headway.bench.host import process_cpu_s
 from headway.registry.sqlite import DEMO_ADMIN_KEY, Registry
-from headway.testing.server import free_port
+from headway_tools.bench.host import process_cpu_s
+from headway_tools.testing.server import free_port
 from tests.e2e.conftest import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone

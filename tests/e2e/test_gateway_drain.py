@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from headway.registry.sqlite import Registry
-from headway.testing.server import free_port
+from headway_tools.testing.server import free_port
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -31,8 +31,8 @@ from headway.metering.event import decode
 from headway.metering.stream import connect, ensure_stream
 from headway.registry.sqlite import Registry
 from headway.settings import Settings, StreamsSettings
-from headway.testing.nats_server import NatsServer
-from headway.testing.server import free_port
+from headway_tools.testing.nats_server import NatsServer
+from headway_tools.testing.server import free_port
 from tests.e2e.conftest import wait_for
 from tests.metering.test_relay import stream_messages
 

@@ -10,9 +10,9 @@ import statistics
 import httpx
 import pytest
 
-from headway.bench.overload import interactive_only
-from headway.bench.spread import run_spread
-from headway.loadgen import Step
+from headway_tools.bench.overload import interactive_only
+from headway_tools.bench.spread import run_spread
+from headway_tools.loadgen import Step
 from tests.e2e.conftest import start_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone

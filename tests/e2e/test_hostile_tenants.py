@@ -15,15 +15,15 @@ import asyncio
 
 import pytest
 
-from headway.bench.attacks import ATTACKS
-from headway.bench.isolation import (
+from headway_tools.bench.attacks import ATTACKS
+from headway_tools.bench.isolation import (
     isolation,
     isolation_settings,
     prepare,
     stall_allowance_s,
     within_goals,
 )
-from headway.bench.served import serving
+from headway_tools.bench.served import serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 

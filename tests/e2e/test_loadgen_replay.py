@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from headway.cli import app
-from headway.loadgen.trace import load_trace
+from headway_tools.loadgen.trace import load_trace
 from tests.e2e.conftest import start_up, wait_for
 
 pytestmark = pytest.mark.e2e

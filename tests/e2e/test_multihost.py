@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from headway.models.store import ModelStore
-from headway.testing.netns import Host, Network, list_namespaces, namespace_pids
 from headway.worker.backends.onnx import OnnxBackend
+from headway_tools.testing.netns import Host, Network, list_namespaces, namespace_pids
 from tests.e2e.conftest import alive, wait_for
 from tests.e2e.multihost import (
     TENANTS,
@@ -265,7 +265,7 @@ def test_a_new_worker_host_fetches_its_model_from_the_weights_store(cluster: Clu
 
 CRASHING_RUN = """
 import time
-from headway.testing.netns import Network
+from headway_tools.testing.netns import Network
 network = Network("hwstale").__enter__()
 orphan = network.host("lost").run(["sleep", "300"])
 print(orphan.pid, flush=True)

@@ -14,7 +14,7 @@ import pytest
 
 from headway.registry.open import open_registry
 from headway.settings import load_settings
-from headway.testing.postgres_server import PostgresServer
+from headway_tools.testing.postgres_server import PostgresServer
 from tests.e2e.conftest import children_of, start_up, wait_for
 from tests.e2e.lifecycle import TENANT, fresh_database
 

@@ -26,7 +26,7 @@ from headway.models.importer import quantize_int8
 from headway.models.store import ModelStore
 from headway.registry.open import open_registry
 from headway.settings import Settings
-from headway.testing.postgres_server import PostgresServer
+from headway_tools.testing.postgres_server import PostgresServer
 from tests.e2e.conftest import wait_for
 from tests.e2e.lifecycle import (
     ADMIN,

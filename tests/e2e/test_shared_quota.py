@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from headway.registry.sqlite import Registry
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 from tests.e2e.conftest import start_up, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone

@@ -22,12 +22,12 @@ import httpx
 import pytest
 from cryptography import x509
 
-from headway.bench.served import bench_settings, supervised
 from headway.registry.sqlite import Registry
 from headway.settings import TlsSettings
-from headway.testing.server import free_port
 from headway.tls.folder import init
 from headway.tls.names import WORKER_NAME
+from headway_tools.bench.served import bench_settings, supervised
+from headway_tools.testing.server import free_port
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from headway.testing.postgres_server import PostgresServer
+from headway_tools.testing.postgres_server import PostgresServer
 from tests.e2e.lifecycle import (
     ADMIN,
     TENANT,

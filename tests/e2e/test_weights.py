@@ -27,8 +27,8 @@ from headway import wire
 from headway.catalog import DEFAULT_ALIASES, register
 from headway.models.store import ModelStore
 from headway.registry.postgres import PostgresRegistry
-from headway.testing.postgres_server import PostgresServer
-from headway.testing.server import free_port
+from headway_tools.testing.postgres_server import PostgresServer
+from headway_tools.testing.server import free_port
 from tests.e2e.conftest import start_up, wait_for
 from tests.e2e.lifecycle import TENANT, fresh_database
 from tests.weights_builders import tamper

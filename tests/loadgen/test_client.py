@@ -3,7 +3,8 @@ import socket
 
 import pytest
 
-from headway.loadgen.client import (
+from headway.transport.connection import Failure, Response, Result
+from headway_tools.loadgen.client import (
     MAX_CONNECTING,
     ConnectionPool,
     Target,
@@ -11,8 +12,7 @@ from headway.loadgen.client import (
     parse_base_url,
     request_head,
 )
-from headway.loadgen.errors import InvalidSpec, RequestFailed
-from headway.transport.connection import Failure, Response, Result
+from headway_tools.loadgen.errors import InvalidSpec, RequestFailed
 from tests.loadgen.servers import ScriptedServer, wait_until
 
 # -- the URL and the request bytes ---------------------------------------------------

@@ -5,8 +5,8 @@ import socket
 
 import pytest
 
-from headway.loadgen.closed import Body, ClosedLoopResult, post, run_closed_loop
-from headway.loadgen.errors import InvalidSpec, RequestFailed
+from headway_tools.loadgen.closed import Body, ClosedLoopResult, post, run_closed_loop
+from headway_tools.loadgen.errors import InvalidSpec, RequestFailed
 from tests.loadgen.servers import ScriptedServer, wait_until
 
 BODIES = [Body(b'{"input": ["a"]}', 1), Body(b'{"input": ["b", "c"]}', 2), Body(b"\x93\x01", 3)]

@@ -1,8 +1,8 @@
-import headway.loadgen
+import headway_tools.loadgen
 
 
 def test_the_public_api_is_pinned():
-    assert headway.loadgen.__all__ == [
+    assert headway_tools.loadgen.__all__ == [
         "Body",
         "ClientStats",
         "ClosedLoopResult",
@@ -46,5 +46,5 @@ def test_the_public_api_is_pinned():
         "trace_of",
         "write_trace",
     ]
-    for name in headway.loadgen.__all__:
-        assert getattr(headway.loadgen, name).__module__.startswith("headway.loadgen.")
+    for name in headway_tools.loadgen.__all__:
+        assert getattr(headway_tools.loadgen, name).__module__.startswith("headway_tools.loadgen.")

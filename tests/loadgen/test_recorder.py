@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from headway.loadgen.recorder import (
+from headway_tools.loadgen.recorder import (
     Outcome,
     Record,
     Records,

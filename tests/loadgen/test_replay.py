@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from headway.loadgen.corpus import WORDS
-from headway.loadgen.errors import InvalidSpec
-from headway.loadgen.plan import Plan, TimedRequest, plan_schedule
-from headway.loadgen.replay import load_keys, parse_keys, plan_trace, trace_of
-from headway.loadgen.schedule import Schedule, Step
-from headway.loadgen.trace import Trace, TraceRequest, dump_trace, parse_trace
-from headway.loadgen.workload import RequestClass, Workload
+from headway_tools.loadgen.corpus import WORDS
+from headway_tools.loadgen.errors import InvalidSpec
+from headway_tools.loadgen.plan import Plan, TimedRequest, plan_schedule
+from headway_tools.loadgen.replay import load_keys, parse_keys, plan_trace, trace_of
+from headway_tools.loadgen.schedule import Schedule, Step
+from headway_tools.loadgen.trace import Trace, TraceRequest, dump_trace, parse_trace
+from headway_tools.loadgen.workload import RequestClass, Workload
 
 TRACE = Trace(
     (

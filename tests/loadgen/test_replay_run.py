@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from headway.cli import app
-from headway.loadgen.replay import plan_trace
-from headway.loadgen.run import run_plan
-from headway.loadgen.trace import Trace, TraceRequest, load_trace
+from headway_tools.loadgen.replay import plan_trace
+from headway_tools.loadgen.run import run_plan
+from headway_tools.loadgen.trace import Trace, TraceRequest, load_trace
 from tests.loadgen.servers import ScriptedServer
 
 

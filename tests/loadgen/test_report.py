@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from headway.loadgen.errors import MalformedReport
-from headway.loadgen.recorder import ClientStats, Records, summarize
-from headway.loadgen.report import from_json, render_text, to_json
+from headway_tools.loadgen.errors import MalformedReport
+from headway_tools.loadgen.recorder import ClientStats, Records, summarize
+from headway_tools.loadgen.report import from_json, render_text, to_json
 from tests.loadgen.test_recorder import record
 
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from headway.loadgen.recorder import Outcome
-from headway.loadgen.run import LEAD_S, WARM_CONNECTIONS, run_load, run_load_sync
-from headway.loadgen.schedule import Schedule, Step
-from headway.loadgen.workload import RequestClass, Workload
+from headway_tools.loadgen.recorder import Outcome
+from headway_tools.loadgen.run import LEAD_S, WARM_CONNECTIONS, run_load, run_load_sync
+from headway_tools.loadgen.schedule import Schedule, Step
+from headway_tools.loadgen.workload import RequestClass, Workload
 from tests.loadgen.servers import FixedServer, ScriptedServer, wait_until
 
 

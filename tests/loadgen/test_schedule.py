@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headway.loadgen.errors import InvalidSpec
-from headway.loadgen.schedule import Schedule, Step
+from headway_tools.loadgen.errors import InvalidSpec
+from headway_tools.loadgen.schedule import Schedule, Step
 
 steps_st = st.lists(
     st.builds(

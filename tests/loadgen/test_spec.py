@@ -3,10 +3,10 @@ import tomllib
 
 import pytest
 
-from headway.loadgen.errors import InvalidSpec
-from headway.loadgen.schedule import Schedule, Step
-from headway.loadgen.spec import load_spec, parse_range, parse_spec, spec_from_args
-from headway.loadgen.workload import RequestClass, Workload
+from headway_tools.loadgen.errors import InvalidSpec
+from headway_tools.loadgen.schedule import Schedule, Step
+from headway_tools.loadgen.spec import load_spec, parse_range, parse_spec, spec_from_args
+from headway_tools.loadgen.workload import RequestClass, Workload
 
 EXAMPLE = """
 arrivals = "poisson"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from headway.loadgen.errors import InvalidSpec
-from headway.loadgen.trace import (
+from headway_tools.loadgen.errors import InvalidSpec
+from headway_tools.loadgen.trace import (
     Trace,
     TraceRequest,
     dump_trace,
@@ -14,7 +14,7 @@ from headway.loadgen.trace import (
     parse_trace,
     write_trace,
 )
-from headway.loadgen.workload import DEFAULT_MODEL
+from headway_tools.loadgen.workload import DEFAULT_MODEL
 
 EXAMPLE = """\
 {"headway_trace": 1, "duration_s": 2.5}

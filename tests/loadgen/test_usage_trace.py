@@ -8,10 +8,10 @@ from typer.testing import CliRunner
 
 from headway.billing.ledger.sqlite import SQLiteLedger
 from headway.cli import app
-from headway.loadgen.errors import InvalidSpec
-from headway.loadgen.replay import plan_trace
-from headway.loadgen.trace import TraceRequest, load_trace
-from headway.loadgen.usage_trace import split_words, trace_from_ledger
+from headway_tools.loadgen.errors import InvalidSpec
+from headway_tools.loadgen.replay import plan_trace
+from headway_tools.loadgen.trace import TraceRequest, load_trace
+from headway_tools.loadgen.usage_trace import split_words, trace_from_ledger
 from tests.builders import usage_event
 
 T0 = dt.datetime(2026, 11, 1, 10, tzinfo=dt.UTC).timestamp()

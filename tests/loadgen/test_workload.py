@@ -3,9 +3,9 @@ from collections import Counter
 
 import pytest
 
-from headway.loadgen.corpus import WORDS
-from headway.loadgen.errors import InvalidSpec
-from headway.loadgen.workload import RequestClass, Workload
+from headway_tools.loadgen.corpus import WORDS
+from headway_tools.loadgen.errors import InvalidSpec
+from headway_tools.loadgen.workload import RequestClass, Workload
 
 
 def decoded(workload: Workload, count: int) -> list[tuple[int, dict]]:

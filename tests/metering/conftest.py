@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 
 
 def process_alive(pid: int) -> bool:

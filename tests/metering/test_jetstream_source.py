@@ -14,7 +14,7 @@ from headway.billing.sources.base import Delivery
 from headway.billing.sources.jetstream import JetStreamSource
 from headway.metering.event import decode, encode
 from headway.metering.stream import StreamConfig, connect, ensure_stream
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 from tests.builders import usage_event
 
 

@@ -25,7 +25,7 @@ from headway.metering.event import decode, encode
 from headway.metering.outbox import Outbox
 from headway.metering.relay import Relay
 from headway.metering.stream import StreamConfig, connect, ensure_stream
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 from tests.builders import usage_event
 from tests.metering.test_relay import (
     drained,

@@ -16,8 +16,8 @@ from headway.metering.build import stream_config
 from headway.metering.stream import StreamConfig, connect, ensure_stream
 from headway.metering.stream_guard import StreamDurabilityError
 from headway.settings import Settings, StreamsSettings
-from headway.testing.nats_server import NatsServer, wait_for_cluster
-from headway.testing.server import free_port
+from headway_tools.testing.nats_server import NatsServer, wait_for_cluster
+from headway_tools.testing.server import free_port
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from headway.metering.stream import StreamConfig, connect, ensure_stream
 from headway.metering.stream_guard import StreamConfigError, StreamDurabilityError
 from headway.metering.stream_metrics import StreamMetrics
 from headway.settings import Settings, StreamsSettings, UsageStreamSettings
-from headway.testing.nats_server import NatsServer
+from headway_tools.testing.nats_server import NatsServer
 from tests.batches_queue.test_work_stream_limits import work_config
 from tests.builders import usage_event
 

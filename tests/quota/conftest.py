@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 
 
 def process_alive(pid: int) -> bool:

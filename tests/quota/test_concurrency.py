@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from headway.gateway.quota.redis_store import RedisQuotaStore
 from headway.gateway.quota.store import Quota
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 
 ACME = 1  # the tenant's id: what its bucket is keyed by
 LOAD_S = 2.0

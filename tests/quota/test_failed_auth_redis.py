@@ -16,7 +16,7 @@ from headway.gateway.auth.redis_store import RedisFailureStore
 from headway.gateway.auth.store import FailureStoreUnavailable, LocalFailureStore, Subject
 from headway.gateway.main import failed_auth_store
 from headway.settings import FailedAuthSettings, GatewaySettings, Settings
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 from tests.service.conftest import Stack, auth, make_stack
 
 LIMIT = FailureLimit(failures=4, window_s=40.0)

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.redis_store import QuotaStoreUnavailable, RedisQuotaStore
 from headway.gateway.quota.store import LocalQuotaStore, Quota, QuotaDecision
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 from tests.fakes import FakeClock
 
 QUOTA = Quota(1, rate=40.0, burst=20.0)

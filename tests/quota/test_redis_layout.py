@@ -24,7 +24,7 @@ from headway.gateway.quota.store import LocalQuotaStore, Quota, QuotaStoreUnavai
 from headway.redis_client import RedisEndpoint, connect
 from headway.redis_layout import RedisLayoutError, eviction_policy
 from headway.settings import Settings
-from headway.testing.redis_server import RedisServer
+from headway_tools.testing.redis_server import RedisServer
 
 QUOTA = Quota(1, rate=10.0, burst=20.0)
 

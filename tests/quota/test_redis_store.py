@@ -16,8 +16,8 @@ from headway.gateway.quota import bucket
 from headway.gateway.quota.bucket import BucketState
 from headway.gateway.quota.redis_store import QuotaStoreUnavailable, RedisQuotaStore, idle_ttl_ms
 from headway.gateway.quota.store import Quota
-from headway.testing.redis_server import RedisServer
-from headway.testing.server import free_port
+from headway_tools.testing.redis_server import RedisServer
+from headway_tools.testing.server import free_port
 
 ACME = 1  # the tenant's id: what its bucket is keyed by
 KEY = "headway:quota:id:1"

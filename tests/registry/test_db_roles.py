@@ -32,7 +32,7 @@ from headway.registry.model import ModelRecord
 from headway.registry.postgres import PostgresRegistry
 from headway.schema import SchemaNotMigrated
 from headway.settings import Settings
-from headway.testing.postgres_server import PostgresServer
+from headway_tools.testing.postgres_server import PostgresServer
 from tests.billing.conftest import usage_event
 
 DAY0 = 1_700_006_400.0

@@ -21,8 +21,8 @@ from headway.batches.open import postgres_batch_store
 from headway.batches.service import ExecutorService
 from headway.batches.sql import SqlBatchStore
 from headway.settings import ExecutorSettings, Settings
-from headway.testing.nats_server import NatsServer
-from headway.testing.postgres_server import PostgresServer
+from headway_tools.testing.nats_server import NatsServer
+from headway_tools.testing.postgres_server import PostgresServer
 from tests.batches_queue.conftest import work_stream
 from tests.service.batch_helpers import (
     BATCHES,

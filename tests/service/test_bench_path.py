@@ -1,6 +1,6 @@
 """``headway bench path`` runs the real gateway in process and measures something sane."""
 
-from headway.bench.path import cases, run_path_bench
+from headway_tools.bench.path import cases, run_path_bench
 
 
 def test_every_request_kind_is_served_and_costs_a_plausible_cpu_time(tmp_path):

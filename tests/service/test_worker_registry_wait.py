@@ -10,11 +10,11 @@ from pathlib import Path
 
 from headway.registry.errors import RegistryUnavailable
 from headway.settings import Settings
-from headway.testing.postgres_server import PostgresServer
 from headway.worker.app import WorkerService
 from headway.worker.batcher import BatchLimits
 from headway.worker.main import build_worker
 from headway.worker.sources import FixedSource, LoadedModel, Wanted
+from headway_tools.testing.postgres_server import PostgresServer
 from tests.service.conftest import synthetic_loader
 
 

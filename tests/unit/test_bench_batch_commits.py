@@ -3,8 +3,8 @@ docs/benchmarks.md shows), and one tiny real run."""
 
 from pathlib import Path
 
-from headway.bench import batch_commits
-from headway.bench.batch_commits import BatchCommitResults, run_batch_commits_bench
+from headway_tools.bench import batch_commits
+from headway_tools.bench.batch_commits import BatchCommitResults, run_batch_commits_bench
 from tests.unit.test_bench_reports import COMMAND, MACHINE, assert_like_the_published
 
 

@@ -5,8 +5,8 @@ import msgspec
 import pytest
 
 from headway.batches.jsonl import check_upload, read_lines
-from headway.bench import batches_report
-from headway.bench.batches import (
+from headway_tools.bench import batches_report
+from headway_tools.bench.batches import (
     BATCH_MARGIN,
     CONCURRENCIES,
     TEXTS_PER_LINE,
@@ -20,8 +20,8 @@ from headway.bench.batches import (
     line_texts,
     saturating_concurrency,
 )
-from headway.bench.host import Machine
-from headway.loadgen import ClosedLoopResult, Summary
+from headway_tools.bench.host import Machine
+from headway_tools.loadgen import ClosedLoopResult, Summary
 
 MACHINE = Machine("2026-01-01 00:00 UTC", 2, "AMD EPYC", "Linux 6.1", "3.11.7", 0.5)
 COMMAND = "headway bench batches --lines 2000 --seconds 30"

@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
-from headway.bench import batching_report
-from headway.bench.batching import (
+from headway_tools.bench import batching_report
+from headway_tools.bench.batching import (
     MAX_BATCH_SIZES,
     OUTSTANDING_BATCHES,
     Batches,
@@ -13,8 +13,8 @@ from headway.bench.batching import (
     BatchingResults,
     request_shape,
 )
-from headway.bench.served import CLIENT, GATEWAY, WORKER, LoadPoint
-from headway.loadgen import ClosedLoopResult
+from headway_tools.bench.served import CLIENT, GATEWAY, WORKER, LoadPoint
+from headway_tools.loadgen import ClosedLoopResult
 from tests.unit.test_bench_reports import COMMAND, MACHINE, assert_like_the_published
 
 

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from headway.bench import billing_report
-from headway.bench.billing import (
+from headway.metering.event import UsageEvent, decode, encode
+from headway_tools.bench import billing_report
+from headway_tools.bench.billing import (
     CLIENT,
     CONSUMER,
     GATEWAY,
@@ -32,9 +33,8 @@ from headway.bench.billing import (
     spread,
     usage_event,
 )
-from headway.bench.host import Machine
-from headway.loadgen import Summary
-from headway.metering.event import UsageEvent, decode, encode
+from headway_tools.bench.host import Machine
+from headway_tools.loadgen import Summary
 
 MACHINE = Machine("2026-01-01 00:00 UTC", 2, "AMD EPYC", "Linux 6.1", "3.11.7", 0.5)
 COMMAND = "headway bench billing --seconds 10"

@@ -7,8 +7,8 @@ from collections import Counter
 import msgspec
 import pytest
 
-from headway.bench import cache_report
-from headway.bench.cache import (
+from headway_tools.bench import cache_report
+from headway_tools.bench.cache import (
     DISTINCT_TEXTS,
     QUERY_WORDS,
     CacheCost,
@@ -22,9 +22,9 @@ from headway.bench.cache import (
     zipf_cum_weights,
     zipf_workload,
 )
-from headway.bench.host import Machine
-from headway.loadgen import InvalidSpec, RequestClass, Summary
-from headway.loadgen.corpus import WORDS
+from headway_tools.bench.host import Machine
+from headway_tools.loadgen import InvalidSpec, RequestClass, Summary
+from headway_tools.loadgen.corpus import WORDS
 
 MACHINE = Machine("2026-01-01 00:00 UTC", 2, "AMD EPYC", "Linux 6.1", "3.11.7", 0.5)
 COMMAND = "headway bench cache --seconds 30"

@@ -1,7 +1,7 @@
 """``headway bench coldstart``'s section, on made-up trials: the one docs/benchmarks.md shows."""
 
-from headway.bench import coldstart_report
-from headway.bench.coldstart import ColdStartResults, Trial
+from headway_tools.bench import coldstart_report
+from headway_tools.bench.coldstart import ColdStartResults, Trial
 from tests.unit.test_bench_reports import COMMAND, MACHINE, assert_like_the_published
 
 

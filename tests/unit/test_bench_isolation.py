@@ -3,10 +3,10 @@ results."""
 
 import msgspec
 
-from headway.bench import isolation_report
-from headway.bench.attacks import ATTACKS, Outcome
-from headway.bench.host import Machine
-from headway.bench.isolation import (
+from headway_tools.bench import isolation_report
+from headway_tools.bench.attacks import ATTACKS, Outcome
+from headway_tools.bench.host import Machine
+from headway_tools.bench.isolation import (
     BATCH_LINES,
     LINE_TEXTS,
     AttackRun,
@@ -15,7 +15,7 @@ from headway.bench.isolation import (
     batch_input,
     within_goals,
 )
-from headway.loadgen import Summary
+from headway_tools.loadgen import Summary
 
 MACHINE = Machine("2026-01-01 00:00 UTC", 2, "AMD EPYC", "Linux 6.1", "3.11.7", 0.5)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from headway.bench.memory import ProcessMemory, parse_rollup, process_memory, total
+from headway_tools.bench.memory import ProcessMemory, parse_rollup, process_memory, total
 
 linux_only = pytest.mark.skipif(
     not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux's smaps_rollup"

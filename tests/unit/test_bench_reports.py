@@ -11,11 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from headway.bench import int8, overload_report, path, quota, routing_report, spine_report, tracing
-from headway.bench.host import Machine
-from headway.bench.overload import GATEWAYS_SCENARIO, OverloadResults, Point, Settling
-from headway.bench.raw import RawPoint
-from headway.bench.routing import (
+from headway.models.evaluate import ModelComparison
+from headway.settings import load_settings
+from headway_tools.bench import (
+    int8,
+    overload_report,
+    path,
+    quota,
+    routing_report,
+    spine_report,
+    tracing,
+)
+from headway_tools.bench.host import Machine
+from headway_tools.bench.overload import GATEWAYS_SCENARIO, OverloadResults, Point, Settling
+from headway_tools.bench.raw import RawPoint
+from headway_tools.bench.routing import (
     SLOW_REPLICAS,
     FanOut,
     HedgeRun,
@@ -23,13 +33,11 @@ from headway.bench.routing import (
     RoutingCounts,
     RoutingResults,
 )
-from headway.bench.served import CLIENT, GATEWAY, WORKER, LoadPoint, Model, Overhead
-from headway.bench.spine import SpineResults
-from headway.bench.stats import markers
-from headway.loadgen import ClosedLoopResult, LoadResult, Record, Records, summarize
-from headway.loadgen.recorder import outcome_of
-from headway.models.evaluate import ModelComparison
-from headway.settings import load_settings
+from headway_tools.bench.served import CLIENT, GATEWAY, WORKER, LoadPoint, Model, Overhead
+from headway_tools.bench.spine import SpineResults
+from headway_tools.bench.stats import markers
+from headway_tools.loadgen import ClosedLoopResult, LoadResult, Record, Records, summarize
+from headway_tools.loadgen.recorder import outcome_of
 
 DOCS = Path(__file__).parents[2] / "docs" / "benchmarks.md"
 MACHINE = Machine("2026-01-01 00:00 UTC", 2, "AMD EPYC", "Linux 6.18.44-fc-v595", "3.11.7", 0.5)
@@ -166,7 +174,7 @@ def replica_points() -> list[LoadPoint]:
 
 
 def memory_rows():
-    from headway.bench.memory import ProcessMemory
+    from headway_tools.bench.memory import ProcessMemory
 
     mb = 2**20
     heap = [
@@ -181,7 +189,7 @@ def memory_rows():
 
 
 def refusal_points():
-    from headway.bench.refusals import RefusalPoint
+    from headway_tools.bench.refusals import RefusalPoint
 
     return [
         RefusalPoint("429, quota used up", 30_000, Counter({"status 429": 30_000}), 41.25, 20, 10),
@@ -218,7 +226,7 @@ def test_the_spine_refusal_table(tmp_path):
 
 
 def test_spine_refuses_to_run_for_no_time(tmp_path):
-    from headway.bench.spine import run_spine_bench
+    from headway_tools.bench.spine import run_spine_bench
 
     with pytest.raises(ValueError, match="positive"):
         run_spine_bench(tmp_path, seconds=0)

@@ -7,8 +7,8 @@ import msgspec
 import pytest
 
 from headway import wire
-from headway.bench.errors import ServingFailed
-from headway.bench.served import (
+from headway_tools.bench.errors import ServingFailed
+from headway_tools.bench.served import (
     CLIENT,
     GATEWAY,
     WORKER,

@@ -1,6 +1,6 @@
-from headway.bench.overload import settling
-from headway.loadgen import LoadResult, Record, Records, summarize
-from headway.loadgen.recorder import Outcome
+from headway_tools.bench.overload import settling
+from headway_tools.loadgen import LoadResult, Record, Records, summarize
+from headway_tools.loadgen.recorder import Outcome
 
 
 def result(completions):

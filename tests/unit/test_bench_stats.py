@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headway.bench.errors import MalformedMarkers
-from headway.bench.stats import (
+from headway_tools.bench.errors import MalformedMarkers
+from headway_tools.bench.stats import (
     command_line,
     cpu_model,
     cpu_us_per_request,

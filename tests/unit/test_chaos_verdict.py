@@ -13,9 +13,13 @@ from pydantic import ValidationError
 from headway import plants
 from headway.background import Background
 from headway.batches.model import LineResult
-from headway.bench import chaos_report
-from headway.bench.chaos import ChaosReport, ChaosSpec
-from headway.bench.chaos_verdict import (
+from headway.billing.sources.base import Delivery
+from headway.metering.event import UsageEvent
+from headway.metering.sink import MemorySink
+from headway.settings import Settings
+from headway_tools.bench import chaos_report
+from headway_tools.bench.chaos import ChaosReport, ChaosSpec
+from headway_tools.bench.chaos_verdict import (
     ChaosStep,
     LedgerRow,
     billing_verdict,
@@ -26,11 +30,7 @@ from headway.bench.chaos_verdict import (
     quota_verdict,
     timeline,
 )
-from headway.bench.host import Machine
-from headway.billing.sources.base import Delivery
-from headway.metering.event import UsageEvent
-from headway.metering.sink import MemorySink
-from headway.settings import Settings
+from headway_tools.bench.host import Machine
 
 
 def _row(request_id: str, texts: int = 1, billable: bool = True) -> LedgerRow:

@@ -7,15 +7,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-TOOLING = ("headway.bench", "headway.loadgen", "headway.testing")
-"""Benchmarks, the load generator and the throw-away servers: not the product."""
-RUNS_TOOLING = frozenset({"headway.cli.bench", "headway.cli.loadgen"})
-"""The commands that run the tooling, imported by name only when one is run."""
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+TOOLS_SRC = ROOT / "tools" / "src"
+TOOLING = ("headway_tools",)
+"""Benchmarks, the load generator and the throw-away servers: a distribution apart."""
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SRC).with_suffix("").parts
+def module_name(path: Path, root: Path = SRC) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -41,12 +41,7 @@ def within(module: str, packages: tuple[str, ...]) -> bool:
 
 
 def product_modules() -> dict[str, Path]:
-    modules = {module_name(path): path for path in (SRC / "headway").rglob("*.py")}
-    return {
-        name: path
-        for name, path in modules.items()
-        if not within(name, TOOLING) and name not in RUNS_TOOLING
-    }
+    return {module_name(path): path for path in (SRC / "headway").rglob("*.py")}
 
 
 def test_the_product_never_imports_the_tooling() -> None:
@@ -57,6 +52,15 @@ def test_the_product_never_imports_the_tooling() -> None:
     assert {name: found for name, found in broken.items() if found} == {}
 
 
+def test_the_tooling_is_not_in_the_product_package() -> None:
+    tooling = {module_name(p, TOOLS_SRC) for p in (TOOLS_SRC / "headway_tools").rglob("*.py")}
+    assert {"headway_tools.bench.checker", "headway_tools.testing.nats_server"} <= tooling
+    shipped = set(product_modules())
+    assert not any(within(name, TOOLING) for name in shipped)
+    # What the old layout shipped is gone from the product's package.
+    assert not shipped & {"headway.bench", "headway.loadgen", "headway.testing"}
+
+
 def test_the_check_reads_function_level_imports() -> None:
     headway = SRC / "headway"
     # `headway gateway` imports the gateway inside the command's function.
@@ -64,6 +68,6 @@ def test_the_check_reads_function_level_imports() -> None:
     assert "headway.gateway.main.build_gateway" in serve
     http1 = imports_of("headway.transport.http1", headway / "transport" / "http1.py")
     assert "headway.transport.connection" in http1
-    products = product_modules()
-    assert len(products) > 300 and "headway.transport.connection" in products
-    assert not any(within(name, TOOLING) for name in products)
+    bench = TOOLS_SRC / "headway_tools" / "cli" / "bench.py"
+    assert "headway_tools.bench.host.Machine" in imports_of("headway_tools.cli.bench", bench)
+    assert len(product_modules()) > 300

@@ -1,4 +1,4 @@
-"""The names and addresses of a multi-host test network (``headway.testing.netns``)."""
+"""The names and addresses of a multi-host test network (``headway_tools.testing.netns``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from headway.testing.netns import (
+from headway_tools.testing.netns import (
     IFNAMSIZ,
     Naming,
     NetnsError,

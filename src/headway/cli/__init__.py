@@ -1,37 +1,48 @@
-"""The ``headway`` command line: every component runnable on its own, or all at once."""
+"""The ``headway`` command line: every component runnable on its own, or all at once.
+
+Commands of other distributions join it through the ``headway.commands`` entry points
+(each a Typer app, under its entry point's name): the tooling's ``bench`` and ``loadgen``
+(``tools/``, installed by ``make test`` and ``make bench``, never in the image).
+"""
 
 from __future__ import annotations
+
+from importlib.metadata import entry_points
 
 import typer
 
 from headway.cli import (
     batches,
-    bench,
     billing,
     catalog,
     certs,
     db,
-    loadgen,
     rollout,
     serve,
     weights,
 )
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+COMMANDS_GROUP = "headway.commands"
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="The ``headway`` command line: every component runnable on its own, or all at once.",
+)
 # In the order ``headway --help`` lists them.
 app.command()(serve.up)
 app.command()(serve.gateway)
 app.command()(serve.worker)
-app.add_typer(loadgen.loadgen_app, name="loadgen")
 weights.register(catalog.models_app)  # fetch, verify, keygen, sign
 app.add_typer(catalog.models_app, name="models")
 app.add_typer(catalog.tenants_app, name="tenants")
 app.add_typer(rollout.rollout_app, name="rollout")
 app.add_typer(billing.billing_app, name="billing")
 app.add_typer(batches.batches_app, name="batches")
-app.add_typer(bench.bench_app, name="bench")
 app.add_typer(certs.certs_app, name="certs")
 app.add_typer(db.db_app, name="db")
+for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda point: point.name):
+    app.add_typer(command.load(), name=command.name)
 
 
 def main() -> None:
