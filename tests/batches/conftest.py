@@ -17,9 +17,9 @@ import pytest
 
 from headway.batches.open import postgres_batch_store, sqlite_batch_store
 from headway.batches.sql import SqlBatchStore
-from headway.registry.dialect import Dialect
-from headway.registry.postgres import PostgresDialect
-from headway.registry.sqlite import SqliteDialect
+from headway.storage.dialect import Dialect
+from headway.storage.postgres import PostgresDialect
+from headway.storage.sqlite import SqliteDialect
 from tests.registry.conftest import postgres_sql, sqlite_sql
 
 

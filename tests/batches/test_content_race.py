@@ -22,8 +22,8 @@ from headway.batches.filestore import DirectoryFileStore, FileWriter
 from headway.batches.model import OverLimit, TenantBounds
 from headway.batches.open import postgres_batch_store, sqlite_batch_store
 from headway.batches.sql import SqlBatchStore
-from headway.registry.dialect import Dialect, DialectName, Tx
-from headway.registry.postgres import PostgresDialect
+from headway.storage.dialect import Dialect, DialectName, Tx
+from headway.storage.postgres import PostgresDialect
 from tests.batches.conftest import Backend
 from tests.batches.test_contract import ACME, a_file
 

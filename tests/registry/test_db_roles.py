@@ -30,8 +30,8 @@ from headway.privileges import COMPONENTS, TABLES, Component, all_statements, ro
 from headway.quality.references import Reference, postgres_reference_store
 from headway.registry.model import ModelRecord
 from headway.registry.postgres import PostgresRegistry
-from headway.schema import SchemaNotMigrated
 from headway.settings import Settings
+from headway.storage.schema import SchemaNotMigrated
 from headway_tools.testing.postgres_server import PostgresServer
 from tests.billing.conftest import usage_event
 

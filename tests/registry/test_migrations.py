@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from headway.registry.dialect import Dialect
 from headway.registry.errors import SchemaTooNew
 from headway.registry.keys import key_digest
 from headway.registry.migrations import MIGRATIONS, migrate
 from headway.registry.model import BatchLimits, key_id_of
-from headway.registry.postgres import PostgresDialect
 from headway.registry.sql import SqlRegistry
-from headway.registry.sqlite import Registry, SqliteDialect
+from headway.registry.sqlite import Registry
+from headway.storage.dialect import Dialect
+from headway.storage.postgres import PostgresDialect
+from headway.storage.sqlite import SqliteDialect
 from tests.registry.conftest import Backend
 
 # The registry's schema before it was versioned, as files written then hold it.

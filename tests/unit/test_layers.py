@@ -71,3 +71,19 @@ def test_the_check_reads_function_level_imports() -> None:
     bench = TOOLS_SRC / "headway_tools" / "cli" / "bench.py"
     assert "headway_tools.bench.host.Machine" in imports_of("headway_tools.cli.bench", bench)
     assert len(product_modules()) > 300
+
+
+def test_the_storage_layer_imports_no_store_above_it() -> None:
+    """``headway.storage`` is under the registry, the batch store, quality and the ledgers:
+    it imports only itself (and the standard library and drivers)."""
+    found = {
+        name: sorted(
+            m
+            for m in imports_of(name, path)
+            if within(m, ("headway",)) and not within(m, ("headway.storage",))
+        )
+        for name, path in product_modules().items()
+        if within(name, ("headway.storage",))
+    }
+    assert len(found) >= 6
+    assert {name: above for name, above in found.items() if above} == {}

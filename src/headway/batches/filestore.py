@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from headway.durable import fsync_dir
+from headway.storage.durable import fsync_dir
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _DIGEST_PART = re.compile(r"[0-9a-f]{2}")

@@ -38,8 +38,8 @@ from typing import get_args
 
 from headway.batches.model import TIMESTAMP_OF, BatchStatus
 from headway.batches.store import BatchSchemaTooNew
-from headway.registry.dialect import DialectName, Tx
-from headway.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
+from headway.storage.dialect import DialectName, Tx
+from headway.storage.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
 
 MIGRATE_LOCK_KEY = 0x6865_6164_7761_7942  # "headwayB": held while batch migrations run
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from headway.batches.sql import SqlBatchStore, batch_store_errors
 from headway.batches.store import BatchStore
-from headway.registry.postgres import PostgresDialect
-from headway.registry.sqlite import SqliteDialect
 from headway.settings import Settings
+from headway.storage.postgres import PostgresDialect
+from headway.storage.sqlite import SqliteDialect
 
 
 def open_batch_store(settings: Settings) -> BatchStore:

@@ -1,4 +1,4 @@
-"""The batch store's one implementation of ``BatchStore``, on the registry's ``Dialect``.
+"""The batch store's one implementation of ``BatchStore``, on the storage layer's ``Dialect``.
 
 Each call is one transaction. Writes use the dialect's write transaction without the
 registry's lock (``write(lock=False)``): on SQLite every write still takes the file's
@@ -35,7 +35,7 @@ by single statements and row locks, never by a read followed by a write:
   locked a batch first commits before the delete sees its results; one that comes
   after finds no batch.
 
-The dialect's errors are translated here: ``RegistryUnavailable`` (a database down,
+The dialect's errors are translated here: ``StorageUnavailable`` (a database down,
 or locked past the timeout) becomes ``BatchStoreUnavailable``, any other refusal
 ``BatchStoreError``.
 """
@@ -64,8 +64,8 @@ from headway.batches.model import (
     TenantUse,
 )
 from headway.batches.store import BatchStoreError, BatchStoreUnavailable, UnknownBatch
-from headway.registry.dialect import Dialect, DialectName, Row, Tx
-from headway.registry.errors import RegistryError, RegistryUnavailable
+from headway.storage.dialect import Dialect, DialectName, Row, Tx
+from headway.storage.errors import StorageError, StorageUnavailable
 
 FILE_COLUMNS = (
     "id, tenant_id, tenant, purpose, filename, bytes, sha256, created_at, expires_at, lines"
@@ -100,11 +100,11 @@ def batch_store_errors() -> Iterator[None]:
     """Translate the dialect's errors into the batch store's."""
     try:
         yield
-    except RegistryUnavailable as exc:
+    except StorageUnavailable as exc:
         raise BatchStoreUnavailable(
             f"the batch store's database cannot be used now (retry later): {exc}"
         ) from exc
-    except RegistryError as exc:
+    except StorageError as exc:
         raise BatchStoreError(f"the batch store's database refused the call: {exc}") from exc
 
 

@@ -62,7 +62,7 @@ from headway.batches.queue import (
     WorkQueueError,
     check_owned,
 )
-from headway.sqlite_wal import enable_wal
+from headway.storage.sqlite_wal import enable_wal
 
 T = TypeVar("T")
 Key = tuple[int, str]

@@ -45,9 +45,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from headway.durable import fsync_dir
 from headway.models.errors import ModelPreparationError
 from headway.models.store import StoredModel
+from headway.storage.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from headway.durable import fsync_dir
 from headway.models.errors import ModelIntegrityError, ModelNotFoundError
 from headway.models.manifest import ModelManifest
+from headway.storage.durable import fsync_dir
 
 ONNX_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"

@@ -9,7 +9,7 @@ file's write lock (``BEGIN IMMEDIATE``) throughout; on Postgres (READ COMMITTED)
 second insert waits for the first's row, finds the conflict, and its read, a new
 statement, sees the first's committed row.
 
-One implementation, ``SqlReferenceStore``, on the registry's ``Dialect``: a SQLite file
+One implementation, ``SqlReferenceStore``, on the storage layer's ``Dialect``: a SQLite file
 (``quality.sqlite3`` in the data dir) or, in shared mode, the Postgres database of
 ``postgres_url``, with migrations recorded in ``quality_migrations``. The sample is a
 BLOB/BYTEA of float32 little-endian, ``rows × dims`` row-major. Calls are synchronous
@@ -33,12 +33,12 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from headway.registry.dialect import Dialect, DialectName, Row, Tx
-from headway.registry.errors import RegistryError, RegistryUnavailable
-from headway.registry.postgres import PostgresDialect
-from headway.registry.sqlite import SqliteDialect
-from headway.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
 from headway.settings import Settings
+from headway.storage.dialect import Dialect, DialectName, Row, Tx
+from headway.storage.errors import StorageError, StorageUnavailable
+from headway.storage.postgres import PostgresDialect
+from headway.storage.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
+from headway.storage.sqlite import SqliteDialect
 
 QualityKind = Literal["embedding", "rerank"]
 """What a sample holds: embedding rows (n × dims), or rerank scores (n × 1)."""
@@ -230,9 +230,9 @@ def _translated() -> Iterator[None]:
     """The dialect's errors as the reference store's."""
     try:
         yield
-    except RegistryUnavailable as exc:
+    except StorageUnavailable as exc:
         raise QualityStoreUnavailable(
             f"the quality reference store cannot be used now (retry later): {exc}"
         ) from exc
-    except RegistryError as exc:
+    except StorageError as exc:
         raise QualityStoreError(f"the quality reference store refused the call: {exc}") from exc

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, cast
 
-from headway.registry.dialect import Row
 from headway.registry.model import (
     ApiKey,
     AuditEntry,
@@ -30,6 +29,7 @@ from headway.registry.model import (
     TenantDeletion,
 )
 from headway.registry.rules import tier_of
+from headway.storage.dialect import Row
 
 Parse = Callable[[Any], Any]
 JsonDict = dict[str, Any]

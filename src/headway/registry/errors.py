@@ -29,6 +29,8 @@ as ``sqlite3.IntegrityError``.
 
 from __future__ import annotations
 
+from headway.storage.errors import Failures
+
 
 class RegistryError(Exception):
     """A registry write broke one of the registry's rules; the message says which."""
@@ -109,3 +111,7 @@ class InvalidRollout(RegistryError):
 
 class RolloutActive(RegistryError):
     """A rollout owns this alias's split until it ends; pause or abort it first."""
+
+
+REGISTRY = Failures(RegistryError, RegistryUnavailable, "the registry")
+"""What the registry's dialect raises when its database fails a call."""

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from headway.registry.dialect import DialectName, Tx
 from headway.registry.errors import SchemaTooNew
-from headway.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
+from headway.storage.dialect import DialectName, Tx
+from headway.storage.schema import Migration, apply, ensure_record, pending, refuse_unless_allowed
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from headway.registry.codec import (
     split_of,
     tenant_of,
 )
-from headway.registry.dialect import Tx
 from headway.registry.errors import (
     DuplicateKey,
     RolloutActive,
@@ -40,6 +39,7 @@ from headway.registry.model import (
     TenantDeletion,
     key_id_of,
 )
+from headway.storage.dialect import Tx
 
 ACTIVE = f"state IN ({', '.join(repr(state) for state in sorted(ACTIVE_STATES))})"
 """A rollout's row is in ``ACTIVE_STATES``: the condition, as SQL."""

@@ -25,7 +25,6 @@ from headway.registry.codec import (
     split_of,
     tenant_of,
 )
-from headway.registry.dialect import Dialect, Tx
 from headway.registry.errors import UnknownTenant
 from headway.registry.model import (
     ApiKey,
@@ -40,6 +39,7 @@ from headway.registry.model import (
     Tenant,
     TenantDeletion,
 )
+from headway.storage.dialect import Dialect, Tx
 
 
 class RegistryReads:

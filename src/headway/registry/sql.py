@@ -37,7 +37,6 @@ from headway.registry.codec import (
     tenant_json,
 )
 from headway.registry.demo import DEMO_ADMIN_KEY, DEMO_TENANTS
-from headway.registry.dialect import Dialect, Tx
 from headway.registry.errors import (
     DuplicateTenant,
     InvalidRollout,
@@ -78,6 +77,7 @@ from headway.registry.rules import (
     quota_value,
     tier_of,
 )
+from headway.storage.dialect import Dialect, Tx
 
 """The actor of a write whose caller names none (start-up seeding, imports)."""
 

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headway.billing.ledger.errors import SchemaTooNew
-from headway.schema import MAY_MIGRATE, Migration, SchemaNotMigrated, pending
+from headway.storage.schema import MAY_MIGRATE, Migration, SchemaNotMigrated, pending
 
 if TYPE_CHECKING:
     import asyncpg

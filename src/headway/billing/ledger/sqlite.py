@@ -56,7 +56,7 @@ from headway.billing.ledger.memory import (
 )
 from headway.billing.ledger.migrations import migrate_sqlite
 from headway.metering.event import LEGACY_TENANT_ID, UsageEvent
-from headway.sqlite_wal import enable_wal
+from headway.storage.sqlite_wal import enable_wal
 
 T = TypeVar("T")
 

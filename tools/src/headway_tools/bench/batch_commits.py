@@ -20,7 +20,7 @@ from typing import Literal
 
 from headway.batches.model import Batch, FileObject, LineResult
 from headway.batches.sql import SqlBatchStore
-from headway.registry.sqlite import SqliteDialect
+from headway.storage.sqlite import SqliteDialect
 from headway_tools.bench.host import Machine
 from headway_tools.bench.stats import markdown_table
 

@@ -1,13 +1,14 @@
-"""The seam between the registry's one implementation (``sql``) and a database.
+"""The seam between a store's one SQL implementation (the registry's, the batch store's,
+quality's) and a database.
 
 A dialect opens transactions: ``read`` sees one consistent state of the database
-for all its statements; ``write`` holds the registry's write lock from its first
+for all its statements; ``write`` holds the database's write lock from its first
 statement (SQLite ``BEGIN IMMEDIATE``, Postgres ``pg_advisory_xact_lock``) and
 commits at the end, or rolls back on any error. Statements are written once, with
 ``?`` placeholders and SQL both databases speak; the dialect translates what
 differs: placeholders, JSON columns (SQLite text, Postgres ``jsonb``), and its
-driver's errors (a constraint: ``RegistryError``; an unreachable or locked database:
-``RegistryUnavailable``).
+driver's errors into its store's (``errors.Failures``: a constraint is ``refused``, an
+unreachable or locked database ``unavailable``).
 """
 
 from __future__ import annotations
