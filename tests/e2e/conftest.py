@@ -18,7 +18,7 @@ import pytest
 from headway.catalog import ensure_default_model
 from headway.registry.sqlite import Registry
 from headway.settings import load_settings
-from headway.supervisor import METRICS_PREFIX
+from headway.up.supervisor import METRICS_PREFIX
 
 READY_PREFIX = "headway is ready on "
 

@@ -17,7 +17,7 @@ from headway.catalog import synthetic_record
 from headway.registry.open import open_registry
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import Settings, SyntheticSettings
-from headway.supervisor import Supervisor
+from headway.up.supervisor import Supervisor
 from headway.worker.backends.synthetic import SyntheticBackend
 from headway_tools.bench.served import bench_settings, supervised
 from headway_tools.testing.postgres_server import PostgresServer

@@ -13,7 +13,7 @@ from typing import ClassVar
 import msgspec
 import pytest
 
-from headway.supervisor import METRICS_PREFIX
+from headway.up.supervisor import METRICS_PREFIX
 from tests.e2e.conftest import start_up, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from headway.wake_endpoint import WakeEndpoint
+from headway.up.wake_endpoint import WakeEndpoint
 
 
 @pytest.fixture

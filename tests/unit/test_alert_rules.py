@@ -20,7 +20,7 @@ import yaml
 
 from headway.gateway.console.pages import PAGES
 from headway.settings import load_settings
-from headway.supervisor import Child, scrape_targets, write_scrape_targets
+from headway.up.supervisor import Child, scrape_targets, write_scrape_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"

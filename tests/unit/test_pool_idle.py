@@ -10,9 +10,9 @@ from headway.gateway.coldstart_metrics import ColdStartMetrics
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.pool import ReplicaPool
 from headway.gateway.pools import Pools
-from headway.pool_idle import IdleWatch, PoolTraffic, pool_traffic
 from headway.transport.base import Reply
 from headway.transport.mock import MockTransport
+from headway.up.pool_idle import IdleWatch, PoolTraffic, pool_traffic
 
 
 def exposition(chunks: int, ready: int, held: int) -> str:

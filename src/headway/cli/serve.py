@@ -113,7 +113,7 @@ def up(
     from headway.catalog import ensure_default_model, synthetic_aliases, synthetic_record
     from headway.registry.model import Actor
     from headway.registry.open import open_registry
-    from headway.supervisor import Supervisor, with_executor_token, write_run_config
+    from headway.up.supervisor import Supervisor, with_executor_token, write_run_config
 
     settings = with_executor_token(settings)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from headway.catalog import ensure_default_model
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import load_settings
-from headway.supervisor import METRICS_PREFIX
+from headway.up.supervisor import METRICS_PREFIX
 from headway_tools.bench.errors import ServingFailed
 from headway_tools.bench.served import API_KEY, demo_registry
 

@@ -35,7 +35,7 @@ from headway.catalog import SYNTHETIC_ALIAS, ensure_default_model, register, syn
 from headway.registry.open import open_registry
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import Settings, SyntheticSettings
-from headway.supervisor import Supervisor
+from headway.up.supervisor import Supervisor
 from headway_tools.bench.errors import BenchError
 from headway_tools.bench.served import bench_settings, supervised
 from headway_tools.loadgen import RequestClass, Schedule, Step, Summary, Workload, run_load

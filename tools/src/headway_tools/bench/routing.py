@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from headway.catalog import SYNTHETIC_ALIAS
 from headway.quantile import quantile
 from headway.settings import Settings
-from headway.supervisor import Supervisor
+from headway.up.supervisor import Supervisor
 from headway_tools.bench.errors import ServingFailed
 from headway_tools.bench.overload import interactive_only, prepare
 from headway_tools.bench.served import bench_settings, gateway_traffic, supervised

@@ -25,7 +25,7 @@ from headway import wire
 from headway.registry.keys import key_digest
 from headway.registry.sqlite import Registry
 from headway.settings import EdgeLimits, Settings, load_settings
-from headway.supervisor import Supervisor, with_executor_token, write_run_config
+from headway.up.supervisor import Supervisor, with_executor_token, write_run_config
 from headway_tools.bench.errors import ServingFailed
 from headway_tools.bench.host import process_cpu_s
 from headway_tools.bench.raw import batches_of

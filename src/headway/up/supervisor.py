@@ -57,12 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from headway.pool_idle import IdleWatch, pool_traffic, read_metrics
 from headway.privileges import Component
 from headway.serve import BACKLOG, listening_socket
 from headway.settings import Settings
 from headway.tls.hops import gateway_client
-from headway.wake_endpoint import WakeEndpoint
+from headway.up.pool_idle import IdleWatch, pool_traffic, read_metrics
+from headway.up.wake_endpoint import WakeEndpoint
 
 log = logging.getLogger(__name__)
 
