@@ -11,13 +11,10 @@ Shadow copies are also passed on to ``metrics`` (every version pair, watched or 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from headway.rollouts.compare import Agreement
+from headway.rollouts.observer import ShadowObserver
 from headway.rollouts.stats import VersionCounts
-
-if TYPE_CHECKING:
-    from headway.gateway.stages.shadow import ShadowObserver
 
 
 class VersionRecorder:

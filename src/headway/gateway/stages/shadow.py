@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from headway import wire
 from headway.errors import Overloaded
@@ -32,20 +31,10 @@ from headway.gateway.stages.merge import Merged, merge
 from headway.gateway.stages.plan import Splittable, plan
 from headway.gateway.stages.quality import QualitySampler, watch_quality
 from headway.gateway.stages.resolve import ShadowTarget, Target
-from headway.rollouts.compare import Agreement, embedding_agreement, rerank_agreement
+from headway.rollouts.compare import embedding_agreement, rerank_agreement
+from headway.rollouts.observer import ShadowObserver
 
 log = logging.getLogger(__name__)
-
-
-class ShadowObserver(Protocol):
-    def shadow_skipped(self, primary: str, candidate: str) -> None:
-        """No spare room (in the pool, or at the worker): the copy did not run."""
-
-    def shadow_failed(self, primary: str, candidate: str, latency_s: float) -> None: ...
-
-    def shadow_compared(
-        self, primary: str, candidate: str, latency_s: float, agreement: Agreement
-    ) -> None: ...
 
 
 class Shadows:
