@@ -13,8 +13,11 @@ from pydantic import ValidationError
 from headway import plants
 from headway.background import Background
 from headway.batches.model import LineResult
+from headway.batches.planted import duplicating_first_answer
 from headway.billing.sources.base import Delivery
+from headway.billing.sources.planted import AckingOnFetch
 from headway.metering.event import UsageEvent
+from headway.metering.planted import DroppingMetering
 from headway.metering.sink import MemorySink
 from headway.settings import Settings
 from headway_tools.bench import chaos_report
@@ -213,7 +216,7 @@ def _event(n: int) -> UsageEvent:
 
 def test_the_dropping_metering_drops_one_event_in_every() -> None:
     sink = MemorySink()
-    dropping = plants.DroppingMetering(sink, every=3)
+    dropping = DroppingMetering(sink, every=3)
 
     async def record() -> None:
         await dropping.start(Background())
@@ -244,7 +247,7 @@ class _Source:
 
 def test_the_early_acker_acks_at_fetch_and_never_after() -> None:
     source = _Source()
-    early = plants.AckingOnFetch(source)
+    early = AckingOnFetch(source)
 
     async def one_step() -> None:
         deliveries = await early.fetch(10, 0.1)
@@ -257,7 +260,7 @@ def test_the_early_acker_acks_at_fetch_and_never_after() -> None:
 
 def test_the_duplicator_writes_the_first_answer_twice() -> None:
     results = [LineResult(1, False, b"e"), LineResult(2, True, b"a"), LineResult(3, True, b"b")]
-    lines = [r.line for r in plants.duplicating_first_answer(results)]
+    lines = [r.line for r in duplicating_first_answer(results)]
     assert lines == [1, 2, 2, 3]
 
 

@@ -44,7 +44,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Literal
 
-from headway import plants
 from headway.batches import output
 from headway.batches.filestore import PARTIAL_FILE_AGE_S, FileStore, FileWriter
 from headway.batches.inputs import InputMissing, Inputs, ParsedInput
@@ -60,6 +59,7 @@ from headway.batches.model import (
     derived_file_id,
 )
 from headway.batches.offload import off_loop
+from headway.batches.planted import duplicating_first_answer
 from headway.batches.queue import WorkItem, WorkQueue, WorkQueueUnavailable
 from headway.batches.store import BatchStore, BatchStoreError, BatchStoreUnavailable
 from headway.registry.errors import RegistryUnavailable
@@ -116,7 +116,8 @@ class Mover:
         page_size: int = PAGE_SIZE,
         duplicate_a_line: bool = False,
     ) -> None:
-        """``duplicate_a_line``: a planted bug for the chaos checker's tests (``plants.py``)."""
+        """``duplicate_a_line``: a planted bug for the chaos checker's tests
+        (``batches/planted.py``)."""
         self._store, self._queue, self._files = store, queue, files
         self._inputs, self._retention_s, self._clock = inputs, retention_s, wall_clock
         self._bursts = bursts
@@ -387,7 +388,7 @@ class Mover:
 
         def lines() -> Iterable[LineResult]:
             if self._duplicate_a_line:
-                return plants.duplicating_first_answer(results())
+                return duplicating_first_answer(results())
             return results()
 
         answers = await off_loop(self._files.writer)

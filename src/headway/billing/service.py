@@ -26,7 +26,6 @@ import time
 
 import aiohttp
 
-from headway import plants
 from headway.background import Background
 from headway.billing.consumer import Consumer
 from headway.billing.customers import customers_of
@@ -38,6 +37,7 @@ from headway.billing.metrics import BillingMetrics
 from headway.billing.sources.base import EventSource
 from headway.billing.sources.jetstream import JetStreamSource
 from headway.billing.sources.outbox import OutboxSource
+from headway.billing.sources.planted import planted_source
 from headway.http.asgi import App
 from headway.http.ops import ops_app
 from headway.metering.build import stream_config
@@ -101,7 +101,7 @@ class BillingService:
             lambda: open_ledger(settings.postgres_url, settings.ledger_path), self.link
         )
         consumer = Consumer(
-            plants.consumer_source(settings, self.source),  # the real one unless a test
+            planted_source(settings, self.source),  # the real one unless a test
             self.ledger,
             batch_events=billing.batch_events,
             fetch_wait_s=billing.fetch_wait_s,

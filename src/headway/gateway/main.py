@@ -19,7 +19,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from headway import plants
 from headway.batches.filestore import PARTIAL_FILE_AGE_S, DirectoryFileStore
 from headway.batches.open import open_batch_store
 from headway.batches.store import BatchStore, BatchStoreUnavailable
@@ -48,7 +47,9 @@ from headway.gateway.quota.store import LocalQuotaStore, QuotaStore
 from headway.gateway.service import GatewayService
 from headway.http.asgi import App
 from headway.metering.build import gateway_id, gateway_metering
+from headway.metering.planted import planted_metering
 from headway.models.store import ModelStore
+from headway.otlp.setup import process_tracing
 from headway.quality.references import (
     QualityStoreUnavailable,
     SqlReferenceStore,
@@ -61,7 +62,6 @@ from headway.registry.store import RegistryStore
 from headway.settings import GatewaySettings, Settings
 from headway.tls.hops import internal_client, line_callers
 from headway.tls.names import WORKER_NAME
-from headway.tracing.setup import process_tracing
 from headway.transport.http1 import Http1Transport
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ def build_gateway(settings: Settings, stores: GatewayStores) -> tuple[App, Gatew
         discovery(settings.gateway, "https" if settings.tls.internal else "http"),
         quota=quota,
         quota_heartbeat=heartbeat,
-        metering=plants.gateway_metering(settings, metering),  # the real one unless a test
+        metering=planted_metering(settings, metering),  # the real one unless a test
         open_ledger=usage_ledger,
         gateway_id=name,
         metrics=metrics,
