@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from headway.models.backend import Encoded, ModelKind
 from headway.registry.errors import RolloutActive, UnknownRollout
 from headway.registry.model import (
     ACTIVE_STATES,
@@ -21,7 +22,6 @@ from headway.registry.model import (
     RolloutState,
     Split,
 )
-from headway.worker.backends.base import Encoded, ModelKind
 
 
 class FakeClock:

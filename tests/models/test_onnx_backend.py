@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from headway.worker.backends.base import Backend, Encoded
+from headway.models.backend import Backend, Encoded
 from headway.worker.backends.onnx import OnnxBackend, pad_batch, sigmoid
 
 

@@ -28,6 +28,7 @@ from headway.http.asgi import App, Handler
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metering.sink import Metering
+from headway.otlp.setup import ProcessTracing
 from headway.registry.sqlite import Registry
 from headway.settings import (
     BatchSettings,
@@ -36,7 +37,6 @@ from headway.settings import (
     ObservabilitySettings,
     SyntheticSettings,
 )
-from headway.tracing.setup import ProcessTracing
 from headway.transport.asgi import AsgiTransport
 from headway.worker.app import WorkerService, build_worker_app
 from headway.worker.backends.synthetic import SyntheticBackend

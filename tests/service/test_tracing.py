@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from headway.metering.sink import MemorySink as UsageSink
+from headway.otlp.exporter import OtlpExporter
+from headway.otlp.setup import ProcessTracing
 from headway.tracing.memory import MemorySink
-from headway.tracing.otlp import OtlpExporter
-from headway.tracing.setup import ProcessTracing
 from headway.tracing.spans import Span, SpanKind, Tracer
 from headway.tracing.traceparent import parse
 from tests.service.conftest import WORKER_URLS, auth, make_stack

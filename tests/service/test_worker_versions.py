@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from headway import wire
+from headway.models.backend import Backend
 from headway.registry.model import ModelRecord, Snapshot, Split
 from headway.worker.app import WorkerService, build_worker_app
-from headway.worker.backends.base import Backend
 from headway.worker.backends.synthetic import SyntheticBackend
 from headway.worker.batcher import BatchLimits
 from headway.worker.sources import RegistrySource

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from headway.background import Background
-from headway.worker.backends.base import Encoded
+from headway.models.backend import Encoded
 from headway.worker.batcher import Batcher, BatchLimits, DeadlineMissed, NoObserver, QueueFull
 from tests.fakes import FakeClock, RecordingBackend, until
 

@@ -11,8 +11,8 @@ import msgspec
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from headway.otlp.exporter import encode_attributes, encode_spans, export_request, rejected_spans
 from headway.tracing.memory import MemorySink
-from headway.tracing.otlp import encode_attributes, encode_spans, export_request, rejected_spans
 from headway.tracing.spans import SpanKind, Tracer, span
 
 INCOMING = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -6,8 +6,8 @@ import email.utils
 import msgspec
 import pytest
 
+from headway.otlp.exporter import OtlpExporter, RetryPolicy, retry_after_s
 from headway.tracing.memory import MemorySink
-from headway.tracing.otlp import OtlpExporter, RetryPolicy, retry_after_s
 from headway.tracing.spans import Span, Tracer, span
 from headway.transport.base import ConnectFailed, Reply, UpstreamRequest
 from headway.transport.mock import MockTransport

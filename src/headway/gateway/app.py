@@ -75,7 +75,7 @@ from headway.http.asgi import App, Handler, Hook, Request, Response, json_respon
 from headway.http.client_address import TrustedProxies
 from headway.http.edge import Edge
 from headway.http.router import Check, Route, Router
-from headway.tracing.setup import ProcessTracing
+from headway.otlp.setup import ProcessTracing
 
 MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
     InvalidRequest,

@@ -20,8 +20,8 @@ from prometheus_client.registry import Collector
 
 from headway.gateway.console.signin import SIGNIN_OUTCOMES, SignInOutcome
 from headway.gateway.pool import ReplicaPool
+from headway.http.metrics import LATENCY_BUCKETS
 from headway.metering.build import OutboxMetering
-from headway.metrics import LATENCY_BUCKETS
 from headway.rollouts.compare import Agreement
 
 AGREEMENT_BUCKETS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0)

@@ -19,8 +19,8 @@ from headway.gateway import routes
 from headway.gateway.service import GatewayService
 from headway.http.asgi import App
 from headway.http.edge import Edge
+from headway.http.metrics import metrics_handler
 from headway.http.router import Route, Router
-from headway.metrics import metrics_handler
 
 OPS_PATHS = ("/metrics", "/healthz", "/readyz")
 """What the operations listener serves; of these, only ``/metrics`` is not on the client port."""

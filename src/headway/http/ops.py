@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 
 from headway.http.asgi import App, Request, Response, json_response
 from headway.http.edge import Edge
+from headway.http.metrics import metrics_handler
 from headway.http.router import Route, Router
-from headway.metrics import metrics_handler
 
 
 class Operated(Protocol):

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from headway.worker.backends.base import Backend
+from headway.models.backend import Backend
 
 _F32 = npt.NDArray[np.float32]
 

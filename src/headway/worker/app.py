@@ -44,12 +44,12 @@ from headway.errors import (
 )
 from headway.http.asgi import App, Handler, Request, Response, json_response
 from headway.http.edge import Edge
+from headway.http.metrics import metrics_handler
 from headway.http.router import Route, Router
-from headway.metrics import metrics_handler
+from headway.models.backend import Encoded
+from headway.otlp.setup import ProcessTracing
 from headway.registry.errors import RegistryUnavailable
-from headway.tracing.setup import ProcessTracing
 from headway.tracing.spans import record, recording, span, wall_ns
-from headway.worker.backends.base import Encoded
 from headway.worker.batcher import (
     Batcher,
     BatchLimits,

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from headway.background import Background
-from headway.worker.backends.base import Backend, Encoded
+from headway.models.backend import Backend, Encoded
 from headway.worker.estimates import ArrivalRate, CostFit
 from headway.worker.fill import Queued, adaptive_wait_s, fixed_wait_s
 from headway.worker.planning import padded_tokens, plan_runs

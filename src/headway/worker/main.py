@@ -6,17 +6,17 @@ import functools
 
 from headway.catalog import synthetic_aliases, synthetic_record
 from headway.http.asgi import App
+from headway.models.backend import Backend
 from headway.models.store import ModelStore
 from headway.models.weights.load import ArtifactLoader, weights_source
 from headway.models.weights.signing import SignaturePolicy
+from headway.otlp.setup import process_tracing
 from headway.registry.model import Actor
 from headway.registry.open import open_registry
 from headway.registry.store import RegistryStore
 from headway.settings import Settings
 from headway.tls.hops import gateway_client
-from headway.tracing.setup import process_tracing
 from headway.worker.app import WorkerService, build_worker_app
-from headway.worker.backends.base import Backend
 from headway.worker.batcher import BatchLimits
 from headway.worker.metrics import WorkerMetrics
 from headway.worker.sources import (

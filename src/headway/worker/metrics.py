@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from headway.metrics import LATENCY_BUCKETS
+from headway.http.metrics import LATENCY_BUCKETS
 from headway.worker.batcher import BatchRun
 
 TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from headway.models.backend import Backend
 from headway.models.errors import ModelIntegrityError, ModelNotFoundError
 from headway.registry.model import Snapshot
-from headway.worker.backends.base import Backend
 
 log = logging.getLogger(__name__)
 

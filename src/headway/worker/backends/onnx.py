@@ -28,12 +28,12 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
+from headway.models.backend import Encoded, ModelKind
 from headway.models.errors import ModelPreparationError
 from headway.models.manifest import ModelManifest
 from headway.models.prepared import ensure_prepared
 from headway.models.store import StoredModel
 from headway.models.tokenizer import load_tokenizer
-from headway.worker.backends.base import Encoded, ModelKind
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from headway.errors import HeadwayError
-from headway.worker.backends.base import Encoded, ModelKind
+from headway.models.backend import Encoded, ModelKind
 
 VOCAB = 30_000
 

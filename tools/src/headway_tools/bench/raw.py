@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from headway.worker.backends.base import Backend
+from headway.models.backend import Backend
 from headway.worker.planning import padded_tokens, plan_runs
 from headway_tools.bench.stats import per_second
 

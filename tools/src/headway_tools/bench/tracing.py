@@ -41,6 +41,8 @@ from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService
 from headway.heap import settle_heap
 from headway.http.asgi import App
+from headway.otlp.exporter import OtlpExporter
+from headway.otlp.setup import ProcessTracing
 from headway.quantile import quantile
 from headway.registry.sqlite import Registry
 from headway.settings import (
@@ -49,8 +51,6 @@ from headway.settings import (
     SyntheticSettings,
     TracingSettings,
 )
-from headway.tracing.otlp import OtlpExporter
-from headway.tracing.setup import ProcessTracing
 from headway.tracing.spans import Tracer
 from headway.transport.mock import MockTransport
 from headway_tools.bench.errors import BenchError

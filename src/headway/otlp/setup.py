@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from headway import __version__
+from headway.otlp.exporter import ExporterCollector, OtlpExporter
 from headway.settings import TracingSettings
-from headway.tracing.otlp import ExporterCollector, OtlpExporter
 from headway.tracing.spans import Tracer
 
 
