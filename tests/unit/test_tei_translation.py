@@ -20,7 +20,7 @@ from headway.errors import (
     ValidationFailed,
 )
 from headway.gateway.endpoints.tei import error_type, raw_scores, tei_error, unit_rows
-from headway.gateway.stages.parse import texts_of
+from headway.protocols.parse import texts_of
 from headway.registry.model import ModelRecord
 
 

@@ -28,8 +28,8 @@ from headway.batches.filestore import FileStore
 from headway.batches.jsonl import Line, read_lines, reread
 from headway.batches.model import Batch, LineError
 from headway.batches.store import BatchStore
-from headway.gateway.endpoints.embeddings import Embeddings
-from headway.gateway.endpoints.rerank import Rerank
+from headway.protocols.embeddings import parse_embeddings
+from headway.protocols.rerank import parse_rerank
 from headway.settings import LimitsSettings
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,11 @@ class LineIndex:
 
 
 def body_parser(endpoint: str, limits: LimitsSettings) -> Callable[[bytes], int]:
-    """The endpoint's strict parser: a line's body → its texts (raises what the gateway would)."""
-    parser = Embeddings() if endpoint == "/v1/embeddings" else Rerank(("rerank",))
-    return lambda body: parser.parse(body, limits).texts
+    """The endpoint's strict parser: a line's body → its texts (raises what the gateway
+    would: both read bodies with ``headway.protocols``)."""
+    if endpoint == "/v1/embeddings":
+        return lambda body: len(parse_embeddings(body, limits).inputs)
+    return lambda body: len(parse_rerank(body, limits).documents)
 
 
 class Inputs:

@@ -32,7 +32,7 @@ from headway.errors import (
     UsageUnavailable,
     ValidationFailed,
 )
-from headway.gateway import compat_schemas, routes, schemas, usage
+from headway.gateway import routes, schemas, usage
 from headway.gateway.admin import (
     aliases,
     audit,
@@ -70,12 +70,13 @@ from headway.gateway.endpoints.weights import routes as weights_routes
 from headway.gateway.openapi import JSON, DocumentedRoute, Operation, openapi_document
 from headway.gateway.path import PathParts, serve
 from headway.gateway.service import GatewayService
-from headway.gateway.stages.parse import check_media_type
 from headway.http.asgi import App, Handler, Hook, Request, Response, json_response
 from headway.http.client_address import TrustedProxies
 from headway.http.edge import Edge
 from headway.http.router import Check, Route, Router
 from headway.otlp.setup import ProcessTracing
+from headway.protocols import bodies, compat
+from headway.protocols.parse import check_media_type
 
 MODEL_ERRORS: tuple[type[HeadwayError], ...] = (
     InvalidRequest,
@@ -193,16 +194,16 @@ def gateway_routes(
             _model_route("/v1/embeddings", "embeddings", embeddings, parts),
             _model_operation(
                 "Create embeddings (OpenAI-compatible)",
-                schemas.EmbeddingsRequest,
-                schemas.EmbeddingsResponse,
+                bodies.EmbeddingsRequest,
+                bodies.EmbeddingsResponse,
             ),
         ),
         DocumentedRoute(
             _model_route("/v1/rerank", "rerank", rerank, parts),
             _model_operation(
                 "Rerank documents (Cohere v1-compatible)",
-                schemas.RerankRequest,
-                schemas.RerankResponse,
+                bodies.RerankRequest,
+                bodies.RerankResponse,
             ),
         ),
         # Other APIs' clients, unchanged: each route a translation onto the same path.
@@ -304,7 +305,7 @@ def _model_operation(
     summary: str,
     request: type[msgspec.Struct],
     response: object,
-    error_body: type[msgspec.Struct] = schemas.ErrorResponse,
+    error_body: type[msgspec.Struct] = bodies.ErrorResponse,
 ) -> Operation:
     return Operation(
         summary,
@@ -354,9 +355,9 @@ def compat_routes(
     tei_embed = tei.TeiEmbed(embed_models)
     embed_doc = _model_operation(
         "Embed texts (TEI-compatible)",
-        compat_schemas.TeiEmbedRequest,
+        compat.TeiEmbedRequest,
         list[list[float]],
-        compat_schemas.TeiError,
+        compat.TeiError,
     )
     info = tei.InfoParts(
         service.snapshots, service.pools, tuple(embed_models), parts.settings.limits
@@ -366,16 +367,16 @@ def compat_routes(
             _model_route("/v2/embed", "cohere_embed", CohereEmbed(), parts),
             _model_operation(
                 "Embed texts (Cohere v2-compatible)",
-                compat_schemas.CohereEmbedRequest,
-                compat_schemas.CohereEmbedResponse,
+                compat.CohereEmbedRequest,
+                compat.CohereEmbedResponse,
             ),
         ),
         DocumentedRoute(
             _model_route("/v2/rerank", "cohere_rerank", CohereRerank(), parts),
             _model_operation(
                 "Rerank documents (Cohere v2-compatible)",
-                compat_schemas.CohereRerankRequest,
-                compat_schemas.CohereRerankResponse,
+                compat.CohereRerankRequest,
+                compat.CohereRerankResponse,
             ),
         ),
         DocumentedRoute(
@@ -397,9 +398,9 @@ def compat_routes(
             ),
             _model_operation(
                 "Rerank texts (TEI-compatible)",
-                compat_schemas.TeiRerankRequest,
-                list[compat_schemas.TeiRank],
-                compat_schemas.TeiError,
+                compat.TeiRerankRequest,
+                list[compat.TeiRank],
+                compat.TeiError,
             ),
         ),
         DocumentedRoute(
@@ -413,9 +414,9 @@ def compat_routes(
             ),
             Operation(
                 "The model /embed serves and the limits a request meets (TEI-compatible)",
-                compat_schemas.TeiInfo,
+                compat.TeiInfo,
                 errors=(Unauthorized, NotFound),
-                error_body=compat_schemas.TeiError,
+                error_body=compat.TeiError,
                 authenticated=True,
             ),
         ),
@@ -423,8 +424,8 @@ def compat_routes(
 
 
 _LINE_BODIES: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
-    "embeddings": (schemas.EmbeddingsRequest, schemas.EmbeddingsResponse),
-    "rerank": (schemas.RerankRequest, schemas.RerankResponse),
+    "embeddings": (bodies.EmbeddingsRequest, bodies.EmbeddingsResponse),
+    "rerank": (bodies.RerankRequest, bodies.RerankResponse),
 }
 _HEX_ID = {"type": "string", "pattern": "^[0-9a-f]{16,64}$"}
 _LINE_HEADERS = [

@@ -22,8 +22,8 @@ from typing import Any
 import msgspec
 
 from headway.errors import AuthThrottled, HeadwayError
-from headway.gateway import schemas
 from headway.http.router import Route, parameters_of
+from headway.protocols.bodies import ErrorResponse
 from headway.settings import LimitsSettings
 
 JSON = "application/json"
@@ -41,7 +41,7 @@ class Operation:
     type (a ``str``) of a body described elsewhere."""
     request: type[msgspec.Struct] | None = None
     errors: tuple[type[HeadwayError], ...] = ()
-    error_body: type[msgspec.Struct] = schemas.ErrorResponse
+    error_body: type[msgspec.Struct] = ErrorResponse
     """The body of every error answer (another API's format where the route speaks it)."""
     authenticated: bool = False
     deadline: bool = False
@@ -81,13 +81,13 @@ def openapi_document(
     unknown); ``token_limit``: the largest token limit among the models served now (0: none
     recorded), under which a token limit asked for may be refused."""
     routes = [documented for documented in routes if not documented.operation.hidden]
-    bodies: set[Any] = {schemas.ErrorResponse}
+    structs: set[Any] = {ErrorResponse}
     for documented in routes:
         op = documented.operation
-        bodies.update(b for b in (op.request, op.response) if not isinstance(b, str | None))
-        bodies.update(b for b in op.other_answers.values() if not isinstance(b, str))
-        bodies.add(op.error_body)
-    ordered = sorted(bodies, key=repr)
+        structs.update(b for b in (op.request, op.response) if not isinstance(b, str | None))
+        structs.update(b for b in op.other_answers.values() if not isinstance(b, str))
+        structs.add(op.error_body)
+    ordered = sorted(structs, key=repr)
     described, components = msgspec.json.schema_components(
         ordered, ref_template="#/components/schemas/{name}"
     )

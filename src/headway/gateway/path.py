@@ -7,7 +7,7 @@ found its route, and, from the headers alone, before reading the body:
     identify     the bearer key → the tenant (or, on the batch          gateway/auth/checks.py
                  executor's routes, the tenant it runs a line for),     (the route's auth)
                  through the failed-key limiter: 401 / 403 / 429        gateway/auth/limiter.py
-    media type   the body is declared as JSON: 415                      stages/parse.py
+    media type   the body is declared as JSON: 415                      protocols/parse.py
     length       a declared Content-Length past the limit: 413          http/asgi.py
 
 then read the body; it turns whatever this raises into the answer and counts it. Then,

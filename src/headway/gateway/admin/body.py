@@ -12,8 +12,8 @@ from typing import TypeVar
 import msgspec
 
 from headway.errors import ValidationFailed
-from headway.gateway.stages.parse import check_media_type, decode_stored
 from headway.http.asgi import Request
+from headway.protocols.parse import check_media_type, decode_stored
 
 T = TypeVar("T")
 

@@ -32,9 +32,9 @@ from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit
 from headway.gateway.stages.authenticate import caller_of
-from headway.gateway.stages.parse import decode_stored
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
+from headway.protocols.parse import decode_stored
 from headway.tracing.spans import current_traceparent
 
 COMPLETION_WINDOW_S = {"24h": 86400}

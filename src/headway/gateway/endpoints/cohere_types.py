@@ -27,8 +27,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from headway.gateway.compat_schemas import CohereEmbeddingsByType, EmbeddingType
 from headway.gateway.endpoints.fit import Rows
+from headway.protocols.compat import CohereEmbeddingsByType, EmbeddingType
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 INT8_SCALE = 127

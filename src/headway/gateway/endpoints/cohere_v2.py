@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from headway.errors import ValidationFailed
-from headway.gateway import compat_schemas as cohere
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.cohere_types import embeddings_by_type
 from headway.gateway.endpoints.fit import Rows
-from headway.gateway.endpoints.rerank import search_units, top_n_of
 from headway.gateway.endpoints.work import Asked, EmbedWork, RankWork, Scores
-from headway.gateway.stages.parse import check_texts, decode, whole_number
 from headway.http.asgi import Response, json_response
+from headway.protocols import compat as cohere
+from headway.protocols.parse import check_texts, decode, whole_number
+from headway.protocols.rerank import search_units, top_n_of
 from headway.registry.model import ModelRecord
 from headway.settings import LimitsSettings
 

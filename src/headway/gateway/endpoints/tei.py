@@ -40,14 +40,14 @@ import orjson
 
 from headway import __version__
 from headway.errors import HeadwayError, NotFound, Overloaded, QuotaExceeded, ValidationFailed
-from headway.gateway import compat_schemas as tei
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.fit import Rows
 from headway.gateway.endpoints.work import Asked, EmbedWork, RankWork, Scores
 from headway.gateway.pools import Pools
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.stages.parse import check_texts, decode, texts_of, whole_number
 from headway.http.asgi import Handler, Request, Response, error_response, json_response
+from headway.protocols import compat as tei
+from headway.protocols.parse import check_texts, decode, texts_of, whole_number
 from headway.registry.model import ModelRecord
 from headway.settings import LimitsSettings
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from headway.gateway.stages.parse import TextsOrTokenIds
+from headway.protocols.parse import TextsOrTokenIds
 
 # Cohere v2 ------------------------------------------------------------------------------
 
