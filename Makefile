@@ -53,6 +53,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tools/src tests
 	$(BIN)/ruff format --check src tools/src tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache  # the layer contracts in pyproject.toml
 
 # The system packages the tests start (redis-server, dnsmasq) and python3-venv, with
 # apt-get when missing; silent when nothing is. First, as creating .venv may need it.
