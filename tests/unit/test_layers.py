@@ -6,6 +6,8 @@ product's package."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,3 +67,21 @@ def test_the_check_reads_function_level_imports() -> None:
     assert "headway_tools.bench.host.Machine" in imports_of("headway_tools.cli.bench", bench)
     assert len(product_modules()) > 300
 
+
+def test_the_command_line_runs_without_the_tooling() -> None:
+    """As ``make up`` and the image install it: no ``headway.commands`` entry point, and
+    any import of ``headway_tools`` fails. The product's commands are all there."""
+    script = (
+        "import importlib.metadata, sys\n"
+        "importlib.metadata.entry_points = lambda group: []\n"
+        "sys.modules['headway_tools'] = None\n"
+        "from typer.testing import CliRunner\n"
+        "from headway.cli import app\n"
+        "print(CliRunner().invoke(app, ['--help']).output)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    for command in ("up", "gateway", "worker", "models", "billing", "batches", "db"):
+        assert f" {command} " in done.stdout, command
+    assert " bench " not in done.stdout and " loadgen " not in done.stdout
