@@ -17,13 +17,14 @@ from headway.errors import HeadwayError, InvalidRequest, ValidationFailed
 from headway.gateway.admin.splits import SplitBody
 from headway.gateway.admin.tenants import TenantCreate
 from headway.gateway.batches import schemas as batch_schemas
-from headway.protocols import bodies, compat
+from headway.protocols import bodies as public
+from headway.protocols import compat
 from headway.protocols.parse import decode, decode_stored
 from tests import hostile
 
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
-    "embeddings": bodies.embeddings_decoder,
-    "rerank": bodies.rerank_decoder,
+    "embeddings": public.embeddings_decoder,
+    "rerank": public.rerank_decoder,
     "cohere embed": compat.cohere_embed_decoder,
     "cohere rerank": compat.cohere_rerank_decoder,
     "tei embed": compat.tei_embed_decoder,
@@ -55,14 +56,14 @@ def test_however_deep_the_stack_a_nested_body_is_a_client_error_not_a_crash(
     wrapped = b'{"query": "q", "documents": [{"text": "a", "x": %s}]}' % body
     at_depth(
         frames,
-        lambda: hostile.value_or_client_error(lambda: decode(bodies.rerank_decoder, wrapped)),
+        lambda: hostile.value_or_client_error(lambda: decode(public.rerank_decoder, wrapped)),
     )
 
 
 def test_a_body_nested_past_the_decoders_stack_says_so() -> None:
     nested = b"[" * 5_000 + b"]" * 5_000
     with pytest.raises(InvalidRequest, match="nested too deeply"):
-        decode(bodies.rerank_decoder, b'{"query": "q", "documents": [{"x": %s}]}' % nested)
+        decode(public.rerank_decoder, b'{"query": "q", "documents": [{"x": %s}]}' % nested)
 
 
 def outcome(call: Any) -> Any:
