@@ -1,5 +1,5 @@
 """The isolation invariant, through real processes: while a victim tenant sends interactive
-traffic at half the pool's capacity and runs a 1,000-line batch, a hostile tenant and an
+traffic at 30% of the pool's capacity and runs a 1,000-line batch, a hostile tenant and an
 anonymous client run every attack of ``headway bench isolation`` at once (``bench/
 attacks.py``: a line nested ~990 deep, lines larger than the attacker's burst, a
 20,000-line batch, a cache probe of the victim's texts, /metrics on the client port, a
@@ -7,7 +7,13 @@ attacks.py``: a line nested ~990 deep, lines larger than the attacker's burst, a
 kinds of route, the inputs that answered 500, a quota flood). Every attack is refused as
 it should be, and the victim's p95 and share within the deadline stay within 10% of its
 run without the attacker, its batch within 1.5× its time alone. Each attack also has a
-focused test beside its mechanism."""
+focused test beside its mechanism.
+
+30%, not the bench's half: at half, the victim alone (beside its own batch) met its deadline
+on 74-90% of requests from one run to the next on this project's 2-core machine (6 runs,
+2026-12-03), so a 10% band compared noise and the test failed on unchanged code too; at
+30% the victim alone met 97.5% (95.3% under every attack at once) in the run that chose it,
+and what an attack costs it shows."""
 
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ from headway_tools.bench.served import serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]  # its figures need the machine alone
 
+LOAD_X = 0.3
+
 
 def test_no_attack_stalls_starves_or_observes_the_victim(tmp_path):
     settings = isolation_settings(tmp_path)
@@ -41,6 +49,7 @@ def test_no_attack_stalls_starves_or_observes_the_victim(tmp_path):
                 burst,
                 [list(ATTACKS)],
                 stall_allowance_s(settings),
+                load_x=LOAD_X,
             )
         )
     outcomes = {outcome.attack: outcome for outcome in run.outcomes}

@@ -360,11 +360,12 @@ async def isolation(
     burst: int,
     plan: Sequence[Sequence[str]],
     slow_within_s: float,
+    load_x: float = LOAD_X,
 ) -> tuple[float, float, VictimFigures, list[AttackRun]]:
     """Capacity, the victim alone (on ``url``), then one run per entry of ``plan`` (attacks at
-    once, on ``attacker_url``)."""
+    once, on ``attacker_url``); the victim's interactive load is ``load_x`` of capacity."""
     measured = await capacity(url, victim_key)
-    rate = LOAD_X * measured / TEXTS_PER_REQUEST
+    rate = load_x * measured / TEXTS_PER_REQUEST
     target = Target(attacker_url, attacker_key, burst, (), slow_within_s, MODEL)
     alone = await victim_run(url, victim_key, rate, ARRIVAL_SEED)
     runs = []
