@@ -10,7 +10,7 @@ itself (that 429 is the line's answer, in the error file).
 from __future__ import annotations
 
 from headway.registry.errors import UnknownTenant
-from headway.registry.store import RegistryStore
+from headway.registry.store import TenantStore
 
 
 class RegistryBursts:
@@ -18,7 +18,7 @@ class RegistryBursts:
     tenant that is gone has none (its batches go with it), and a later tenant of its name
     is another id, whose burst is never taken for it."""
 
-    def __init__(self, registry: RegistryStore) -> None:
+    def __init__(self, registry: TenantStore) -> None:
         self._registry = registry
 
     def __call__(self, tenant_id: int) -> float | None:

@@ -1,4 +1,6 @@
-"""The registry's one interface, implemented on SQLite (embedded) and Postgres (shared).
+"""The registry's interface, one protocol per resource, implemented together on SQLite
+(embedded) and Postgres (shared) as ``RegistryStore``; a caller that needs one resource
+takes that protocol.
 
 Reads return plain values (``model``). Every write keeps the rules of ``rules`` and
 ``errors`` and appends exactly one ``AuditEntry`` (who, what before and after, when,
@@ -32,8 +34,8 @@ from headway.registry.model import (
 )
 
 
-class RegistryStore(Protocol):
-    # reads ---------------------------------------------------------------------
+class SnapshotReads(Protocol):
+    """What gateways and workers poll: the whole snapshot, and whether it moved."""
 
     def snapshot(self) -> Snapshot: ...
 
@@ -44,6 +46,10 @@ class RegistryStore(Protocol):
     def changes(self) -> int:
         """The change counter: bumped by every write (not by observations)."""
         ...
+
+
+class TenantStore(Protocol):
+    """Tenants, their keys, their deletion and their billing customer."""
 
     def tenants(self) -> list[Tenant]: ...
 
@@ -64,34 +70,6 @@ class RegistryStore(Protocol):
         """A tenant's keys (``UnknownTenant``), or with None the admin keys; newest first,
         revoked ones included."""
         ...
-
-    def models(self) -> list[tuple[ModelRecord, list[str]]]:
-        """Every version with the aliases whose primary it is."""
-        ...
-
-    def model(self, version: str) -> ModelRecord:
-        """``UnknownModel`` if no version has that hash."""
-        ...
-
-    def resolve_model(self, name: str) -> ModelRecord | None:
-        """An alias's primary version, or a version by its hash."""
-        ...
-
-    def splits(self) -> list[Split]: ...
-
-    def rollouts(self, alias: str | None = None, *, active: bool = False) -> list[Rollout]:
-        """Newest first; ``active``: only those in ``ACTIVE_STATES``."""
-        ...
-
-    def rollout(self, rollout_id: int) -> Rollout:
-        """``UnknownRollout`` if there is none with that id."""
-        ...
-
-    def audit(self, query: AuditQuery) -> list[AuditEntry]:
-        """Newest first, at most ``query.limit``."""
-        ...
-
-    def observations(self, rollout_id: int, step: int) -> list[Observation]: ...
 
     def billing_customers(self) -> dict[int, str]:
         """Tenant id → its customer id at the billing provider, deleted tenants' too."""
@@ -168,6 +146,27 @@ class RegistryStore(Protocol):
 
     def add_admin_key(self, *, actor: Actor, key: str | None = None) -> tuple[ApiKey, str]: ...
 
+    def seed_demo(self) -> bool:
+        """On a registry that never held a tenant or a key, the documented demo tenants and
+        admin key (``registry/demo.py``); whether it created them."""
+        ...
+
+
+class ModelCatalog(Protocol):
+    """Model versions (immutable, by content hash) and the aliases naming them."""
+
+    def models(self) -> list[tuple[ModelRecord, list[str]]]:
+        """Every version with the aliases whose primary it is."""
+        ...
+
+    def model(self, version: str) -> ModelRecord:
+        """``UnknownModel`` if no version has that hash."""
+        ...
+
+    def resolve_model(self, name: str) -> ModelRecord | None:
+        """An alias's primary version, or a version by its hash."""
+        ...
+
     def add_model(
         self, record: ModelRecord, aliases: tuple[str, ...] = (), *, actor: Actor
     ) -> ModelRecord:
@@ -180,12 +179,32 @@ class RegistryStore(Protocol):
         ``RolloutActive`` while a rollout owns the alias)."""
         ...
 
+
+class SplitStore(Protocol):
+    """An alias's traffic split across versions."""
+
+    def splits(self) -> list[Split]: ...
+
     def set_split(self, split: Split, *, actor: Actor) -> Split:
         """Replace the alias's split (``InvalidSplit``, ``UnknownModel``, ``UnknownTenant``
         for a pin, ``RolloutActive``). The alias must exist."""
         ...
 
     def delete_split(self, alias: str, *, actor: Actor) -> None: ...
+
+
+class RolloutStore(Protocol):
+    """Rollouts, their moves, and the counts each gateway records for a step."""
+
+    def rollouts(self, alias: str | None = None, *, active: bool = False) -> list[Rollout]:
+        """Newest first; ``active``: only those in ``ACTIVE_STATES``."""
+        ...
+
+    def rollout(self, rollout_id: int) -> Rollout:
+        """``UnknownRollout`` if there is none with that id."""
+        ...
+
+    def observations(self, rollout_id: int, step: int) -> list[Observation]: ...
 
     def start_rollout(
         self, alias: str, candidate: str, plan: RolloutPlan, *, actor: Actor, split: Split
@@ -218,10 +237,19 @@ class RegistryStore(Protocol):
         """Upsert this gateway's counts for (rollout, step, gateway, role)."""
         ...
 
-    def seed_demo(self) -> bool:
-        """On a registry that never held a tenant or a key, the documented demo tenants and
-        admin key (``registry/demo.py``); whether it created them."""
+
+class AuditLog(Protocol):
+    """Every admin write, as it was made."""
+
+    def audit(self, query: AuditQuery) -> list[AuditEntry]:
+        """Newest first, at most ``query.limit``."""
         ...
+
+
+class RegistryStore(
+    SnapshotReads, TenantStore, ModelCatalog, SplitStore, RolloutStore, AuditLog, Protocol
+):
+    """The whole registry."""
 
     def close(self) -> None:
         """Release the connection kept between calls, if any (usable again after)."""

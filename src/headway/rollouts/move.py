@@ -1,6 +1,6 @@
 """One move of a rollout from one state to the next, and the one way it is written.
 
-A ``Move`` is a value: everything ``RegistryStore.transition`` needs besides the
+A ``Move`` is a value: everything ``RolloutStore.transition`` needs besides the
 rollout and the actor. ``apply_move`` writes it compare-and-set on the (state, step)
 the move was chosen from, so of two gateways (or a gateway and an operator) deciding
 at once, exactly one move happens and the other hears that the rollout changed.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from headway.registry.errors import InvalidRollout
 from headway.registry.model import Actor, Rollout, RolloutState, Split
-from headway.registry.store import RegistryStore
+from headway.registry.store import RolloutStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ class Move:
     """On promotion, the alias's new primary."""
 
 
-def apply_move(store: RegistryStore, rollout: Rollout, move: Move, *, actor: Actor) -> Rollout:
+def apply_move(store: RolloutStore, rollout: Rollout, move: Move, *, actor: Actor) -> Rollout:
     moved = store.transition(
         rollout.id,
         expect=(rollout.state, rollout.step),

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from headway.batches.store import BatchStore
 from headway.registry.errors import UnknownTenant
 from headway.registry.model import Tenant, TenantDeletion
-from headway.registry.store import RegistryStore
+from headway.registry.store import TenantStore
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def owner_of(name: str, pending: Sequence[TenantDeletion], current: Tenant | Non
 
 
 def adopt(
-    registry: RegistryStore, store: BatchStore, names: Iterable[str] | None = None
+    registry: TenantStore, store: BatchStore, names: Iterable[str] | None = None
 ) -> dict[str, int]:
     """Give the legacy rows of ``names`` (None: every name that has some) to their owners;
     the rows each name's owner got. Blocking: run it in a thread."""
@@ -66,7 +66,7 @@ def adopt(
     return adopted
 
 
-def _current(registry: RegistryStore, name: str) -> Tenant | None:
+def _current(registry: TenantStore, name: str) -> Tenant | None:
     try:
         return registry.tenant(name)
     except UnknownTenant:
