@@ -7,10 +7,10 @@ REV is checked out into a temporary worktree; each turn runs, for REV and then f
 tree, in a fresh process with that tree's product first on ``PYTHONPATH`` (so the gateway
 and worker processes it starts run that code): a closed loop of 1-text requests at 16
 outstanding to a zero-cost synthetic worker, every text new, then the 429 and 503 refusals
-of ``bench spine`` (``headway_tools/bench/refusals.py``). The measuring code is the tree's
-own tooling (``tools/src``), or this tree's where REV has none apart (before the tooling
-left ``src/headway``). Medians of the turns are printed last. Timings on a shared machine
-are noisy: compare the two columns of one run.
+of ``bench spine`` (``bench/refusals.py``). The measuring code is each tree's own tooling:
+``tools/src``, or ``src/headway`` in a REV from before the tooling left it (the turn's
+imports then name ``headway.bench`` and ``headway.loadgen``). Medians of the turns are
+printed last. Timings on a shared machine are noisy: compare the two columns of one run.
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ print(json.dumps(out))
 
 def turn(tree: Path, seconds: str) -> dict[str, float]:
     tools = tree / "tools" / "src"
-    measuring = tools if tools.is_dir() else HERE / "tools" / "src"
-    env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}{os.pathsep}{measuring}")
+    code = TURN if tools.is_dir() else TURN.replace("headway_tools.", "headway.")
+    env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}{os.pathsep}{tools}")
     done = subprocess.run(
-        [sys.executable, "-c", TURN, seconds], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", code, seconds], env=env, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         raise SystemExit(f"a turn at {tree} failed:\n{done.stderr[-3000:]}")
