@@ -1,9 +1,4 @@
-"""The ``headway`` command line: every component runnable on its own, or all at once.
-
-Commands of other distributions join it through the ``headway.commands`` entry points
-(each a Typer app, under its entry point's name): the tooling's ``bench`` and ``loadgen``
-(``tools/``, installed by ``make test`` and ``make bench``, never in the image).
-"""
+"""The ``headway`` command line: every component runnable on its own, or all at once."""
 
 from __future__ import annotations
 
@@ -24,11 +19,7 @@ from headway.cli import (
 
 COMMANDS_GROUP = "headway.commands"
 
-app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=False,
-    help="The ``headway`` command line: every component runnable on its own, or all at once.",
-)
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 # In the order ``headway --help`` lists them.
 app.command()(serve.up)
 app.command()(serve.gateway)
@@ -41,6 +32,8 @@ app.add_typer(billing.billing_app, name="billing")
 app.add_typer(batches.batches_app, name="batches")
 app.add_typer(certs.certs_app, name="certs")
 app.add_typer(db.db_app, name="db")
+# Other distributions' commands, each a Typer app under its entry point's name: the
+# tooling's bench and loadgen (tools/: make test and make bench install it, the image never).
 for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda point: point.name):
     app.add_typer(command.load(), name=command.name)
 
