@@ -1,4 +1,4 @@
-"""What the executor-token claim check costs a batch line (gateway/batches/claims.py):
+"""What the executor-token claim check costs a batch line (gateway/lines/claims.py):
 with the one-second cache of live batches, and with a batch store read on every line.
 
     PYTHONPATH=src .venv/bin/python scripts/line-claims.py
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from headway.batches.model import Batch, line_request_id, new_batch_id
 from headway.batches.open import sqlite_batch_store
-from headway.gateway.batches.claims import TTL_S, LineClaim, LiveBatches
+from headway.gateway.lines.claims import TTL_S, LineClaim, LiveBatches
 
 LINES = 2000
 

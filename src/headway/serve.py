@@ -1,7 +1,7 @@
 """Running an ASGI app under uvicorn (uvloop + httptools), on a port or an inherited socket;
 and beside it, in the same process and event loop, an operations listener of its own.
 
-The operations listener (``OpsListener``: the gateway's ``/metrics``, ``gateway/ops.py``)
+The operations listener (``OpsListener``: the gateway's ``/metrics``, ``app/ops.py``)
 is a second uvicorn server on its own socket, app and ``EdgeGuard``: its caps are its own,
 so a flood of the client port cannot take the slots a scrape needs (nor the reverse); its
 refusals and timeouts are counted with the client listener's. It starts listening with

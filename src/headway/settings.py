@@ -335,7 +335,7 @@ class GatewaySettings(_Section):
     ops_host: str = Field(
         "127.0.0.1",
         description="Address of the gateway's operations listener (/metrics, /healthz, "
-        "/readyz; gateway/ops.py), for Prometheus and operators only: the client port does "
+        "/readyz; app/ops.py), for Prometheus and operators only: the client port does "
         "not serve /metrics, whose series name every tenant. Open it to Prometheus alone "
         "(docs/kubernetes.md).",
     )

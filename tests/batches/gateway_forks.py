@@ -19,8 +19,8 @@ import signal
 import sys
 from types import FrameType
 
+import headway.app.process
 import headway.cli.serve  # imported before any fork, once
-import headway.gateway.main
 import headway.serve  # noqa: F401
 from headway.cli import app
 

@@ -24,7 +24,7 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from headway.catalog import SYNTHETIC_ALIAS
-from headway.gateway.console.pages import PAGES
+from headway.control.console.pages import PAGES
 from headway.registry.open import open_registry
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from headway.settings import Settings, load_settings

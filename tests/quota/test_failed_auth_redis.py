@@ -9,12 +9,12 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
+from headway.app.process import failed_auth_store
 from headway.gateway.auth.failures import FailureLimit, fail, locked_for
 from headway.gateway.auth.fallback import FallbackFailureStore
 from headway.gateway.auth.metrics import AuthMetrics
 from headway.gateway.auth.redis_store import RedisFailureStore
 from headway.gateway.auth.store import FailureStoreUnavailable, LocalFailureStore, Subject
-from headway.gateway.main import failed_auth_store
 from headway.settings import FailedAuthSettings, GatewaySettings, Settings
 from headway_tools.testing.redis_server import RedisServer
 from tests.service.conftest import Stack, auth, make_stack

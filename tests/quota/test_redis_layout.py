@@ -10,12 +10,12 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
+from headway.app.process import quota_store
 from headway.cache.entry import Entry
 from headway.cache.redis_tier import RedisCache
 from headway.gateway.auth.failures import FailureLimit
 from headway.gateway.auth.redis_store import RedisFailureStore
 from headway.gateway.auth.store import Subject
-from headway.gateway.main import quota_store
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.layout import LayoutGuard

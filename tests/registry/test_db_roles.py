@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
+from headway.app.process import wait_for_stores
 from headway.batches.model import Batch, FileObject, LineResult
 from headway.batches.open import postgres_batch_store
 from headway.billing.ledger.base import UsageQuery
@@ -25,7 +26,6 @@ from headway.billing.ledger.postgres import PostgresLedger
 from headway.cli import app
 from headway.db_setup import apply_roles, component_url, migrate_all
 from headway.dependency_link import Backoff, DependencyLink
-from headway.gateway.main import wait_for_stores
 from headway.privileges import COMPONENTS, TABLES, Component, all_statements, role_name
 from headway.quality.references import Reference, postgres_reference_store
 from headway.registry.model import ModelRecord

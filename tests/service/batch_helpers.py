@@ -22,7 +22,7 @@ from headway.batches.queue import WorkQueue
 from headway.batches.sqlite_queue import SqliteWorkQueue
 from headway.batches.store import BatchStore
 from headway.batches.submit import ROUTE_OF, Answer, line_headers, retry_after_s
-from headway.gateway.batches.parts import BatchParts
+from headway.control.batches.parts import BatchParts
 from headway.settings import BatchSettings, ExecutorSettings, LimitsSettings
 
 TOKEN = "test-executor-token"

@@ -11,18 +11,18 @@ import httpx
 import pytest
 from prometheus_client import generate_latest
 
+from headway.app.build import build_gateway_app
+from headway.app.ops import build_ops_app
 from headway.batches.filestore import DirectoryFileStore
 from headway.batches.open import sqlite_batch_store
 from headway.batches.store import BatchStore
 from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
-from headway.gateway.app import build_gateway_app
+from headway.control.batches.parts import BatchParts
 from headway.gateway.auth.store import FailureStore
-from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.static import StaticDiscovery
-from headway.gateway.ops import build_ops_app
 from headway.gateway.service import GatewayService, Heartbeat
 from headway.http.asgi import App, Handler
 from headway.http.edge import Edge

@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 import httpx
 
+from headway.app.build import build_gateway_app
 from headway.batches.store import BatchStore
 from headway.billing.ledger.memory import MemoryLedger
-from headway.gateway.app import build_gateway_app
-from headway.gateway.batches.lines import BATCH_ID, KEY_ID, LINE, REQUEST_ID, TENANT_ID
-from headway.gateway.endpoints.weights import WeightsParts
+from headway.control.weights import WeightsParts
+from headway.gateway.lines.headers import BATCH_ID, KEY_ID, LINE, REQUEST_ID, TENANT_ID
 from headway.http.asgi import App
 from headway.models.store import ModelStore, StoredModel
 from headway.registry.model import Actor
@@ -122,7 +122,7 @@ class Gateway:
     model: StoredModel
     line: Mapping[str, str]
     """The claim headers of a line of a live batch of the fuzzing tenant: the executor's
-    token serves only such a line (``gateway/batches/claims.py``)."""
+    token serves only such a line (``gateway/lines/claims.py``)."""
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -11,10 +11,10 @@ import httpx
 from headway.billing.ledger.base import UsageQuery, UsageRow
 from headway.billing.prices import parse_prices
 from headway.catalog import SYNTHETIC_ALIAS
-from headway.gateway.console import api, costs
-from headway.gateway.console.auth import LOGIN_COOKIE, SECURITY_HEADERS, SESSION_COOKIE
-from headway.gateway.console.pages import PAGES
-from headway.gateway.console.routes import parts_of
+from headway.control.console import api, costs
+from headway.control.console.auth import LOGIN_COOKIE, SECURITY_HEADERS, SESSION_COOKIE
+from headway.control.console.pages import PAGES
+from headway.control.console.routes import parts_of
 from headway.registry.keys import key_digest
 from headway.registry.model import SYSTEM, Actor, ModelRecord, key_id_of
 from headway.registry.sqlite import DEMO_ADMIN_KEY

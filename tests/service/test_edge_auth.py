@@ -13,9 +13,9 @@ import httpx
 import uvicorn
 from uvicorn.server import ServerState
 
-from headway.gateway.app import build_gateway_app
+from headway.app.build import build_gateway_app
+from headway.control.weights import WeightsParts
 from headway.gateway.auth.kinds import CONSOLE_SESSION
-from headway.gateway.endpoints.weights import WeightsParts
 from headway.http.asgi import App
 from headway.http.guard import EdgeGuard, guarded_protocol
 from headway.models.store import ModelStore

@@ -1,5 +1,5 @@
 """The client port serves no per-tenant figures to anyone but the admin key; /metrics is
-on the operations listener only (``gateway/ops.py``).
+on the operations listener only (``app/ops.py``).
 
 Played as the hostile tenant and the anonymous client would: a victim tenant with a
 distinctive name sends work and a batch; then every GET route of the client port is asked,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from headway.gateway.ops import OPS_PATHS, build_ops_app
+from headway.app.ops import OPS_PATHS, build_ops_app
 from headway.http.router import parameters_of
 from headway.registry.sqlite import DEMO_ADMIN_KEY
 from tests.service.batch_helpers import BATCHES, create, embed_line, jsonl, upload

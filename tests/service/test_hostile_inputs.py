@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from headway.batches.open import postgres_batch_store
 from headway.batches.store import BatchStore
-from headway.gateway.console.auth import MAX_FORM_FIELDS
+from headway.control.console.auth import MAX_FORM_FIELDS
 from headway.http.router import Route, parameters_of
 from tests.hostile import (
     client_values,

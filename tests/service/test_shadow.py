@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 from headway.catalog import synthetic_record
-from headway.gateway.console import api
-from headway.gateway.console.routes import parts_of
+from headway.control.console import api
+from headway.control.console.routes import parts_of
 from headway.metering.sink import MemorySink
 from headway.registry.model import Shadow, Split
 from headway.settings import ObservabilitySettings, QualitySettings

@@ -25,7 +25,7 @@ from headway.cache.memory import MemoryCache
 from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
 from headway.cache.scopes import tenant_scope
-from headway.gateway.batches.tenants import TenantData
+from headway.control.tenants import TenantData
 from headway.metering.event import encode
 from headway.metering.sink import MemorySink
 from headway.registry.errors import RegistryUnavailable

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import uvicorn
 
-from headway.gateway.app import build_gateway_app
-from headway.gateway.endpoints.weights import WeightsParts
+from headway.app.build import build_gateway_app
+from headway.control.weights import WeightsParts
 from headway.http.asgi import App
 from headway.models.errors import ModelIntegrityError, ModelNotFoundError, WeightsUnavailable
 from headway.models.store import ModelStore, StoredModel

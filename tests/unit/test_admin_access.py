@@ -1,4 +1,4 @@
-"""What every admin route reads before its store (``gateway/admin/access.py``): a numeric
+"""What every admin route reads before its store (``control/admin/access.py``): a numeric
 path id (404 for anything else) and the query's parameters (422), whatever a client sent."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headway.control.admin.access import MAX_ID, path_id, query_values
 from headway.errors import NotFound, ValidationFailed
-from headway.gateway.admin.access import MAX_ID, path_id, query_values
 from headway.http.asgi import Message, Request
 from tests import hostile
 

@@ -5,8 +5,8 @@ import inspect
 import pytest
 
 import headway.registry.errors as registry_errors
-from headway.gateway.admin.body import field_message
-from headway.gateway.admin.refusals import refusal
+from headway.control.admin.body import field_message
+from headway.control.admin.refusals import refusal
 
 FAULTS = {registry_errors.RegistryError, registry_errors.SchemaTooNew}
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from headway.gateway.console.pages import PAGES
+from headway.control.console.pages import PAGES
 from headway.settings import load_settings
 from headway.up.supervisor import Child, scrape_targets, write_scrape_targets
 

@@ -4,9 +4,9 @@ reached, and the cap on uploads at once."""
 from __future__ import annotations
 
 from headway.batches.model import OverLimit, TenantBounds, TenantUse
+from headway.control.batches.bounds import bounds_of, full_before_upload, refusal
+from headway.control.batches.uploads import SlotsFull, UploadSlots
 from headway.errors import LimitReached, StorageLimitReached
-from headway.gateway.batches.bounds import bounds_of, full_before_upload, refusal
-from headway.gateway.batches.uploads import SlotsFull, UploadSlots
 from headway.http.asgi import error_response
 from headway.registry.model import BatchLimits, Tenant
 from headway.settings import BatchSettings

@@ -1,8 +1,8 @@
-"""Whose the batch-store rows from before tenant ids are (``gateway/batches/legacy.py``)."""
+"""Whose the batch-store rows from before tenant ids are (``control/batches/legacy.py``)."""
 
 from __future__ import annotations
 
-from headway.gateway.batches.legacy import owner_of
+from headway.control.batches.legacy import owner_of
 from headway.registry.model import Tenant, TenantDeletion
 
 

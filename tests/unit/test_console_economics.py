@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from headway.gateway.console.economics import (
+from headway.control.console.economics import (
     capacity_requests_per_s,
     cost_per_1k,
     mean_per_request,

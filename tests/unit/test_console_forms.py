@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headway.errors import HeadwayError
-from headway.gateway.console.auth import (
+from headway.control.console.auth import (
     FORM,
     MAX_FORM_FIELDS,
     cookies,
@@ -20,7 +19,8 @@ from headway.gateway.console.auth import (
     form_of,
     same_origin,
 )
-from headway.gateway.console.session import SessionSigner
+from headway.control.console.session import SessionSigner
+from headway.errors import HeadwayError
 from headway.http.asgi import Message, Request
 from tests import hostile
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from headway.gateway.console.history import PoolHistory, PoolSample
+from headway.control.console.history import PoolHistory, PoolSample
 
 
 class Clock:

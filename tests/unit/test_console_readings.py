@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from headway.gateway.console.readings import served_by_route, shed_totals, tenant_counts
+from headway.control.console.readings import served_by_route, shed_totals, tenant_counts
 
 
 def test_nothing_counted_reads_as_nothing():

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from headway.gateway.console.session import LOGIN_TTL_S, SessionSigner
+from headway.control.console.session import LOGIN_TTL_S, SessionSigner
 
 KEY_ID = "0123456789abcdef"
 

@@ -52,7 +52,7 @@ def test_the_check_reads_function_level_imports() -> None:
     headway = SRC / "headway"
     # `headway gateway` imports the gateway inside the command's function.
     serve = imports_of("headway.cli.serve", headway / "cli" / "serve.py")
-    assert "headway.gateway.main.build_gateway" in serve
+    assert "headway.app.process.build_gateway" in serve
     http1 = imports_of("headway.transport.http1", headway / "transport" / "http1.py")
     assert "headway.transport.connection" in http1
     bench = TOOLS_SRC / "headway_tools" / "cli" / "bench.py"

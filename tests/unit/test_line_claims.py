@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import replace
 
 from headway.batches.model import Batch, RequestCounts, line_request_id
-from headway.gateway.batches.claims import LineClaim, LiveBatches, claim_refusal
+from headway.gateway.lines.claims import LineClaim, LiveBatches, claim_refusal
 from tests.fakes import FakeClock
 
 LIVE = Batch(

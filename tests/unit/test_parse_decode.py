@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headway.control.admin.splits import SplitBody
+from headway.control.admin.tenants import TenantCreate
+from headway.control.batches import schemas as batch_schemas
 from headway.errors import HeadwayError, InvalidRequest, ValidationFailed
-from headway.gateway.admin.splits import SplitBody
-from headway.gateway.admin.tenants import TenantCreate
-from headway.gateway.batches import schemas as batch_schemas
 from headway.protocols import bodies as public
 from headway.protocols import compat
 from headway.protocols.parse import decode, decode_stored

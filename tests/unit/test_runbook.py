@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel
 
 from headway.cli import app
-from headway.gateway.console.pages import PAGES
+from headway.control.console.pages import PAGES
 from headway.logs import ACCESS_FIELDS, ACCESS_LOGGER, JsonFormatter
 from headway.settings import Settings
 from tests.unit.test_alert_rules import ROOT, alerts, check_queries, dashboard, rules

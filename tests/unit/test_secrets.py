@@ -56,7 +56,7 @@ SECRETS = {
 """The settings that are secrets (the URLs carry credentials), and how code names them."""
 
 ENTRY = {
-    "gateway": "headway.gateway.main",
+    "gateway": "headway.app.process",
     "worker": "headway.worker.main",
     "billing": "headway.billing.service",
     "executor": "headway.batches.service",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from headway.app.process import discovery
 from headway.gateway.discovery.dns_name import DnsDiscovery
-from headway.gateway.main import discovery
 from headway.settings import GatewaySettings
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from headway.control.weights import byte_range
 from headway.errors import RangeNotSatisfiable
-from headway.gateway.endpoints.weights import byte_range
 from headway.models.errors import ModelIntegrityError, ModelNotFoundError, ModelSignatureError
 from headway.models.store import ModelStore
 from headway.models.weights.directory import DirectorySource

@@ -1,7 +1,7 @@
 """Running batch lines: pull a line, send it through a gateway, keep its answer once.
 
 Lines run as their tenant's batch-tier work through the gateway's own request path
-(``submit.py``, ``gateway/batches/lines.py``), so admission lets them take only the
+(``submit.py``, ``gateway/lines/headers.py``), so admission lets them take only the
 capacity interactive traffic leaves. What comes back decides the line:
 
     2xx                      its answer goes to the output file
@@ -56,7 +56,7 @@ lines that pull brought are handed back unstarted), and so does each line's ever
 (``submit.py``), and the executor's per-tenant state (lines held, quota gates, the send
 window's turns) is keyed by id, so a tenant created with a deleted one's name inherits
 none of it. A batch from before tenant ids that no gateway has adopted yet
-(``LEGACY_TENANT_ID``, ``gateway/batches/legacy.py``) is nobody's: its lines go back to
+(``LEGACY_TENANT_ID``, ``control/batches/legacy.py``) is nobody's: its lines go back to
 the queue for ``UNADOPTED_WAIT_S`` rather than run as anyone.
 """
 

@@ -16,7 +16,7 @@ the name, for display, logs and the adoption below). The registry is another dat
 there get ``LEGACY_TENANT_ID`` (0, never a tenant's id), and so does any row a process of
 the previous version writes while an upgrade rolls (the column's default). Such a row is
 nobody's: no read by tenant finds it, the mover leaves its batch alone and the executor
-holds its lines back. It is *adopted* by name, by ``gateway/batches/legacy.py``, which
+holds its lines back. It is *adopted* by name, by ``control/batches/legacy.py``, which
 every gateway runs at start and in its ``tenant_deletions`` loop, and before a deletion
 is finished: a name's legacy rows go to the oldest unfinished deletion of that name if
 there is one (until this version a name was not given again before its deletion had

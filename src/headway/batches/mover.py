@@ -33,7 +33,7 @@ Expired files (inputs and outputs past their ``expires_at``) are deleted here to
 the record, then its bytes when no other record names them.
 
 A batch from before tenant ids not yet adopted by its tenant (``LEGACY_TENANT_ID``,
-``gateway/batches/legacy.py``) is nobody's, and no move touches it until it is adopted:
+``control/batches/legacy.py``) is nobody's, and no move touches it until it is adopted:
 the files a move writes would be nobody's too, for a later tenant of the name to adopt.
 """
 

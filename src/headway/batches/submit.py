@@ -3,7 +3,7 @@
 The line goes to ``/internal/batches/v1/…`` of the next gateway in turn, with the
 executor's token, the tenant it runs for (by id; the name too, for logs and for gateways
 of the previous version), the batch's key and the line's own request id
-(``gateway/batches/lines.py``). The answer comes back whole (status, the headers
+(``gateway/lines/headers.py``). The answer comes back whole (status, the headers
 the executor acts on, body); a gateway it cannot reach is an ``Answer`` with status 0,
 never an exception, so the executor decides every outcome in one place.
 """
@@ -114,7 +114,7 @@ def line_headers(batch: Batch, line: int, token: str, timeout_ms: int) -> dict[s
         "x-headway-tenant": batch.tenant,
         "x-headway-key-id": batch.key_id,
         "x-headway-request-id": line_request_id(batch.id, line),
-        # The claim the gateway checks against its batch store (gateway/batches/claims.py).
+        # The claim the gateway checks against its batch store (gateway/lines/claims.py).
         "x-headway-batch-id": batch.id,
         "x-headway-line": str(line),
     }

@@ -377,14 +377,14 @@ def tenants_finish_deletions(config: ConfigOpt = None, data_dir: DataDirOpt = No
 def _finish_deletions(
     settings: Settings, registry: RegistryStore, deletions: list[TenantDeletion]
 ) -> int:
-    """``gateway/batches/tenants.py`` on this process's stores; how many finished."""
+    """``control/tenants.py`` on this process's stores; how many finished."""
     import asyncio
 
     from headway.batches.filestore import DirectoryFileStore
     from headway.batches.open import open_batch_store
     from headway.cache.redis_tier import RedisCache
     from headway.cache.scopes import Scopes
-    from headway.gateway.batches.tenants import TenantData
+    from headway.control.tenants import TenantData
     from headway.redis_client import cache_endpoint
 
     cache = settings.gateway.cache

@@ -232,8 +232,8 @@ def gateway(
             "dns_server": dns_server,
         },
     )
-    from headway.gateway.main import build_gateway, wait_for_stores
-    from headway.gateway.ops import build_ops_app
+    from headway.app.ops import build_ops_app
+    from headway.app.process import build_gateway, wait_for_stores
     from headway.serve import OpsListener, serve
     from headway.tls.hops import public_server
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from headway.gateway.console.signin import SIGNIN_OUTCOMES, SignInOutcome
+from headway.control.console.signin import SIGNIN_OUTCOMES, SignInOutcome
 from headway.gateway.pool import ReplicaPool
 from headway.http.metrics import LATENCY_BUCKETS
 from headway.metering.build import OutboxMetering

@@ -16,7 +16,7 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     usage_ledger_open  until the ledger /v1/usage reads opens (its database may be late)
     console_history    the console's samples of each pool's admission state (1 s)
     tenant_deletions   finish deleting what deleted tenants left outside the registry
-                       (the app's: ``gateway/batches/tenants.py``, added by ``run_every``)
+                       (the app's: ``control/tenants.py``, added by ``run_every``)
 
 The routes get ``parts()`` (``PathParts``), never the service itself.
 """
@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from headway.background import Background, Step
 from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
+from headway.control.console.history import INTERVAL_S as CONSOLE_HISTORY_S
+from headway.control.console.history import PoolHistory, pool_reader
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
 from headway.gateway.auth.limiter import FailedAuthLimiter
@@ -38,8 +40,6 @@ from headway.gateway.auth.metrics import AuthMetrics
 from headway.gateway.auth.store import FailureStore
 from headway.gateway.coldstart import ColdStarts, HoldPolicy
 from headway.gateway.coldstart_metrics import ColdStartMetrics
-from headway.gateway.console.history import INTERVAL_S as CONSOLE_HISTORY_S
-from headway.gateway.console.history import PoolHistory, pool_reader
 from headway.gateway.discovery.base import Discovery, DiscoveryFailed
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.path import PathParts

@@ -4,7 +4,7 @@ The supervisor opens every listening socket itself and hands each child its
 socket (no race for free ports), starts the workers, the billing consumer (its
 socket serves its /metrics), the gateways and a batch executor (its /metrics
 likewise), and waits. Each gateway gets two sockets: its client port, and its
-operations listener (``gateway/ops.py``, the only place its /metrics is served) on a
+operations listener (``app/ops.py``, the only place its /metrics is served) on a
 free port of ``gateway.ops_host``, so gateways never collide; it prints where they
 are. The executor and the gateways share a token made for this run, in the run's
 settings file (readable by this user only).

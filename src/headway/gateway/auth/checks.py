@@ -37,8 +37,8 @@ from headway.gateway.auth.kinds import (
     WEIGHTS_TOKEN,
 )
 from headway.gateway.auth.limiter import FailedAuthLimiter
-from headway.gateway.batches.claims import LiveBatches
-from headway.gateway.batches.lines import line_caller, line_claim
+from headway.gateway.lines.claims import LiveBatches
+from headway.gateway.lines.headers import line_caller, line_claim
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import Caller, principal_of, require_admin, require_tenant
 from headway.http.asgi import Request

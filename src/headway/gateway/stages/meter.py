@@ -16,7 +16,7 @@ the answer is sent, so the work done is recorded whether or not the client reads
 (documented in README, "Billing").
 
 A batch line comes again under the same request id on every attempt (its own, so
-the ledger bills it once: ``gateway/batches/lines.py``); the not-billable event of
+the ledger bills it once: ``gateway/lines/headers.py``); the not-billable event of
 an attempt that failed gets an id of its own, so the attempt that serves still
 finds the line's id free in the ledger.
 

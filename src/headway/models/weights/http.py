@@ -2,7 +2,7 @@
 
 ``GET {url}/v1/weights/{version}`` is the listing; ``GET {url}/v1/weights/{version}/
 {name}`` a file, with ``Range: bytes=<offset>-`` to resume (the gateway answers 206
-from that byte; ``gateway/endpoints/weights.py``). One kept-alive connection
+from that byte; ``control/weights.py``). One kept-alive connection
 (``http.client``: blocking, as its callers are, a fetch thread or the CLI); a request
 on a connection the server closed while it sat idle is sent once more on a new one. A
 file's body is read a chunk at a time and never held whole.

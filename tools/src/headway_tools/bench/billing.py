@@ -46,12 +46,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from headway.app.build import build_gateway_app
 from headway.background import Background
 from headway.billing.consumer import Consumer
 from headway.billing.ledger.base import Ledger
 from headway.billing.sources.base import EventSource
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
-from headway.gateway.app import build_gateway_app
 from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService
 from headway.http.asgi import App

@@ -27,8 +27,8 @@ import msgspec
 import numpy as np
 
 from headway import wire
+from headway.app.build import build_gateway_app
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
-from headway.gateway.app import build_gateway_app
 from headway.gateway.discovery.static import StaticDiscovery
 from headway.gateway.service import GatewayService
 from headway.heap import settle_heap

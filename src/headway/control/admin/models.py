@@ -10,8 +10,8 @@ from collections.abc import Iterable
 
 import msgspec
 
+from headway.control.admin.access import ADMIN_ONLY, AdminParts, read
 from headway.errors import NotFound
-from headway.gateway.admin.access import ADMIN_ONLY, AdminParts, read
 from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.pool import Replica

@@ -13,12 +13,12 @@ from typing import Any
 
 import msgspec
 
+from headway.control.admin.access import ADMIN_ONLY, MAX_ID, AdminParts, query_values, read
+from headway.control.usage import parse_time
 from headway.errors import ValidationFailed
-from headway.gateway.admin.access import ADMIN_ONLY, MAX_ID, AdminParts, query_values, read
 from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import query_limit, whole_number
-from headway.gateway.usage import parse_time
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.registry.model import AuditEntry, AuditQuery

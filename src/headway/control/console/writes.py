@@ -10,12 +10,12 @@ request id:
 
 from __future__ import annotations
 
-from headway.gateway.admin.access import AdminParts, path_id, write
-from headway.gateway.admin.tenants import apply_update
-from headway.gateway.console.api import rollout_answer
-from headway.gateway.console.auth import ConsoleHandler
-from headway.gateway.console.parts import ConsoleParts
-from headway.gateway.console.session import Session
+from headway.control.admin.access import AdminParts, path_id, write
+from headway.control.admin.tenants import apply_update
+from headway.control.console.api import rollout_answer
+from headway.control.console.auth import ConsoleHandler
+from headway.control.console.parts import ConsoleParts
+from headway.control.console.session import Session
 from headway.http.asgi import Request, Response, json_response
 from headway.registry.model import Actor
 

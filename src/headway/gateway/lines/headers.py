@@ -31,7 +31,7 @@ import re
 from dataclasses import replace
 
 from headway.errors import Forbidden, NotFound, ValidationFailed
-from headway.gateway.batches.claims import LineClaim
+from headway.gateway.lines.claims import LineClaim
 from headway.gateway.query import whole_number
 from headway.gateway.stages.authenticate import Caller
 from headway.http.asgi import Request

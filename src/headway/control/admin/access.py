@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from headway.control.admin.refusals import refusal
 from headway.errors import (
     Forbidden,
     HeadwayError,
@@ -26,7 +27,6 @@ from headway.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from headway.gateway.admin.refusals import refusal
 from headway.gateway.query import decimal, one_each
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import key_principal
@@ -61,7 +61,7 @@ class AdminParts:
     finish_deletion: Callable[[TenantDeletion], Awaitable[bool]] = _nothing_else
     """Deletes what a deleted tenant left outside the registry (files, batches, cache);
     False: some is left, for the gateways' ``tenant_deletions`` loop
-    (``gateway/batches/tenants.py``)."""
+    (``control/tenants.py``)."""
 
 
 def admin_actor(request: Request) -> Actor:

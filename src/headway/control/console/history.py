@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from prometheus_client.registry import Collector
 
-from headway.gateway.console.readings import shed_totals
+from headway.control.console.readings import shed_totals
 from headway.gateway.pool import ReplicaPool
 
 INTERVAL_S = 1.0

@@ -13,9 +13,9 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from headway.control.admin.access import ADMIN_ONLY, WITH_BODY, AdminParts, admin_actor, read, write
+from headway.control.admin.body import decode_body
 from headway.errors import Conflict, NotFound, ValidationFailed
-from headway.gateway.admin.access import ADMIN_ONLY, WITH_BODY, AdminParts, admin_actor, read, write
-from headway.gateway.admin.body import decode_body
 from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.http.asgi import Handler, Request, Response, json_response

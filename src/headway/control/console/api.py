@@ -14,9 +14,9 @@ import logging
 from typing import Any, TypeVar
 
 from headway.billing.ledger.base import UsageQuery, UsageRow
-from headway.gateway.admin.access import in_thread
-from headway.gateway.console import readings
-from headway.gateway.console.parts import ConsoleParts
+from headway.control.admin.access import in_thread
+from headway.control.console import readings
+from headway.control.console.parts import ConsoleParts
 from headway.gateway.pools import Pools
 from headway.registry.model import AuditQuery, Rollout
 from headway.registry.store import RegistryStore

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from headway.app.build import build_gateway_app
 from headway.batches.filestore import PARTIAL_FILE_AGE_S, DirectoryFileStore
 from headway.batches.open import open_batch_store
 from headway.batches.store import BatchStore, BatchStoreUnavailable
@@ -28,17 +29,16 @@ from headway.billing.prices import load_prices
 from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS
+from headway.control.batches.parts import BatchParts
+from headway.control.weights import WeightsParts
 from headway.dependency_link import DependencyLink, until_reachable
-from headway.gateway.app import build_gateway_app
 from headway.gateway.auth.fallback import FallbackFailureStore
 from headway.gateway.auth.metrics import AuthMetrics
 from headway.gateway.auth.redis_store import RedisFailureStore
 from headway.gateway.auth.store import FailureStore, LocalFailureStore
-from headway.gateway.batches.parts import BatchParts
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.dns_name import DnsDiscovery
 from headway.gateway.discovery.static import StaticDiscovery
-from headway.gateway.endpoints.weights import WeightsParts
 from headway.gateway.metrics import GatewayMetrics
 from headway.gateway.quota.fallback import FallbackQuotaStore
 from headway.gateway.quota.layout import LayoutGuard

@@ -40,6 +40,11 @@ from headway.batches.model import (
     new_file_id,
 )
 from headway.batches.offload import off_loop
+from headway.control.batches import schemas
+from headway.control.batches.bounds import bounds_of, full_before_upload, refusal
+from headway.control.batches.parts import BatchParts
+from headway.control.batches.uploads import RETRY_AFTER_S as UPLOAD_RETRY_AFTER_S
+from headway.control.batches.uploads import SlotsFull, UploadSlots
 from headway.errors import (
     Conflict,
     Forbidden,
@@ -53,11 +58,6 @@ from headway.errors import (
     ValidationFailed,
 )
 from headway.gateway.auth.kinds import TENANT_KEY
-from headway.gateway.batches import schemas
-from headway.gateway.batches.bounds import bounds_of, full_before_upload, refusal
-from headway.gateway.batches.parts import BatchParts
-from headway.gateway.batches.uploads import RETRY_AFTER_S as UPLOAD_RETRY_AFTER_S
-from headway.gateway.batches.uploads import SlotsFull, UploadSlots
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit, whole_number
 from headway.gateway.stages.authenticate import caller_of

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from headway.batches.model import Batch, new_batch_id
 from headway.batches.offload import off_loop
+from headway.control.batches import schemas
+from headway.control.batches.bounds import bounds_of, refusal
+from headway.control.batches.parts import BatchParts
 from headway.errors import (
     Conflict,
     Forbidden,
@@ -26,9 +29,6 @@ from headway.errors import (
     ValidationFailed,
 )
 from headway.gateway.auth.kinds import TENANT_KEY
-from headway.gateway.batches import schemas
-from headway.gateway.batches.bounds import bounds_of, refusal
-from headway.gateway.batches.parts import BatchParts
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each, query_limit
 from headway.gateway.stages.authenticate import caller_of

@@ -15,8 +15,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from headway.errors import Conflict, NotFound
-from headway.gateway.admin.access import (
+from headway.control.admin.access import (
     ADMIN_ONLY,
     WITH_BODY,
     AdminParts,
@@ -24,7 +23,8 @@ from headway.gateway.admin.access import (
     read,
     write,
 )
-from headway.gateway.admin.body import decode_body
+from headway.control.admin.body import decode_body
+from headway.errors import Conflict, NotFound
 from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.http.asgi import Handler, Request, Response, json_response

@@ -14,6 +14,25 @@ import msgspec
 
 from headway import __version__
 from headway.billing.prices import PriceBook
+from headway.control import usage
+from headway.control.admin import (
+    aliases,
+    audit,
+    billing_customers,
+    models,
+    rollouts,
+    splits,
+    tenants,
+)
+from headway.control.admin.access import AdminParts
+from headway.control.batches import batches as batches_api
+from headway.control.batches import files
+from headway.control.batches.parts import BatchParts
+from headway.control.batches.unavailable import guarded as store_guarded
+from headway.control.console import routes as console
+from headway.control.tenants import FINISH_EVERY_S, TenantData
+from headway.control.weights import WeightsParts
+from headway.control.weights import routes as weights_routes
 from headway.errors import (
     DeadlineExceeded,
     Forbidden,
@@ -32,41 +51,23 @@ from headway.errors import (
     UsageUnavailable,
     ValidationFailed,
 )
-from headway.gateway import routes, schemas, usage
-from headway.gateway.admin import (
-    aliases,
-    audit,
-    billing_customers,
-    models,
-    rollouts,
-    splits,
-    tenants,
-)
-from headway.gateway.admin.access import AdminParts
+from headway.gateway import routes, schemas
 from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.auth.kinds import ADMIN_KEY, ANY_KEY, EXECUTOR_TOKEN, TENANT_KEY
-from headway.gateway.batches import batches as batches_api
-from headway.gateway.batches import files
-from headway.gateway.batches.claims import LiveBatches
-from headway.gateway.batches.lines import BATCH_ID as LINE_BATCH_ID
-from headway.gateway.batches.lines import KEY_ID as LINE_KEY_ID
-from headway.gateway.batches.lines import LINE as LINE_NUMBER
-from headway.gateway.batches.lines import MAX_LINE, MAX_TENANT_ID
-from headway.gateway.batches.lines import PATHS as LINE_PATHS
-from headway.gateway.batches.lines import REQUEST_ID as LINE_REQUEST_ID
-from headway.gateway.batches.lines import TENANT_ID as LINE_TENANT_ID
-from headway.gateway.batches.parts import BatchParts
-from headway.gateway.batches.tenants import FINISH_EVERY_S, TenantData
-from headway.gateway.batches.unavailable import guarded as store_guarded
-from headway.gateway.console import routes as console
 from headway.gateway.endpoints import tei
 from headway.gateway.endpoints.base import Endpoint
 from headway.gateway.endpoints.cohere_v2 import CohereEmbed, CohereRerank
 from headway.gateway.endpoints.embeddings import Embeddings
 from headway.gateway.endpoints.fit import widths
 from headway.gateway.endpoints.rerank import Rerank
-from headway.gateway.endpoints.weights import WeightsParts
-from headway.gateway.endpoints.weights import routes as weights_routes
+from headway.gateway.lines.claims import LiveBatches
+from headway.gateway.lines.headers import BATCH_ID as LINE_BATCH_ID
+from headway.gateway.lines.headers import KEY_ID as LINE_KEY_ID
+from headway.gateway.lines.headers import LINE as LINE_NUMBER
+from headway.gateway.lines.headers import MAX_LINE, MAX_TENANT_ID
+from headway.gateway.lines.headers import PATHS as LINE_PATHS
+from headway.gateway.lines.headers import REQUEST_ID as LINE_REQUEST_ID
+from headway.gateway.lines.headers import TENANT_ID as LINE_TENANT_ID
 from headway.gateway.openapi import JSON, DocumentedRoute, Operation, openapi_document
 from headway.gateway.path import PathParts, serve
 from headway.gateway.service import GatewayService
@@ -290,7 +291,7 @@ def gateway_routes(
                 other_answers={503: schemas.Readiness},
             ),
         ),
-        # No /metrics here: it is on the operations listener only (gateway/ops.py).
+        # No /metrics here: it is on the operations listener only (app/ops.py).
     ]
     documented.append(
         DocumentedRoute(

@@ -41,11 +41,11 @@ import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs, urlsplit
 
+from headway.control.console.pages import login_html
+from headway.control.console.session import Session, SessionSigner
+from headway.control.console.signin import SignInOutcome
 from headway.errors import AuthThrottled, Forbidden, HeadwayError, InvalidRequest, Unauthorized
 from headway.gateway.auth.checks import KeyChecks
-from headway.gateway.console.pages import login_html
-from headway.gateway.console.session import Session, SessionSigner
-from headway.gateway.console.signin import SignInOutcome
 from headway.gateway.snapshots import Snapshots
 from headway.http.asgi import Handler, Request, Response, error_response
 from headway.http.client_address import request_scheme

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from headway.gateway.console import economics, readings
-from headway.gateway.console.api import month_usage
-from headway.gateway.console.parts import ConsoleParts
+from headway.control.console import economics, readings
+from headway.control.console.api import month_usage
+from headway.control.console.parts import ConsoleParts
 
 
 async def economics_view(parts: ConsoleParts) -> dict[str, Any]:

@@ -18,11 +18,8 @@ from importlib import resources
 from typing import Any
 
 from headway.billing.prices import PriceBook, default_prices
-from headway.errors import NotFound
-from headway.gateway.auth.checks import KeyChecks
-from headway.gateway.auth.kinds import CONSOLE_SESSION
-from headway.gateway.console import api, costs, writes
-from headway.gateway.console.auth import (
+from headway.control.console import api, costs, writes
+from headway.control.console.auth import (
     HOME,
     HTML,
     ConsoleAuth,
@@ -30,9 +27,12 @@ from headway.gateway.console.auth import (
     redirect,
     sign_in_first,
 )
-from headway.gateway.console.pages import PAGES, page_html
-from headway.gateway.console.parts import ConsoleParts, QualitySource
-from headway.gateway.console.session import Session, SessionSigner, new_secret
+from headway.control.console.pages import PAGES, page_html
+from headway.control.console.parts import ConsoleParts, QualitySource
+from headway.control.console.session import Session, SessionSigner, new_secret
+from headway.errors import NotFound
+from headway.gateway.auth.checks import KeyChecks
+from headway.gateway.auth.kinds import CONSOLE_SESSION
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.service import GatewayService
 from headway.http.asgi import Request, Response, json_response
@@ -156,7 +156,7 @@ def _now(view: Callable[[], dict[str, Any]]) -> Callable[[], Awaitable[dict[str,
 
 def _static() -> Callable[[Request], Awaitable[Response]]:
     """The console's two files, read once from the package."""
-    folder = resources.files("headway.gateway.console").joinpath("static")
+    folder = resources.files("headway.control.console").joinpath("static")
     files = {name: (folder.joinpath(name).read_bytes(), media) for name, media in STATIC.items()}
 
     async def handle(request: Request) -> Response:

@@ -16,8 +16,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from headway.errors import Conflict, NotFound, ValidationFailed
-from headway.gateway.admin.access import (
+from headway.control.admin.access import (
     ADMIN_ONLY,
     MAX_ID,
     WITH_BODY,
@@ -28,7 +27,8 @@ from headway.gateway.admin.access import (
     read,
     write,
 )
-from headway.gateway.admin.body import decode_body
+from headway.control.admin.body import decode_body
+from headway.errors import Conflict, NotFound, ValidationFailed
 from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.http.asgi import Handler, Request, Response, json_response

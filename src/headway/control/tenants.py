@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from headway.batches.filestore import FileStore
 from headway.batches.offload import off_loop
 from headway.batches.store import BatchStore
-from headway.gateway.batches import legacy
+from headway.control.batches import legacy
 from headway.registry.model import SYSTEM, TenantDeletion
 from headway.registry.store import RegistryStore
 

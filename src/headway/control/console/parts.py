@@ -10,11 +10,11 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from headway.billing.prices import PriceBook
-from headway.gateway.console.history import PoolHistory
-from headway.gateway.console.signin import SignInOutcome
+from headway.control.console.history import PoolHistory
+from headway.control.console.signin import SignInOutcome
+from headway.control.usage import LedgerOf
 from headway.gateway.pools import Pools
 from headway.gateway.snapshots import Snapshots
-from headway.gateway.usage import LedgerOf
 from headway.registry.store import RegistryStore
 from headway.settings import ConsoleSettings
 
