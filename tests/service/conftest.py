@@ -20,6 +20,7 @@ from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.control.batches.parts import BatchParts
+from headway.control.weights import WeightsParts
 from headway.gateway.auth.store import FailureStore
 from headway.gateway.discovery.base import Discovery
 from headway.gateway.discovery.static import StaticDiscovery
@@ -28,6 +29,7 @@ from headway.http.asgi import App, Handler
 from headway.http.edge import Edge
 from headway.http.router import Route, Router
 from headway.metering.sink import Metering
+from headway.models.store import ModelStore
 from headway.otlp.setup import ProcessTracing
 from headway.registry.sqlite import Registry
 from headway.settings import (
@@ -104,6 +106,7 @@ async def make_stack(
     observability: ObservabilitySettings | None = None,
     auth_store: FailureStore | None = None,
     line_callers: frozenset[str] | None = None,
+    weights: tuple[ModelStore, str] | None = None,
     **gateway: Any,
 ) -> Stack:
     """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
@@ -113,7 +116,8 @@ async def make_stack(
     ``clock``: the gateway's monotonic clock; ``observability``: its metrics, quality and
     console settings (default: the defaults); ``auth_store``: where failed key checks are
     counted (default: in the gateway); ``line_callers``: the identities the line routes
-    require of the connection's certificate (default: none asked for)."""
+    require of the connection's certificate (default: none asked for); ``weights``: serve
+    this model store to workers under this token (default: no ``/v1/weights``)."""
     registry = Registry(tmp_path / "registry.sqlite3")
     registry.seed_demo()
     registry.add_model(synthetic_record(SYNTHETIC), (SYNTHETIC_ALIAS,))
@@ -156,7 +160,12 @@ async def make_stack(
             gateway_settings.limits,
         )
     gateway_app = build_gateway_app(
-        service, ("rerank", SYNTHETIC_ALIAS), batch_parts, tracing, line_callers=line_callers
+        service,
+        ("rerank", SYNTHETIC_ALIAS),
+        batch_parts,
+        tracing,
+        weights=None if weights is None else WeightsParts(service.snapshots, *weights),
+        line_callers=line_callers,
     )
     await gateway_app.startup()
     client = httpx.AsyncClient(

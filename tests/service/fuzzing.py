@@ -19,10 +19,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from headway.app.build import build_gateway_app
 from headway.batches.store import BatchStore
 from headway.billing.ledger.memory import MemoryLedger
-from headway.control.weights import WeightsParts
 from headway.gateway.lines.headers import BATCH_ID, KEY_ID, LINE, REQUEST_ID, TENANT_ID
 from headway.http.asgi import App
 from headway.models.store import ModelStore, StoredModel
@@ -125,8 +123,6 @@ class Gateway:
     token serves only such a line (``gateway/lines/claims.py``)."""
 
     async def close(self) -> None:
-        await self.client.aclose()
-        await self.app.shutdown()
         await self.stack.close()
 
 
@@ -137,12 +133,15 @@ async def full_gateway(
     and a tenant whose quota a fuzzer cannot use up; ``batch_store``: opens the Batch API's
     store (default: SQLite in ``tmp_path``)."""
     store = None if batch_store is None else batch_store()
+    models = ModelStore(tmp_path / "models")
+    model = stored_artifact(models, graph=bytes(range(256)) * 16)
     stack = await make_stack(
         tmp_path,
         batches=BATCHES,
         ledger=MemoryLedger(),
         batch_store=store,
         failed_auth=UNLIMITED_FAILURES,
+        weights=(models, WEIGHTS_TOKEN),
     )
     stack.registry.add_tenant(
         TENANT_NAME,
@@ -153,12 +152,7 @@ async def full_gateway(
         key=TENANT_KEY,
     )
     await stack.gateway.snapshots.refresh()
-    store = ModelStore(tmp_path / "models")
-    model = stored_artifact(store, graph=bytes(range(256)) * 16)
-    weights = WeightsParts(stack.gateway.snapshots, store, WEIGHTS_TOKEN)
-    app = build_gateway_app(stack.gateway, ("rerank", "synthetic"), stack.batches, weights=weights)
-    await app.startup()
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
+    app, client = stack.gateway_app, stack.client
     assert stack.batches is not None
     tenant_id = stack.registry.tenant(TENANT_NAME).id
     line = live_line(stack.batches.store, tenant_id, total=1)

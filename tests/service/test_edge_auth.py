@@ -13,9 +13,7 @@ import httpx
 import uvicorn
 from uvicorn.server import ServerState
 
-from headway.app.build import build_gateway_app
-from headway.control.weights import WeightsParts
-from headway.gateway.auth.kinds import CONSOLE_SESSION
+from headway.control.console.routes import CONSOLE_SESSION
 from headway.http.asgi import App
 from headway.http.guard import EdgeGuard, guarded_protocol
 from headway.models.store import ModelStore
@@ -149,12 +147,9 @@ async def test_guessed_keys_get_429_with_retry_after_on_every_route_that_takes_o
             tmp_path / path.replace("/", "_"),
             batches=BatchSettings(executor_token=EXECUTOR),
             failed_auth=FEW,
+            weights=(ModelStore(tmp_path / "models"), WEIGHTS),
         )
-        weights = WeightsParts(stack.gateway.snapshots, ModelStore(tmp_path / "models"), WEIGHTS)
-        app = build_gateway_app(
-            stack.gateway, ("rerank", "synthetic"), stack.batches, weights=weights
-        )
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+        client = stack.client
         try:
             statuses = []
             for number in range(5):

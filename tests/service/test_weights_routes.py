@@ -13,8 +13,6 @@ import httpx
 import pytest
 import uvicorn
 
-from headway.app.build import build_gateway_app
-from headway.control.weights import WeightsParts
 from headway.http.asgi import App
 from headway.models.errors import ModelIntegrityError, ModelNotFoundError, WeightsUnavailable
 from headway.models.store import ModelStore, StoredModel
@@ -40,14 +38,10 @@ class Weights:
 
 @pytest.fixture
 async def weights(tmp_path: Path) -> Any:
-    stack = await make_stack(tmp_path)
     store = ModelStore(tmp_path / "models")
     model = stored_artifact(store, graph=bytes(range(256)) * (GRAPH_BYTES // 256))
-    parts = WeightsParts(stack.gateway.snapshots, store, TOKEN)
-    app = build_gateway_app(stack.gateway, ("rerank", "synthetic"), weights=parts)
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
-    yield Weights(app, client, store, model, stack)
-    await client.aclose()
+    stack = await make_stack(tmp_path, weights=(store, TOKEN))
+    yield Weights(stack.gateway_app, stack.client, store, model, stack)
     await stack.close()
 
 

@@ -250,9 +250,9 @@ def log_fields() -> set[str]:
 
 
 def gateway_paths() -> list[re.Pattern[str]]:
-    """Every path template the gateway's code names (``/admin/aliases/{alias}`` …)."""
+    """Every path template the gateway process's code names (``/admin/aliases/{alias}`` …)."""
     templates: set[str] = set()
-    for folder in ("gateway", "http"):
+    for folder in ("gateway", "control", "http"):
         for path in (ROOT / "src" / "headway" / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if (

@@ -35,6 +35,7 @@ from headway.batches.filestore import FileStore
 from headway.batches.offload import off_loop
 from headway.batches.store import BatchStore
 from headway.control.batches import legacy
+from headway.control.mount import Loop, Mount
 from headway.registry.model import SYSTEM, TenantDeletion
 from headway.registry.store import RegistryStore
 
@@ -146,3 +147,13 @@ def _contents_of(store: BatchStore, tenant_id: int) -> tuple[str, ...]:
         if len(page) < _PAGE:
             return tuple(sorted(digests))
         after = page[-1].id
+
+
+def tenants_mount(data: TenantData) -> Mount:
+    """No routes: the rows of tenants deleted before tenant ids adopted at start, and the
+    deletions other processes left unfinished finished every ``FINISH_EVERY_S``."""
+    return Mount(
+        [],
+        loops=[Loop("tenant_deletions", FINISH_EVERY_S, data.finish_pending)],
+        on_startup=[data.adopt_legacy],
+    )

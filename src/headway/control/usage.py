@@ -17,15 +17,21 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast, get_args
+from typing import Any, Literal, cast, get_args
+
+import msgspec
 
 from headway.billing.ledger.base import GroupBy, Ledger, UsageQuery, UsageRow
-from headway.errors import UsageUnavailable, ValidationFailed
-from headway.gateway import schemas
+from headway.control.mount import Mount
+from headway.errors import Forbidden, Unauthorized, UsageUnavailable, ValidationFailed
+from headway.gateway.auth.kinds import ADMIN_KEY, TENANT_KEY
+from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import one_each
+from headway.gateway.service import GatewayService
 from headway.gateway.snapshots import Snapshots
 from headway.gateway.stages.authenticate import caller_of
 from headway.http.asgi import Handler, Request, Response, json_response
+from headway.http.router import Route
 from headway.utc import rfc3339
 
 log = logging.getLogger(__name__)
@@ -35,6 +41,79 @@ MAX_TENANT_ID = 2**63 - 1
 GROUPS: tuple[str, ...] = get_args(GroupBy)
 _PARAMETERS = {"start", "end", "group_by"}
 _ADMIN_PARAMETERS = _PARAMETERS | {"tenant", "tenant_id"}
+
+
+class UsageEntry(msgspec.Struct):
+    """Billable usage of one tenant in one period (``group_by=hour|day``), or of one
+    model version over the whole range (``group_by=model``). A tenant is its id: one
+    created with a deleted tenant's name has usage of its own (0: usage recorded, by
+    name, before usage carried tenant ids)."""
+
+    tenant_id: int
+    tenant: str
+    period_start: str
+    """RFC 3339, UTC: the hour's or the day's start; for ``model``, the range's start."""
+    model: str | None
+    version: str | None
+    requests: int
+    texts: int
+    tokens: int
+
+
+class Usage(msgspec.Struct):
+    """Usage in ``[start, end)`` from the ledger (what has been billed so far)."""
+
+    start: str
+    end: str
+    group_by: Literal["hour", "day", "model"]
+    data: list[UsageEntry]
+    object: str = "list"
+
+
+def usage_mount(service: GatewayService) -> Mount:
+    snapshots, ledger, wall_clock = (
+        service.snapshots,
+        service.usage_ledger,
+        service.meter.wall_clock,
+    )
+    errors = (Unauthorized, Forbidden, ValidationFailed, UsageUnavailable)
+    return Mount(
+        [
+            DocumentedRoute(
+                Route(
+                    "GET",
+                    "/v1/usage",
+                    "usage",
+                    tenant_usage(snapshots, ledger, wall_clock),
+                    auth=TENANT_KEY,
+                ),
+                Operation(
+                    "The tenant's own billed usage, by hour, day or model",
+                    Usage,
+                    errors=errors,
+                    authenticated=True,
+                    query=query_parameters(admin=False),
+                ),
+            ),
+            DocumentedRoute(
+                Route(
+                    "GET",
+                    "/admin/usage",
+                    "admin_usage",
+                    admin_usage(snapshots, ledger, wall_clock),
+                    auth=ADMIN_KEY,
+                ),
+                Operation(
+                    "Every tenant's billed usage, by hour, day or model (admin key)",
+                    Usage,
+                    errors=errors,
+                    authenticated=True,
+                    query=query_parameters(admin=True),
+                ),
+            ),
+        ]
+    )
+
 
 TenantNamed = Callable[[str], int | None]
 """The id of the tenant of that name now (None: there is none)."""
@@ -110,9 +189,9 @@ def _asked_tenant(one: Mapping[str, str], tenant_named: TenantNamed) -> int | No
     return found
 
 
-def usage_answer(query: UsageQuery, rows: Sequence[UsageRow]) -> schemas.Usage:
+def usage_answer(query: UsageQuery, rows: Sequence[UsageRow]) -> Usage:
     data = [
-        schemas.UsageEntry(
+        UsageEntry(
             row.tenant_id,
             row.tenant,
             rfc3339(row.period),
@@ -124,7 +203,7 @@ def usage_answer(query: UsageQuery, rows: Sequence[UsageRow]) -> schemas.Usage:
         )
         for row in rows
     ]
-    return schemas.Usage(rfc3339(query.start), rfc3339(query.end), query.group_by, data)
+    return Usage(rfc3339(query.start), rfc3339(query.end), query.group_by, data)
 
 
 LedgerOf = Callable[[], Ledger | None]

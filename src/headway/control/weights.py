@@ -9,12 +9,12 @@
   version names the content, so it never changes.
 
 Who may read: an admin key, or ``weights.token`` (the worker credential, compared in
-constant time): the routes declare ``weights_token`` (``gateway/auth/checks.py``), checked
-by the edge through the failed-key limiter; a tenant's key is refused (403) and no key or
-an unknown one (401), before the path is looked at. The listing is what ``store_listing`` reads (the
-hashes recorded when the artifact was stored), kept per version once read: an
-artifact never changes, and a file changed behind the store's back is caught by the
-fetcher, which checks every file against it.
+constant time): the routes declare ``weights_token``, which this mount adds to the
+edge's checks (``KeyChecks.token_or_admin``: through the failed-key limiter); a tenant's
+key is refused (403) and no key or an unknown one (401), before the path is looked at.
+The listing is what ``store_listing`` reads (the hashes recorded when the artifact was
+stored), kept per version once read: an artifact never changes, and a file changed
+behind the store's back is caught by the fetcher, which checks every file against it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import asyncio
 import re
 from dataclasses import dataclass, field
 
+from headway.control.mount import Mount
 from headway.errors import (
     Forbidden,
     HeadwayError,
@@ -30,7 +31,7 @@ from headway.errors import (
     RangeNotSatisfiable,
     Unauthorized,
 )
-from headway.gateway.auth.kinds import WEIGHTS_TOKEN
+from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.query import decimal
 from headway.gateway.snapshots import Snapshots
@@ -40,6 +41,7 @@ from headway.models.errors import ModelIntegrityError, ModelNotFoundError
 from headway.models.store import ARTIFACT_FILES, ModelStore
 from headway.models.weights.base import ArtifactListing
 from headway.models.weights.directory import artifact_file, store_listing
+from headway.registry.model import Principal
 
 LISTING_PATH = "/v1/weights/{version}"
 FILE_PATH = "/v1/weights/{version}/{file}"
@@ -150,6 +152,19 @@ def get_file(parts: WeightsParts) -> Handler:
         )
 
     return handle
+
+
+WEIGHTS_TOKEN = "weights_token"
+"""The worker credential (``weights.token``), or an admin key → ``Principal`` or None."""
+
+
+def weights_mount(parts: WeightsParts, keys: KeyChecks) -> Mount:
+    token = parts.token.encode()
+
+    async def check(request: Request) -> Principal | None:
+        return await keys.token_or_admin(request, token)
+
+    return Mount(routes(parts), {WEIGHTS_TOKEN: check})
 
 
 def routes(parts: WeightsParts) -> list[DocumentedRoute]:

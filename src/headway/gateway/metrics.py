@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from headway.control.console.signin import SIGNIN_OUTCOMES, SignInOutcome
 from headway.gateway.pool import ReplicaPool
 from headway.http.metrics import LATENCY_BUCKETS
 from headway.metering.build import OutboxMetering
@@ -162,17 +161,6 @@ class GatewayMetrics:
             ["primary", "candidate"],
             registry=self.registry,
         )
-        self.console_signins = Counter(
-            "headway_console_signin_total",
-            "POST /console/login answers by outcome: ok, bad_form (the form's token missing, "
-            "expired or from another site), bad_key, not_admin (a tenant's key), throttled "
-            "(too many failures: refused before the key was checked).",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self._signins_by_outcome = {
-            outcome: self.console_signins.labels(outcome) for outcome in SIGNIN_OUTCOMES
-        }
         self._by_code: dict[tuple[str, int], Any] = {}
         self._by_outcome: dict[tuple[str, str, str, str, str], Any] = {}
         self._model_latency_of: dict[tuple[str, str, str], Any] = {}
@@ -227,9 +215,6 @@ class GatewayMetrics:
     def background_loop(self, loop: str) -> None:
         """A loop started: its failure count is 0 until a step fails."""
         self.background_failures.labels(loop)
-
-    def console_signin(self, outcome: SignInOutcome) -> None:
-        self._signins_by_outcome[outcome].inc()
 
     def quota_mode(self, mode: str) -> None:
         for each in QUOTA_MODES:

@@ -14,9 +14,8 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
     usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
     usage_ledger_open  until the ledger /v1/usage reads opens (its database may be late)
-    console_history    the console's samples of each pool's admission state (1 s)
-    tenant_deletions   finish deleting what deleted tenants left outside the registry
-                       (the app's: ``control/tenants.py``, added by ``run_every``)
+
+and the control plane's mounts add theirs with ``run_every`` (``headway/control/``).
 
 The routes get ``parts()`` (``PathParts``), never the service itself.
 """
@@ -31,8 +30,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from headway.background import Background, Step
 from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
-from headway.control.console.history import INTERVAL_S as CONSOLE_HISTORY_S
-from headway.control.console.history import PoolHistory, pool_reader
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
 from headway.gateway.auth.limiter import FailedAuthLimiter
@@ -172,12 +169,6 @@ class GatewayService:
             if wake_hook is None
             else Waker(wake_hook, self.cold_starts, clock, on_wake=cold_metrics.woken)
         )
-        self.console_history = (
-            PoolHistory(pool_reader(self.pools, self.metrics.shed), clock)
-            if self.observability.console.enabled
-            else None
-        )
-        """The console's last ten minutes of each pool (None: the console is off)."""
         self.rollouts = RolloutController(
             registry,
             self.recorder,
@@ -233,14 +224,12 @@ class GatewayService:
         quality = self.observability.quality
         if quality.enabled:
             background.every("quality", quality.interval_s, self.quality.evaluate)
-        if self.console_history is not None:
-            background.every("console_history", CONSOLE_HISTORY_S, self.console_history.sample)
         if self._heartbeat is not None:
             await self._heartbeat()
             background.every("quota_heartbeat", settings.quota.heartbeat_s, self._heartbeat)
 
     def run_every(self, name: str, interval_s: float, step: Step) -> None:
-        """A periodic loop of a part the app owns, run (and stopped) with the service's."""
+        """A periodic loop of a part the app mounts, run (and stopped) with the service's."""
         self._background.every(name, interval_s, step)
 
     async def stop(self) -> None:

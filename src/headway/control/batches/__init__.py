@@ -1,1 +1,2 @@
-"""The Batch API's HTTP side: files, batches, and the executor's line routes."""
+"""The Batch API's HTTP side: files and batches (the executor's line routes are the data
+plane's, ``gateway/lines/``)."""

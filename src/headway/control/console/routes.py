@@ -27,30 +27,36 @@ from headway.control.console.auth import (
     redirect,
     sign_in_first,
 )
+from headway.control.console.history import PoolHistory, pool_reader
 from headway.control.console.pages import PAGES, page_html
 from headway.control.console.parts import ConsoleParts, QualitySource
 from headway.control.console.session import Session, SessionSigner, new_secret
+from headway.control.console.signin import SignInOutcome
 from headway.errors import NotFound
 from headway.gateway.auth.checks import KeyChecks
-from headway.gateway.auth.kinds import CONSOLE_SESSION
 from headway.gateway.openapi import DocumentedRoute, Operation
 from headway.gateway.service import GatewayService
 from headway.http.asgi import Request, Response, json_response
 from headway.http.router import Check, Route
 
-__all__ = ["ConsoleParts", "parts_of", "routes"]
+__all__ = ["CONSOLE_SESSION", "ConsoleParts", "parts_of", "routes"]
+
+CONSOLE_SESSION = "console_session"
+"""A console session cookie → ``Session``; without one, 401 (a page: the sign-in form)."""
 
 HIDDEN = Operation("The operator console (not part of the API)", "text/html", hidden=True)
 FORM_BYTES = 4096
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 
 
-def parts_of(service: GatewayService, prices: PriceBook | None = None) -> ConsoleParts:
+def parts_of(
+    service: GatewayService,
+    prices: PriceBook | None = None,
+    history: PoolHistory | None = None,
+    count_signin: Callable[[SignInOutcome], None] = lambda outcome: None,
+) -> ConsoleParts:
     """The console's parts of ``service``; ``prices``: the price book (default: the
-    packaged example prices)."""
-    history = service.console_history
-    if history is None:
-        raise ValueError("the console is off in these settings (observability.console)")
+    packaged example prices); ``history``: the pools' samples (default: none yet)."""
     quality: QualitySource | None = service.quality
     return ConsoleParts(
         settings=service.observability.console,
@@ -59,24 +65,24 @@ def parts_of(service: GatewayService, prices: PriceBook | None = None) -> Consol
         pools=service.pools,
         metrics=service.metrics.registry,
         usage_ledger=service.usage_ledger,
-        history=history,
+        history=history
+        or PoolHistory(pool_reader(service.pools, service.metrics.shed), service.clock),
         quality=quality,
         prices=prices if prices is not None else default_prices(),
         latency_budget_s=service.settings.admission.latency_budget_ms / 1000,
         wall_clock=service.meter.wall_clock,
         clock=service.clock,
-        count_signin=service.metrics.console_signin,
+        count_signin=count_signin,
     )
 
 
-def routes(parts: ConsoleParts, keys: KeyChecks, checks: dict[str, Check]) -> list[DocumentedRoute]:
-    """The console's routes; its session check is added to ``checks`` (``console_session``),
-    a sign-in's key goes through ``keys``."""
+def routes(parts: ConsoleParts, keys: KeyChecks) -> tuple[list[DocumentedRoute], Check]:
+    """The console's routes and its session check (``console_session``); a sign-in's key
+    goes through ``keys``."""
     settings = parts.settings
     secret = settings.session_secret.encode() or new_secret()
     signer = SessionSigner(secret, settings.session_ttl_s, parts.wall_clock)
     auth = ConsoleAuth(signer, parts.snapshots, keys, parts.wall_clock, parts.count_signin)
-    checks[CONSOLE_SESSION] = auth.session
     views: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
         "pools": _now(lambda: api.pools_view(parts.pools)),
         "admission": _now(lambda: api.admission_view(parts)),
@@ -126,7 +132,7 @@ def routes(parts: ConsoleParts, keys: KeyChecks, checks: dict[str, Check]) -> li
             for verb in writes.MOVES
         ),
     ]
-    return [DocumentedRoute(route, HIDDEN) for route in served]
+    return [DocumentedRoute(route, HIDDEN) for route in served], auth.session
 
 
 async def _home(request: Request, session: Session) -> Response:

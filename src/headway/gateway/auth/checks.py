@@ -12,8 +12,10 @@ no handler checks a key again and a stranger's upload is refused after its heade
                      for a line of its live batch (``claims``),
                      over the executor's certificate
                      where TLS asks for one               → Caller (tier batch)
-    weights_token    weights.token, or an admin key          → Principal, or None (the token)
-    console_session  a console session cookie (``console/auth.py``; no key: not limited)
+
+The control plane adds its own (``headway/control/``): ``weights_token`` (the worker
+credential or an admin key, through ``token_or_admin``) and ``console_session`` (a
+console session cookie; no key: not limited).
 
 Every key and token goes through the one limiter (``limiter.py``) on the way: a refused
 address or prefix gets 429 before its key is looked at; a key that matches nothing is a
@@ -34,7 +36,6 @@ from headway.gateway.auth.kinds import (
     ANY_KEY,
     EXECUTOR_TOKEN,
     TENANT_KEY,
-    WEIGHTS_TOKEN,
 )
 from headway.gateway.auth.limiter import FailedAuthLimiter
 from headway.gateway.lines.claims import LiveBatches
@@ -72,7 +73,6 @@ class KeyChecks:
         *,
         trusted: TrustedProxies = NO_PROXIES,
         executor_token: str = "",
-        weights_token: str = "",
         live_batches: LiveBatches | None = None,
         line_callers: frozenset[str] | None = None,
         clock: Callable[[], float] = time.time,
@@ -86,7 +86,6 @@ class KeyChecks:
         self.limiter = limiter
         self.trusted = trusted
         self._executor_token = executor_token.encode()
-        self._weights_token = weights_token.encode()
         self._live_batches = live_batches
         self._line_callers = line_callers
         self._clock = clock
@@ -98,7 +97,6 @@ class KeyChecks:
             ANY_KEY: self.any_key,
             ADMIN_KEY: self.admin_key,
             EXECUTOR_TOKEN: self.executor_token,
-            WEIGHTS_TOKEN: self.weights_token,
         }
 
     def client_of(self, request: Request) -> str:
@@ -147,13 +145,14 @@ class KeyChecks:
         request.tenant = caller.tenant.name
         return caller
 
-    async def weights_token(self, request: Request) -> Principal | None:
+    async def token_or_admin(self, request: Request, token: bytes) -> Principal | None:
+        """None for ``token`` (compared in constant time; empty: none is good), else the
+        admin key's principal."""
         snapshot = self._snapshots.current
 
         def evaluate(presented: str, digest: bytes) -> Principal | None:
-            token = self._weights_token
             if token and hmac.compare_digest(presented.encode(), token):
-                return None  # the worker credential
+                return None
             return principal_of(digest, snapshot, self._clock())
 
         principal = await self._checked(request, bearer(request), evaluate)

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 from headway.errors import Forbidden, NotFound, ValidationFailed
-from headway.gateway.lines.claims import LineClaim
+from headway.gateway.lines.claims import MAX_LINE, LineClaim
 from headway.gateway.query import whole_number
 from headway.gateway.stages.authenticate import Caller
 from headway.http.asgi import Request
@@ -46,6 +47,47 @@ PATHS = {"embeddings": "/internal/batches/v1/embeddings", "rerank": "/internal/b
 
 _HEX = re.compile(r"[0-9a-f]{16,64}")
 MAX_TENANT_ID = 2**63 - 1
+_BATCH_ID = re.compile(r"batch_[0-9A-Za-z_-]{1,64}")
+
+_HEX_ID = {"type": "string", "pattern": "^[0-9a-f]{16,64}$"}
+OPENAPI_HEADERS: list[dict[str, Any]] = [
+    {
+        "name": TENANT_ID,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TENANT_ID},
+        "description": "The id of the tenant the line is run for (its batch's).",
+    },
+    {
+        "name": KEY_ID,
+        "in": "header",
+        "required": True,
+        "schema": _HEX_ID,
+        "description": "The id of the key that created the batch (the usage event names it).",
+    },
+    {
+        "name": REQUEST_ID,
+        "in": "header",
+        "required": True,
+        "schema": _HEX_ID,
+        "description": "The line's own request id, the same on every attempt (billed once).",
+    },
+    {
+        "name": BATCH_ID,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^batch_[0-9A-Za-z_-]{1,64}$"},
+        "description": "The batch the line is of: it must be in_progress, of this tenant and key.",
+    },
+    {
+        "name": LINE,
+        "in": "header",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LINE},
+        "description": "The line's number in the batch's input (1-based); the request id is its.",
+    },
+]
+"""The headers above, as the OpenAPI document describes them."""
 
 
 def line_caller(request: Request, snapshot: Snapshot) -> Caller:
@@ -64,10 +106,6 @@ def line_caller(request: Request, snapshot: Snapshot) -> Caller:
     request.id = _hex(request.headers.get(REQUEST_ID, ""), REQUEST_ID)
     key_id = _hex(request.headers.get(KEY_ID, ""), KEY_ID)
     return Caller(replace(tenant, tier="batch"), key_id, retried=True)
-
-
-_BATCH_ID = re.compile(r"batch_[0-9A-Za-z_-]{1,64}")
-MAX_LINE = 2**31 - 1
 
 
 def line_claim(request: Request, caller: Caller) -> LineClaim:
