@@ -102,6 +102,7 @@ from headway.metering.stream_guard import (
     check_durability,
     reconcile,
 )
+from headway.metering.stream_link import FailureStreak, StreamSetup
 
 log = logging.getLogger(__name__)
 
@@ -228,9 +229,8 @@ class JetStreamWorkQueue:
         self._poll_s, self._max_poll_s = poll_s, max_poll_s
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
-        self._set: bool = False
-        """The stream is there and the old shared consumer narrowed (set-up done)."""
-        self._setup: asyncio.Task[None] | None = None
+        self._setup = StreamSetup(self._set_up, "work-queue setup")
+        """Done: the stream is there and the old shared consumer narrowed."""
         self._consumers: set[str] = set()
         """Keys whose consumer this object made (or found) since its last set-up."""
         self._counts: dict[str, int] = {}
@@ -239,7 +239,9 @@ class JetStreamWorkQueue:
         self._after: str | None = None
         """The key this object's last pull served last (the rotation goes on after it)."""
         self._last_failure = ""
-        self._failing = False
+        self._streak = FailureStreak(
+            log, "work queue: %s; logged again when it recovers", "work queue: pulling again"
+        )
         self._closed = False
         self.duplicates_total = 0
         """Items ``put`` that the stream held already (within its duplicate window)."""
@@ -301,12 +303,8 @@ class JetStreamWorkQueue:
 
     async def close(self) -> None:
         self._closed = True
-        if self._setup is not None:
-            self._setup.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *_NATS_ERRORS):
-                await self._setup
-            self._setup = None
-        nc, self._nc, self._js, self._set = self._nc, None, None, False
+        await self._setup.close(*_NATS_ERRORS)
+        nc, self._nc, self._js = self._nc, None, None
         if nc is not None and not nc.is_closed:
             await nc.close()
 
@@ -323,15 +321,15 @@ class JetStreamWorkQueue:
         except WorkQueueUnavailable:
             return []
         except APIError as exc:  # the stream is gone: set it up again
-            self._set = False
-            self._note_failure(f"stream info answered {exc}")
+            self._setup.reset()
+            self._streak.failed(f"stream info answered {exc}")
             return []
         except _NATS_ERRORS as exc:
-            self._note_failure(f"stream info failed: {exc!r}")
+            self._streak.failed(f"stream info failed: {exc!r}")
             return []
         order = round_robin(self._offers(max_items, room), max_items)
         if not order:
-            self._note_success()
+            self._streak.recovered()
             return []
         self._after = order[-1]
         shares = Counter(order)
@@ -355,9 +353,9 @@ class JetStreamWorkQueue:
                 if (delivery := await self._delivery(message)) is not None:
                     deliveries.append(delivery)
         if failed is None:
-            self._note_success()
+            self._streak.recovered()
         else:
-            self._note_failure(f"fetch failed: {failed!r}")
+            self._streak.failed(f"fetch failed: {failed!r}")
         return deliveries
 
     def _offers(self, max_items: int, room: Room) -> list[tuple[str, int]]:
@@ -402,7 +400,7 @@ class JetStreamWorkQueue:
                 await self._js.add_consumer(self._config.stream, config, timeout=timeout_s)
             except BadRequestError as exc:
                 if exc.err_code == OVERLAPPING_FILTER:  # an older executor widened the old one
-                    self._set = False
+                    self._setup.reset()
                 raise
             self._consumers.add(key)
         inbox = self._nc.new_inbox()
@@ -475,7 +473,7 @@ class JetStreamWorkQueue:
             future.cancel()  # frees its place in nats-py's window of pending PubAcks
         failures = [f.exception() for f in sent if f not in pending and f.exception() is not None]
         if any(isinstance(exc, NoStreamResponseError) for exc in failures):
-            self._set = False  # the stream is gone: the next call sets it up again
+            self._setup.reset()  # the stream is gone: the next call sets it up again
         if pending or failures:
             first = f": {failures[0]!r}" if failures else ""
             raise WorkQueueUnavailable(
@@ -513,28 +511,17 @@ class JetStreamWorkQueue:
         ``WorkQueueUnavailable`` if it is not done by then."""
         if self._closed:
             raise WorkQueueError(f"the work queue on stream {self._config.stream} is closed")
-        if self._set:
-            return
-        setup = self._setup
-        if setup is None:
-            setup = self._setup = asyncio.get_running_loop().create_task(
-                self._set_up(), name="work-queue setup"
-            )
-        done, _ = await asyncio.wait({setup}, timeout=max(timeout_s, 0.0))
+        try:
+            done = await self._setup.ready(timeout_s)
+        except _NATS_ERRORS as exc:
+            self._last_failure = f"; last: {exc!r}"
+            self._streak.failed(f"cannot set up the stream and consumer: {exc!r}")
+            raise WorkQueueUnavailable(f"cannot set up the work queue: {exc!r}") from exc
         if not done:
             raise WorkQueueUnavailable(
                 f"NATS at {', '.join(self._config.servers)} not reachable yet "
                 f"(still trying){self._last_failure}"
             )
-        if self._setup is setup:  # several callers may have waited on this one set-up
-            self._setup = None
-        if (exc := setup.exception()) is not None:
-            if not isinstance(exc, _NATS_ERRORS):
-                raise exc
-            self._last_failure = f"; last: {exc!r}"
-            self._note_failure(f"cannot set up the stream and consumer: {exc!r}")
-            raise WorkQueueUnavailable(f"cannot set up the work queue: {exc!r}") from exc
-        assert self._set
 
     async def _set_up(self) -> None:
         if self._nc is None or self._js is None:
@@ -542,17 +529,6 @@ class JetStreamWorkQueue:
         await ensure_work_stream(self._js, self._config, self._probe)
         await self._js.add_consumer(self._config.stream, consumer_config(self._config, LEGACY))
         self._consumers = {LEGACY}
-        self._set = True
-
-    def _note_failure(self, detail: str) -> None:
-        if not self._failing:
-            self._failing = True
-            log.warning("work queue: %s; logged again when it recovers", detail)
-
-    def _note_success(self) -> None:
-        if self._failing:
-            self._failing = False
-            log.warning("work queue: pulling again")
 
 
 class JetStreamDelivery:

@@ -261,6 +261,31 @@ class ReplicaPool:
             spread.used.add(choice.url)
         return choice
 
+    def chunk_sent(self) -> None:
+        """A chunk on its way: counted, and it earns the retry budget its share."""
+        self.retry_budget.record_request()
+        self.counts.chunks += 1
+
+    def extra_attempt(self, kind: Literal["retry", "hedge"]) -> bool:
+        """One more attempt for a chunk, if the retry budget has one (counted by kind)."""
+        if not self.retry_budget.try_retry():
+            return False
+        if kind == "retry":
+            self.counts.retries += 1
+        else:
+            self.counts.hedges += 1
+        return True
+
+    def hedge_won(self) -> None:
+        self.counts.hedges_won += 1
+
+    def take(self, replica: Replica, texts: int) -> None:
+        """``texts`` sent to ``replica``: its outstanding work until ``release``."""
+        replica.outstanding_texts += texts
+
+    def release(self, replica: Replica, texts: int) -> None:
+        replica.outstanding_texts -= texts
+
     def hedge_after_s(self) -> float | None:
         """How long a chunk waits before it is hedged; None: hedging off, or too few samples."""
         return self.latency.value_s() if self.routing.hedging else None

@@ -52,6 +52,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 
 from headway.metering.outbox import OutboxError, OutboxRow, OutboxRows
 from headway.metering.stream import StreamConfig, connect, ensure_stream, sync_probe
+from headway.metering.stream_link import FailureStreak
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,12 @@ class Relay:
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
         self._stream_ready = False
-        self._failing = False
+        self._streak = FailureStreak(
+            log,
+            "usage relay: publishing failed (%s); the events stay in the outbox and are "
+            "retried with backoff; logged again when publishing recovers",
+            "usage relay: publishing again",
+        )
         self.published_total = 0
         """Events the stream acknowledged (stored now, or already held: see ``duplicates``)."""
         self.duplicates_total = 0
@@ -200,9 +206,9 @@ class Relay:
             for reason, count in failures.items():
                 self._count(reason, count)
             summary = ", ".join(f"{count} {reason}" for reason, count in failures.items())
-            self._streak(f"{summary} of {len(rows)} events")
+            self._streak.failed(f"{summary} of {len(rows)} events")
             return None
-        self._recovered()
+        self._streak.recovered()
         return rows[-1].id
 
     async def _publish(self, rows: Sequence[OutboxRow]) -> tuple[list[int], dict[str, int]]:
@@ -274,20 +280,5 @@ class Relay:
 
     def _failed(self, reason: str, detail: str) -> None:
         self._count(reason)
-        self._streak(f"{reason}: {detail}")
+        self._streak.failed(f"{reason}: {detail}")
         return None
-
-    def _streak(self, detail: str) -> None:
-        """Log the first failure of a streak; the rest are only counted."""
-        if not self._failing:
-            self._failing = True
-            log.warning(
-                "usage relay: publishing failed (%s); the events stay in the outbox and are "
-                "retried with backoff; logged again when publishing recovers",
-                detail,
-            )
-
-    def _recovered(self) -> None:
-        if self._failing:
-            self._failing = False
-            log.warning("usage relay: publishing again")

@@ -26,7 +26,6 @@ again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -39,6 +38,7 @@ from nats.js.errors import APIError
 from headway.billing.sources.base import Delivery
 from headway.cancellation import raise_if_cancel_requested
 from headway.metering.stream import StreamConfig, connect, ensure_stream, sync_probe
+from headway.metering.stream_link import FailureStreak, StreamSetup
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,12 @@ class JetStreamSource:
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
         self._subscription: JetStreamContext.PullSubscription | None = None
-        self._setup: asyncio.Task[None] | None = None
-        self._failing = False
+        self._setup = StreamSetup(self._set_up, "jetstream-source setup")
+        self._streak = FailureStreak(
+            log,
+            "JetStream source: %s; logged again when fetching recovers",
+            "JetStream source: fetching again",
+        )
 
     async def fetch(self, max_events: int, timeout_s: float) -> Sequence[Delivery]:
         loop = asyncio.get_running_loop()
@@ -88,17 +92,17 @@ class JetStreamSource:
         except TimeoutError:  # nats.errors.TimeoutError too: no events in time
             return []
         except APIError as exc:  # the consumer or the stream is gone: set them up again
-            self._subscription = None
-            self._note_failure(f"fetch answered {exc}")
+            self._lost()
+            self._streak.failed(f"fetch answered {exc}")
             return []
         except _NATS_ERRORS as exc:
-            self._note_failure(f"fetch failed: {exc!r}")
+            self._streak.failed(f"fetch failed: {exc!r}")
             return []
         finally:
             # nats-py's fetch may swallow a stop (headway/cancellation.py): it takes effect
             # here, the fetched events unacked, so redelivered to the next consumer.
             raise_if_cancel_requested()
-        self._note_success()
+        self._streak.recovered()
         return [self._delivery(message) for message in messages]
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
@@ -124,7 +128,7 @@ class JetStreamSource:
                 self._config.stream, self._config.durable, timeout=self._ack_timeout_s
             )
         except APIError:
-            self._subscription = None
+            self._lost()
             return None
         except _NATS_ERRORS:
             return None
@@ -140,33 +144,24 @@ class JetStreamSource:
             return None
 
     async def close(self) -> None:
-        if self._setup is not None:
-            self._setup.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *_NATS_ERRORS):
-                await self._setup
-            self._setup = None
+        await self._setup.close(*_NATS_ERRORS)
         nc, self._nc, self._js, self._subscription = self._nc, None, None, None
         if nc is not None and not nc.is_closed:
             await nc.close()
 
     async def _ready(self, timeout_s: float) -> JetStreamContext.PullSubscription | None:
         """The subscription, set up in its own task if need be, waiting at most ``timeout_s``."""
-        if self._subscription is not None:
-            return self._subscription
-        if self._setup is None:
-            self._setup = asyncio.get_running_loop().create_task(
-                self._set_up(), name="jetstream-source setup"
-            )
-        done, _ = await asyncio.wait({self._setup}, timeout=timeout_s)
-        if not done:
-            return None
-        setup, self._setup = self._setup, None
-        if (exc := setup.exception()) is not None:
-            if not isinstance(exc, _NATS_ERRORS):
-                raise exc
-            self._note_failure(f"cannot set up the consumer: {exc!r}")
+        try:
+            if not await self._setup.ready(timeout_s):
+                return None
+        except _NATS_ERRORS as exc:
+            self._streak.failed(f"cannot set up the consumer: {exc!r}")
             return None
         return self._subscription
+
+    def _lost(self) -> None:
+        self._subscription = None
+        self._setup.reset()
 
     async def _set_up(self) -> None:
         if self._nc is None or self._js is None:
@@ -185,16 +180,6 @@ class JetStreamSource:
             published_at=metadata.timestamp.timestamp(),
             token=message,
         )
-
-    def _note_failure(self, detail: str) -> None:
-        if not self._failing:
-            self._failing = True
-            log.warning("JetStream source: %s; logged again when fetching recovers", detail)
-
-    def _note_success(self) -> None:
-        if self._failing:
-            self._failing = False
-            log.warning("JetStream source: fetching again")
 
 
 def _reply_of(delivery: Delivery) -> str:

@@ -83,8 +83,7 @@ async def send_chunk(
     chunks go to different replicas.
     """
     version = chunk.message.model_version
-    pool.retry_budget.record_request()
-    pool.counts.chunks += 1
+    pool.chunk_sent()
     first = pool.pick(version, spread=spread)
     if first is None:
         raise NoReplicas(f"pool {pool.name} has no ready replica for this model")
@@ -107,10 +106,9 @@ async def send_chunk(
             if not done:  # the hedge is due
                 waited_s = loop.time() - started
                 other = pool.pick(version, exclude=first, max_latency_s=waited_s)
-                if other is not None and pool.retry_budget.try_retry():
+                if other is not None and pool.extra_attempt("hedge"):
                     hedge_at = None
                     spare = False
-                    pool.counts.hedges += 1
                     hedge = send.start(other, "hedge")
                     running[hedge] = other
                 else:  # none fit (or no budget) now: look again one threshold later
@@ -124,14 +122,13 @@ async def send_chunk(
                 if running:
                     continue  # the other attempt may still answer
                 retry = _retry_target(pool, version, replica, failed) if spare else None
-                if retry is None or not pool.retry_budget.try_retry():
+                if retry is None or not pool.extra_attempt("retry"):
                     raise failed.error from None
                 spare, hedge_at = False, None
-                pool.counts.retries += 1
                 running[send.start(retry, "retry")] = retry
                 continue
             if task is hedge:
-                pool.counts.hedges_won += 1
+                pool.hedge_won()
             return result
     finally:
         for task in running:
@@ -149,9 +146,8 @@ async def _without_hedge(send: _Attempt, first: Replica) -> wire.ChunkResult:
             return await send.run(replica, kind)
         except _Retryable as failed:
             retry = _retry_target(pool, version, replica, failed) if kind == "first" else None
-            if retry is None or not pool.retry_budget.try_retry():
+            if retry is None or not pool.extra_attempt("retry"):
                 raise failed.error from None
-            pool.counts.retries += 1
             replica, kind = retry, "retry"
 
 
@@ -203,20 +199,20 @@ class _Attempt:
         once, so that the next pick (the request's next chunk, say) sees it, and until the
         call ends, however it ends. ``kind``: first, retry, hedge or shadow (the attempt's
         span says which)."""
-        texts = self.chunk.texts
-        replica.outstanding_texts += texts
+        pool, texts = self.pool, self.chunk.texts
+        pool.take(replica, texts)
         task = asyncio.get_running_loop().create_task(self._attempt(replica, kind))
-        task.add_done_callback(lambda _: _release(replica, texts))
+        task.add_done_callback(lambda _: pool.release(replica, texts))
         return task
 
     async def run(self, replica: Replica, kind: str) -> wire.ChunkResult:
         """The attempt in the caller's task, counted as ``start`` counts it."""
-        texts = self.chunk.texts
-        replica.outstanding_texts += texts
+        pool, texts = self.pool, self.chunk.texts
+        pool.take(replica, texts)
         try:
             return await self._attempt(replica, kind)
         finally:
-            _release(replica, texts)
+            pool.release(replica, texts)
 
     def _attempt(self, replica: Replica, kind: str) -> Coroutine[Any, Any, wire.ChunkResult]:
         now = current()
@@ -282,10 +278,6 @@ class _Attempt:
         if self.observe:
             pool.record(replica, ok=True, latency_s=pool.clock() - started)
         return result
-
-
-def _release(replica: Replica, texts: int) -> None:
-    replica.outstanding_texts -= texts
 
 
 def _interpret(reply: Reply, replica: Replica, chunk: Chunk) -> wire.ChunkResult:

@@ -6,11 +6,11 @@ outbox committed and fsynced it; see ``metering/outbox.py``) — so every 200 ha
 event, and a gateway that dies after the 200 has it on disk for the relay.
 
 When the work fails on our side (a 5xx: our deadline, every replica failed, a bug)
-the quota stage refunds the texts, and the meter records an event with ``billable``
-False: the operator sees the work we did and gave back, no invoice ever does. The
-client's own mistakes (4xx) did no work and leave no event, and neither does a
-request that admission refused (``AdmissionRefused``): nothing was sent to a worker,
-and under overload an event per refusal would cost a durable write per shed request.
+the meter records an event with ``billable`` False: the operator sees the work we did
+and gave back, no invoice ever does. The client's own mistakes (4xx) leave no event,
+and neither does a request admission refused: nothing was sent to a worker, and under
+overload an event per refusal would cost a durable write per shed request. The rule,
+and the quota refunds that go with it, is ``settle.py``'s.
 A client that disconnects after the model ran is billed: the event is written before
 the answer is sent, so the work done is recorded whether or not the client reads it
 (documented in README, "Billing").
@@ -34,10 +34,10 @@ from types import TracebackType
 
 from headway.errors import HeadwayError, MeteringUnavailable
 from headway.gateway.context import RequestContext
-from headway.gateway.stages.admit import AdmissionRefused
 from headway.gateway.stages.authenticate import Caller
 from headway.gateway.stages.merge import Merged
 from headway.gateway.stages.resolve import Target
+from headway.gateway.stages.settle import settlement
 from headway.metering.event import Endpoint, UsageEvent
 from headway.metering.sink import UsageSink
 from headway.tracing.spans import current_trace_id
@@ -94,11 +94,7 @@ class UsageMeter:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._done or not isinstance(exc, Exception):
-            return
-        if isinstance(exc, AdmissionRefused) or (
-            isinstance(exc, HeadwayError) and exc.status < 500
-        ):
+        if self._done or not settlement(exc).not_billable_event:
             return
         outcome = exc.type if isinstance(exc, HeadwayError) else "internal_error"
         self._tell(False)

@@ -4,9 +4,8 @@ Every answer from here on carries ``X-RateLimit-Limit`` (the burst),
 ``X-RateLimit-Remaining`` and ``X-RateLimit-Reset`` (seconds until the bucket is
 full). Short of texts → 429 with ``Retry-After`` from the refill time, or, for a
 request larger than the burst, a 429 that says it can never pass. Texts charged
-for work that then fails on our side (shed after charging, 5xx, our deadline, a
-bug) are refunded; a client's own mistakes, its disconnect and completed work
-are not.
+for work that then fails on our side or is shed after charging are refunded; a
+client's own mistakes, its disconnect and completed work are not (``settle.py``).
 
 A tenant whose bucket a charge found empty is remembered (``EmptyBuckets``) until one
 text will have refilled, at most ``RECHECK_S``: its next requests are refused in
@@ -23,9 +22,10 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from headway.errors import HeadwayError, QuotaExceeded
+from headway.errors import QuotaExceeded
 from headway.gateway.context import RequestContext
 from headway.gateway.quota.store import Quota, QuotaDecision, QuotaStore
+from headway.gateway.stages.settle import settlement
 from headway.tracing.spans import span
 
 RECHECK_S = 1.0
@@ -104,11 +104,8 @@ class QuotaCharge:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._store is None or not isinstance(exc, Exception):
-            return  # success, or the client left (CancelledError): nothing to give back
-        if isinstance(exc, HeadwayError) and exc.status < 500:
-            return
-        await self._store.refund(self._quota, self._texts)
+        if self._store is not None and settlement(exc).refund:
+            await self._store.refund(self._quota, self._texts)
 
 
 def _rate_limit_headers(limit: float, remaining: float, reset_s: float) -> dict[str, str]:
