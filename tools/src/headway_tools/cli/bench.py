@@ -8,9 +8,11 @@ section is printed and, with ``--out``, written between its markers in that file
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -57,54 +59,98 @@ def _command() -> str:
     return command_line(sys.argv)
 
 
-@bench_app.command("spine")
-def bench_spine(
-    seconds: BenchSeconds = 10.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """Raw ONNX Runtime vs through the worker vs through the gateway; gateway overhead."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.spine import run_spine_bench
-    from headway_tools.bench.spine_report import SECTION, render
+@dataclass(frozen=True, slots=True)
+class _Standard:
+    """A benchmark that takes only its seconds: ``run(data_dir, seconds=…)``, then its
+    report module's ``render(results, machine, command, seconds)`` and ``SECTION``."""
 
-    with _running() as machine:
-        results = run_spine_bench(settings.data_dir, seconds=seconds)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
+    name: str
+    summary: str
+    run: str
+    """``module:function``, imported when the command runs (the CLI starts fast)."""
+    report: str
+    seconds: float = 10.0
+    seconds_help: str = "Seconds per measured point."
 
 
-@bench_app.command("batching")
-def bench_batching(
-    seconds: BenchSeconds = 10.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """Saturation throughput of one synthetic replica at max batch 1, 8 and 32 vs its bound."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.batching import run_batching_bench
-    from headway_tools.bench.batching_report import SECTION, render
+_OPEN_LOOP = "Seconds per open-loop run (30 for the docs)."
+STANDARD = [
+    _Standard(
+        "spine",
+        "Raw ONNX Runtime vs through the worker vs through the gateway; gateway overhead.",
+        "headway_tools.bench.spine:run_spine_bench",
+        "headway_tools.bench.spine_report",
+    ),
+    _Standard(
+        "batching",
+        "Saturation throughput of one synthetic replica at max batch 1, 8 and 32 vs its bound.",
+        "headway_tools.bench.batching:run_batching_bench",
+        "headway_tools.bench.batching_report",
+    ),
+    _Standard(
+        "path",
+        "The gateway's own CPU per request, in process, against a replica that answers at once.",
+        "headway_tools.bench.path:run_path_bench",
+        "headway_tools.bench.path",
+    ),
+    _Standard(
+        "billing",
+        "Metering: the durable write's latency, its CPU, consumer throughput, billing lag.",
+        "headway_tools.bench.billing:run_billing_bench",
+        "headway_tools.bench.billing_report",
+    ),
+    _Standard(
+        "int8",
+        "fp32 vs int8 of the default model: embedding agreement and raw speed.",
+        "headway_tools.bench.int8:run_int8_bench",
+        "headway_tools.bench.int8",
+    ),
+    _Standard(
+        "quota",
+        "CPU per quota check (embedded, Redis); over-admission of 4 gateways on one Redis.",
+        "headway_tools.bench.quota:run_quota_bench",
+        "headway_tools.bench.quota",
+    ),
+    _Standard(
+        "routing",
+        "A replica killed at 60% load; scale-out 1/2/4; fan-out of 128 texts; hedging.",
+        "headway_tools.bench.routing:run_routing_bench",
+        "headway_tools.bench.routing_report",
+        30.0,
+        _OPEN_LOOP,
+    ),
+    _Standard(
+        "cache",
+        "Goodput at 4x capacity on Zipf-repeated texts, without and with the results cache.",
+        "headway_tools.bench.cache:run_cache_bench",
+        "headway_tools.bench.cache_report",
+        30.0,
+        _OPEN_LOOP,
+    ),
+]
 
-    with _running() as machine:
-        results = run_batching_bench(settings.data_dir, seconds=seconds)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
+
+def _add_standard(bench: _Standard) -> None:
+    def command(
+        seconds: float = typer.Option(bench.seconds, help=bench.seconds_help),
+        out: BenchOut = None,
+        config: ConfigOpt = None,
+        data_dir: DataDirOpt = None,
+    ) -> None:
+        settings = settings_from(config, data_dir=data_dir)
+        module, _, function = bench.run.partition(":")
+        run = getattr(importlib.import_module(module), function)
+        report = importlib.import_module(bench.report)
+        with _running() as machine:
+            results = run(settings.data_dir, seconds=seconds)
+        _publish(report.render(results, machine, _command(), seconds), report.SECTION, out)
+
+    command.__doc__ = bench.summary
+    bench_app.command(bench.name)(command)
 
 
-@bench_app.command("path")
-def bench_path(
-    seconds: BenchSeconds = 10.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """The gateway's own CPU per request, in process, against a replica that answers at once."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.path import SECTION, render, run_path_bench
-
-    with _running() as machine:
-        results = run_path_bench(settings.data_dir, seconds=seconds)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
+for _bench in STANDARD:
+    _add_standard(_bench)
 
 
 @bench_app.command("tracing")
@@ -120,55 +166,6 @@ def bench_tracing(
 
     with _running() as machine:
         results = run_tracing_bench(seconds=seconds)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
-
-
-@bench_app.command("billing")
-def bench_billing(
-    seconds: BenchSeconds = 10.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """Metering: the durable write's latency, its CPU, consumer throughput, billing lag."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.billing import run_billing_bench
-    from headway_tools.bench.billing_report import SECTION, render
-
-    with _running() as machine:
-        results = run_billing_bench(settings.data_dir, seconds=seconds)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
-
-
-@bench_app.command("int8")
-def bench_int8(
-    seconds: BenchSeconds = 10.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """fp32 vs int8 of the default model: embedding agreement and raw speed."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.int8 import SECTION, render, run_int8_bench
-
-    with _running() as machine:
-        results = run_int8_bench(settings.data_dir, seconds=seconds)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
-
-
-@bench_app.command("quota")
-def bench_quota(
-    seconds: BenchSeconds = 10.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """CPU per quota check (embedded, Redis); over-admission of 4 gateways on one Redis."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.quota import SECTION, render, run_quota_bench
-
-    with _running() as machine:
-        results = run_quota_bench(settings.data_dir, seconds=seconds)
     _publish(render(results, machine, _command(), seconds), SECTION, out)
 
 
@@ -227,44 +224,6 @@ def bench_overload(
 
     with _running() as machine:
         results = run_overload_bench(settings.data_dir, seconds=seconds, real_model=real_model)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
-
-
-@bench_app.command("routing")
-def bench_routing(
-    seconds: Annotated[
-        float, typer.Option(help="Seconds per open-loop run (30 for the docs).")
-    ] = 30.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """A replica killed at 60% load; scale-out 1/2/4; fan-out of 128 texts; hedging."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.routing import run_routing_bench
-    from headway_tools.bench.routing_report import SECTION, render
-
-    with _running() as machine:
-        results = run_routing_bench(settings.data_dir, seconds=seconds)
-    _publish(render(results, machine, _command(), seconds), SECTION, out)
-
-
-@bench_app.command("cache")
-def bench_cache(
-    seconds: Annotated[
-        float, typer.Option(help="Seconds per open-loop run (30 for the docs).")
-    ] = 30.0,
-    out: BenchOut = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """Goodput at 4x capacity on Zipf-repeated texts, without and with the results cache."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway_tools.bench.cache import run_cache_bench
-    from headway_tools.bench.cache_report import SECTION, render
-
-    with _running() as machine:
-        results = run_cache_bench(settings.data_dir, seconds=seconds)
     _publish(render(results, machine, _command(), seconds), SECTION, out)
 
 
