@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -20,6 +20,7 @@ from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS, synthetic_record
 from headway.control.batches.parts import BatchParts
+from headway.control.ledger import UsageLedger
 from headway.control.weights import WeightsParts
 from headway.gateway.auth.store import FailureStore
 from headway.gateway.discovery.base import Discovery
@@ -63,6 +64,8 @@ class Stack:
     transport: AsgiTransport
     registry: Registry
     batches: BatchParts | None = None
+    usage_ledger: UsageLedger = field(default_factory=UsageLedger)
+    """What /v1/usage and the console read (its ledger is ``make_stack``'s ``ledger``)."""
 
     def metrics(self) -> str:
         """The gateway's Prometheus exposition, read directly (no request counted)."""
@@ -97,6 +100,7 @@ async def make_stack(
     quota_heartbeat: Heartbeat | None = None,
     metering: Metering | None = None,
     ledger: Ledger | None = None,
+    open_ledger: Callable[[], Awaitable[Ledger]] | None = None,
     seeds: tuple[int, int] = (0, 0),
     cache: ResultsCache | None = None,
     batches: BatchSettings | None = None,
@@ -109,7 +113,8 @@ async def make_stack(
     weights: tuple[ModelStore, str] | None = None,
     **gateway: Any,
 ) -> Stack:
-    """``seeds``: each worker's synthetic seed; a seed other than 0 is another version
+    """``ledger``: what /v1/usage reads (or what ``open_ledger`` opens, which may
+    fail); ``seeds``: each worker's synthetic seed; a seed other than 0 is another version
     (registered without an alias). ``cache``: the results cache (default: none);
     ``batches``: serve the Batch API with these settings, stores in ``tmp_path`` (or
     ``batch_store``); ``tracing``: the gateway's and the workers' (default: off);
@@ -142,7 +147,6 @@ async def make_stack(
         {"embed": discovery or StaticDiscovery(WORKER_URLS)},
         quota_heartbeat=quota_heartbeat,
         metering=metering,
-        open_ledger=None if ledger is None else _opener(ledger),
         gateway_id="gw-test",
         clock=clock,
         cache=cache,
@@ -159,6 +163,7 @@ async def make_stack(
             time.time,
             gateway_settings.limits,
         )
+    usage_ledger = UsageLedger(open_ledger or (None if ledger is None else _opener(ledger)))
     gateway_app = build_gateway_app(
         service,
         ("rerank", SYNTHETIC_ALIAS),
@@ -166,6 +171,7 @@ async def make_stack(
         tracing,
         weights=None if weights is None else WeightsParts(service.snapshots, *weights),
         line_callers=line_callers,
+        ledger=usage_ledger,
     )
     await gateway_app.startup()
     client = httpx.AsyncClient(
@@ -175,7 +181,16 @@ async def make_stack(
         transport=httpx.ASGITransport(app=build_ops_app(service)), base_url="http://gateway-ops"
     )
     return Stack(
-        client, ops, service, gateway_app, workers, worker_apps, transport, registry, batch_parts
+        client,
+        ops,
+        service,
+        gateway_app,
+        workers,
+        worker_apps,
+        transport,
+        registry,
+        batch_parts,
+        usage_ledger,
     )
 
 

@@ -391,7 +391,7 @@ async def test_usage_this_month_and_revenue_come_from_the_ledger(tmp_path):
         query = ledger.queries[-1]
         assert (query.group_by, query.tenant_id) == ("model", None)
         assert tenants["month_start"].endswith("-01T00:00:00Z")
-        parts = parts_of(stack.gateway, parse_prices(PRICES, "test"))
+        parts = parts_of(stack.gateway, stack.usage_ledger, parse_prices(PRICES, "test"))
         parts = replace(
             parts, settings=parts.settings.model_copy(update={"machine_cost_per_hour": 1.0})
         )
@@ -437,7 +437,7 @@ class VersionQualityRow:
 
 
 async def test_the_models_page_shows_a_drifting_version(stack):
-    parts = replace(parts_of(stack.gateway), quality=Drifted())
+    parts = replace(parts_of(stack.gateway, stack.usage_ledger), quality=Drifted())
     [shown] = (await api.models_view(parts))["quality"]
     assert (shown["version"], shown["drifting"], shown["mmd_p_value"]) == ("f" * 12, True, 0.001)
     assert shown["traffic"] == "shadow"  # a candidate: no client has had its answers yet

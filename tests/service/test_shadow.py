@@ -137,7 +137,7 @@ async def test_the_candidates_copies_are_sampled_for_its_quality_as_shadow_traff
         labels = {"version": CANDIDATE[:12], "kind": "embedding"}
         registry = stack.gateway.metrics.registry
         assert registry.get_sample_value("headway_quality_reference_rows", labels) == 16
-        shown = (await api.models_view(parts_of(stack.gateway)))["quality"]
+        shown = (await api.models_view(parts_of(stack.gateway, stack.usage_ledger)))["quality"]
         assert {(q["version"], q["kind"]): q["traffic"] for q in shown} == {
             (PRIMARY[:12], "embedding"): "served",
             (PRIMARY[:12], "rerank"): "served",

@@ -154,33 +154,25 @@ async def test_without_a_ledger_usage_is_503(tmp_path):
 
 
 async def test_a_ledger_that_cannot_open_does_not_stop_the_gateway(tmp_path):
-    from headway.gateway.service import GatewayService
+    ledger, attempts = MemoryLedger(), []
 
-    attempts = []
-
-    async def broken() -> MemoryLedger:
+    async def opened_second_time() -> MemoryLedger:
         attempts.append(1)
-        raise ConnectionError("postgres is not up yet")
+        if len(attempts) == 1:
+            raise ConnectionError("postgres is not up yet")
+        return ledger
 
-    stack = await make_stack(tmp_path)
+    stack = await make_stack(tmp_path, open_ledger=opened_second_time)
     try:
-        service: GatewayService = stack.gateway
-        service._open_ledger = broken
-        assert await service._try_open_ledger() is False
+        assert attempts == [1]  # tried at start, and refused
         served = await stack.client.post(
             "/v1/embeddings", headers=auth(), json={"model": "synthetic", "input": ["a"]}
         )
         assert served.status_code == 200
         usage = await stack.client.get("/v1/usage", params={"start": "2026-11-01"}, headers=auth())
         assert usage.status_code == 503
-        ledger = MemoryLedger()
-
-        async def working() -> MemoryLedger:
-            return ledger
-
-        service._open_ledger = working
-        assert await service._try_open_ledger() is True
+        assert await stack.usage_ledger.try_open() is True  # the retry loop's step
         usage = await stack.client.get("/v1/usage", params={"start": "2026-11-01"}, headers=auth())
-        assert usage.status_code == 200 and attempts == [1]
+        assert usage.status_code == 200 and attempts == [1, 1]
     finally:
         await stack.close()

@@ -18,6 +18,7 @@ from headway.control.admin.mount import admin_mount
 from headway.control.batches.mount import batches_mount
 from headway.control.batches.parts import BatchParts
 from headway.control.console.mount import console_mount
+from headway.control.ledger import UsageLedger, ledger_mount
 from headway.control.mount import Mount
 from headway.control.tenants import TenantData, tenants_mount
 from headway.control.usage import usage_mount
@@ -44,6 +45,7 @@ def build_gateway_app(
     weights: WeightsParts | None = None,
     embed_models: Sequence[str] = (),
     line_callers: frozenset[str] | None = None,
+    ledger: UsageLedger | None = None,
 ) -> App:
     """``rerank_models``: what serves a rerank request that names no model, in order;
     ``batches``: the Batch API's stores (None: no ``/v1/files``, ``/v1/batches`` or batch
@@ -53,7 +55,8 @@ def build_gateway_app(
     ``/v1/weights``); ``embed_models``: what serves an embedding request that names no
     model (TEI's), in order (empty: the last of ``rerank_models``); ``line_callers``: the
     identities a line route's client certificate must name (None: no certificate asked
-    for: ``tls.hops.line_callers``)."""
+    for: ``tls.hops.line_callers``); ``ledger``: the usage ledger ``/v1/usage`` and the
+    console read (None: none, they answer 503)."""
     tracing = tracing or ProcessTracing()
     keys = KeyChecks(
         service.snapshots,
@@ -69,9 +72,11 @@ def build_gateway_app(
         None if batches is None else batches.files,
         service.cache.forget_tenant,
     )
+    ledger = ledger or UsageLedger()
     mounts: list[Mount] = [
         admin_mount(service, tenant_data.finish),
-        usage_mount(service),
+        ledger_mount(ledger),
+        usage_mount(service, ledger),
         tenants_mount(tenant_data),
     ]
     if batches is not None:
@@ -79,7 +84,7 @@ def build_gateway_app(
     if weights is not None:
         mounts.append(weights_mount(weights, keys))
     if service.observability.console.enabled:
-        mounts.append(console_mount(service, keys, prices))
+        mounts.append(console_mount(service, keys, ledger, prices))
     documented = [
         *data_plane_routes(service, rerank_models, embed_models, lines=batches is not None),
         *(route for mount in mounts for route in mount.routes),

@@ -30,6 +30,7 @@ from headway.cache.metrics import CacheMetrics
 from headway.cache.results import ResultsCache
 from headway.catalog import SYNTHETIC_ALIAS
 from headway.control.batches.parts import BatchParts
+from headway.control.ledger import UsageLedger
 from headway.control.weights import WeightsParts
 from headway.dependency_link import DependencyLink, until_reachable
 from headway.gateway.auth.fallback import FallbackFailureStore
@@ -211,7 +212,6 @@ def build_gateway(settings: Settings, stores: GatewayStores) -> tuple[App, Gatew
         quota=quota,
         quota_heartbeat=heartbeat,
         metering=planted_metering(settings, metering),  # the real one unless a test
-        open_ledger=usage_ledger,
         gateway_id=name,
         metrics=metrics,
         cache=results_cache(settings, metrics),
@@ -246,5 +246,6 @@ def build_gateway(settings: Settings, stores: GatewayStores) -> tuple[App, Gatew
         weights,
         embed_models=embed_models,
         line_callers=line_callers(settings.tls),
+        ledger=UsageLedger(usage_ledger),
     )
     return app, service

@@ -21,7 +21,8 @@ from typing import Any, Literal, cast, get_args
 
 import msgspec
 
-from headway.billing.ledger.base import GroupBy, Ledger, UsageQuery, UsageRow
+from headway.billing.ledger.base import GroupBy, UsageQuery, UsageRow
+from headway.control.ledger import LedgerOf
 from headway.control.mount import Mount
 from headway.errors import Forbidden, Unauthorized, UsageUnavailable, ValidationFailed
 from headway.gateway.auth.kinds import ADMIN_KEY, TENANT_KEY
@@ -70,12 +71,8 @@ class Usage(msgspec.Struct):
     object: str = "list"
 
 
-def usage_mount(service: GatewayService) -> Mount:
-    snapshots, ledger, wall_clock = (
-        service.snapshots,
-        service.usage_ledger,
-        service.meter.wall_clock,
-    )
+def usage_mount(service: GatewayService, ledger: LedgerOf) -> Mount:
+    snapshots, wall_clock = service.snapshots, service.meter.wall_clock
     errors = (Unauthorized, Forbidden, ValidationFailed, UsageUnavailable)
     return Mount(
         [
@@ -204,10 +201,6 @@ def usage_answer(query: UsageQuery, rows: Sequence[UsageRow]) -> Usage:
         for row in rows
     ]
     return Usage(rfc3339(query.start), rfc3339(query.end), query.group_by, data)
-
-
-LedgerOf = Callable[[], Ledger | None]
-"""The ledger when the gateway has one open (None: not configured, or not yet open)."""
 
 
 def tenant_usage(

@@ -13,7 +13,6 @@ run by one ``Background`` (each failure logged, counted, and the loop carries on
     wake               tell the wake hook (gateway.wake_url) of cold pools wanted
     quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
     usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
-    usage_ledger_open  until the ledger /v1/usage reads opens (its database may be late)
 
 and the control plane's mounts add theirs with ``run_every`` (``headway/control/``).
 
@@ -28,7 +27,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from headway.background import Background, Step
-from headway.billing.ledger.base import Ledger
 from headway.cache.results import ResultsCache
 from headway.gateway.admission.controller import AdmissionConfig
 from headway.gateway.admission.policy import Shares
@@ -67,7 +65,6 @@ from headway.transport.base import Transport
 log = logging.getLogger(__name__)
 
 Heartbeat = Callable[[], Awaitable[object]]
-LEDGER_RETRY_S = 5.0
 
 
 class GatewayService:
@@ -81,7 +78,6 @@ class GatewayService:
         quota: QuotaStore | None = None,
         quota_heartbeat: Heartbeat | None = None,
         metering: Metering | None = None,
-        open_ledger: Callable[[], Awaitable[Ledger]] | None = None,
         gateway_id: str = "gateway",
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -96,7 +92,6 @@ class GatewayService:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
         ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
         ``metering``: where usage events go (the outbox; tests: a ``MemorySink``).
-        ``open_ledger``: the usage ledger ``/v1/usage`` reads (None: it answers 503).
         ``cache``: the results cache (None: off); ``observability``: tracing, logs,
         metrics, quality and console settings (None: the defaults); ``quality_store``: where
         each version's reference sample is kept (None: in memory, for tests); ``wake_hook``:
@@ -129,8 +124,6 @@ class GatewayService:
             settings.failed_auth, failed_auth, clock=clock, observer=self.auth_metrics
         )
         self.empty_buckets = EmptyBuckets()
-        self._open_ledger = open_ledger
-        self._ledger: Ledger | None = None
         self.draining = False
         self._heartbeat = quota_heartbeat
         self._background = Background(
@@ -198,10 +191,6 @@ class GatewayService:
         """Ready to serve: the registry read, every pool's replicas found and polled once."""
         settings, background = self.settings, self._background
         await self.metering.start(background)
-        if self._open_ledger is not None and not await self._try_open_ledger():
-            # Serving does not need the ledger: only /v1/usage does, and answers 503 until
-            # it opens (the database may come up after the gateway).
-            background.every("usage_ledger_open", LEDGER_RETRY_S, self._try_open_ledger)
         await self.snapshots.refresh()
         live_demo = live_demo_keys(self.snapshots.current)
         if live_demo:
@@ -243,24 +232,8 @@ class GatewayService:
         await self.transport.close()
         await self.quota.close()
         await self.auth_limiter.store.close()
-        if self._ledger is not None:
-            await self._ledger.close()
         if self._quality_store is not None:
             await asyncio.to_thread(self._quality_store.close)
-
-    async def _try_open_ledger(self) -> bool:
-        if self._ledger is not None or self._open_ledger is None:
-            return True
-        try:
-            self._ledger = await self._open_ledger()
-        except Exception as exc:
-            log.warning("usage ledger not open (%s); /v1/usage answers 503 until it is", exc)
-            return False
-        log.info("usage ledger open")
-        return True
-
-    def usage_ledger(self) -> Ledger | None:
-        return self._ledger
 
     @property
     def ready(self) -> bool:

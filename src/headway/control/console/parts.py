@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from headway.billing.prices import PriceBook
 from headway.control.console.history import PoolHistory
 from headway.control.console.signin import SignInOutcome
-from headway.control.usage import LedgerOf
+from headway.control.ledger import LedgerOf
 from headway.gateway.pools import Pools
 from headway.gateway.snapshots import Snapshots
 from headway.registry.store import RegistryStore

@@ -32,6 +32,7 @@ from headway.control.console.pages import PAGES, page_html
 from headway.control.console.parts import ConsoleParts, QualitySource
 from headway.control.console.session import Session, SessionSigner, new_secret
 from headway.control.console.signin import SignInOutcome
+from headway.control.ledger import LedgerOf
 from headway.errors import NotFound
 from headway.gateway.auth.checks import KeyChecks
 from headway.gateway.openapi import DocumentedRoute, Operation
@@ -51,6 +52,7 @@ STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/c
 
 def parts_of(
     service: GatewayService,
+    usage_ledger: LedgerOf,
     prices: PriceBook | None = None,
     history: PoolHistory | None = None,
     count_signin: Callable[[SignInOutcome], None] = lambda outcome: None,
@@ -64,7 +66,7 @@ def parts_of(
         store=service.registry,
         pools=service.pools,
         metrics=service.metrics.registry,
-        usage_ledger=service.usage_ledger,
+        usage_ledger=usage_ledger,
         history=history
         or PoolHistory(pool_reader(service.pools, service.metrics.shed), service.clock),
         quality=quality,
