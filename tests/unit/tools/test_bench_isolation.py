@@ -14,6 +14,7 @@ from headway_tools.bench.isolation import (
     VictimFigures,
     batch_input,
     within_goals,
+    worst_of,
 )
 from headway_tools.loadgen import Summary
 
@@ -42,6 +43,14 @@ def test_each_goal_missed_is_named_with_both_figures():
     assert within_goals(alone, figures(goodput=89)) == ["in deadline 89.0% vs 100.0% alone"]
     assert within_goals(alone, figures(batch_s=30.1)) == ["batch 30.1 s vs 20.0 s alone"]
     assert within_goals(alone, figures(batch_s=None)) == ["batch never vs 20.0 s alone"]
+
+
+def test_an_attack_is_held_against_the_worst_quiet_run():
+    quiet = worst_of([figures(p95_ms=300.0), figures(p95_ms=320.0, goodput=95, batch_s=22.0)])
+    assert (quiet.p95_ms, quiet.in_deadline, quiet.batch_s) == (320.0, 0.95, 22.0)
+    assert within_goals(quiet, figures(p95_ms=350.0, goodput=86)) == []
+    assert within_goals(quiet, figures(p95_ms=353.0)) == ["p95 353 ms vs 320 ms alone"]
+    assert worst_of([figures(), figures(batch_s=None)]).batch_s is None  # one never finished
 
 
 def test_the_victims_batch_is_new_texts_that_the_gateway_takes():

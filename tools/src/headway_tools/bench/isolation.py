@@ -104,7 +104,27 @@ class IsolationResults:
     """On Redis, Postgres and NATS with two gateways (the attacker on the second)."""
 
 
-def within_goals(alone: VictimFigures, beside: VictimFigures) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The worst of several runs of the victim alone (``worst_of``): on a small machine one
+    quiet run's p95 moves from the next by as much as a goal's band."""
+
+    p95_ms: float | None
+    in_deadline: float
+    batch_s: float | None
+
+
+def worst_of(runs: Sequence[VictimFigures]) -> Baseline:
+    p95s = [run.p95_ms for run in runs if run.p95_ms is not None]
+    batches = [run.batch_s for run in runs if run.batch_s is not None]
+    return Baseline(
+        max(p95s) if p95s else None,
+        min(run.in_deadline for run in runs),
+        max(batches) if len(batches) == len(runs) else None,
+    )
+
+
+def within_goals(alone: VictimFigures | Baseline, beside: VictimFigures) -> list[str]:
     """What the victim lost beside an attack beyond the issue's goals (empty: nothing)."""
     missed = []
     if (
@@ -361,13 +381,15 @@ async def isolation(
     plan: Sequence[Sequence[str]],
     slow_within_s: float,
     load_x: float = LOAD_X,
-) -> tuple[float, float, VictimFigures, list[AttackRun]]:
-    """Capacity, the victim alone (on ``url``), then one run per entry of ``plan`` (attacks at
-    once, on ``attacker_url``); the victim's interactive load is ``load_x`` of capacity."""
+    quiet_runs: int = 1,
+) -> tuple[float, float, list[VictimFigures], list[AttackRun]]:
+    """Capacity, the victim alone ``quiet_runs`` times (on ``url``), then one run per entry
+    of ``plan`` (attacks at once, on ``attacker_url``); the victim's interactive load is
+    ``load_x`` of capacity."""
     measured = await capacity(url, victim_key)
     rate = load_x * measured / TEXTS_PER_REQUEST
     target = Target(attacker_url, attacker_key, burst, (), slow_within_s, MODEL)
-    alone = await victim_run(url, victim_key, rate, ARRIVAL_SEED)
+    alone = [await victim_run(url, victim_key, rate, ARRIVAL_SEED) for _ in range(quiet_runs)]
     runs = []
     with attacker_pool() as pool:
         for n, names in enumerate(plan, 1):
@@ -415,4 +437,4 @@ def run_isolation_bench(
     seconds = time.perf_counter() - started
     if not math.isfinite(measured):
         raise BenchError("capacity could not be measured")
-    return IsolationResults(measured, rate, alone, tuple(runs), seconds, shared)
+    return IsolationResults(measured, rate, alone[0], tuple(runs), seconds, shared)
