@@ -1,63 +1,33 @@
 """Running batch lines: pull a line, send it through a gateway, keep its answer once.
 
-Lines run as their tenant's batch-tier work through the gateway's own request path
-(``submit.py``, ``gateway/lines/headers.py``), so admission lets them take only the
-capacity interactive traffic leaves. What comes back decides the line:
+Lines run as their tenant's batch-tier work through the gateway's request path
+(``submit.py``), so admission gives them only what interactive traffic leaves. The answer
+decides the line:
 
-    2xx                      its answer goes to the output file
-    429 with Retry-After     the tenant's quota is short: the line goes back to the queue
-                             for that long (its slot is free meanwhile), and the
-                             executor pulls none of that tenant's lines until then
-    429 without Retry-After  it can never pass (more texts than the tenant's burst): its
-                             answer goes to the error file
-    503 (shed, no replicas)  the line tries again after a short, growing, jittered
-                             pause (the pool sheds batch work first, and has room again
-                             within a batch or two), and the send window halves;
-                             neither ever fails a line
-    401 / 403                this executor's token is wrong: wait, log, never fail a line
-    409 line_not_live        its batch ended (a cancel, an expiry) before this executor
-                             heard: once a fresh read agrees, this line alone is skipped
-    unreachable, 500/502/504 ours: retried with backoff, up to ``max_attempts``, then
-                             the answer goes to the error file
-    any other 4xx            the line's own fault: its answer goes to the error file
+    2xx                     the answer to the output file
+    429 + Retry-After       requeued for that long; no more of the tenant's lines pulled meanwhile
+    429, no Retry-After     it can never pass (over the tenant's burst): the error file
+    503                     tried again after a growing, jittered pause; the send window halves
+    401 / 403               this executor's token is wrong: wait and log
+    409 line_not_live       its batch ended: skipped, once a fresh read of the batch agrees
+    unreachable/500/502/504 retried with backoff up to ``max_attempts``, then the error file
+    other 4xx               the error file
 
-A line's result is recorded once (``store.record``) and only then is its queue item
-acked; an executor killed in between leaves the item to be delivered again, and the
-next executor finds the result and only acks. Every attempt of a line carries the
-line's own request id, so the ledger bills a line once however often it ran.
+503 and 401/403 never fail a line. A result is recorded (``store.record``) before its item
+is acked, so a line whose executor died in between is delivered again and only acked; every
+attempt carries the line's request id, so the ledger bills it once. The store or queue away
+(``links.py``): lines are handed back and the loop backs off; it never exits for it.
 
-**Its dependencies away.** The batch store or the work queue unreachable (Postgres or
-NATS restarting) stops no line for good and the executor never exits for it: the pull
-loop hands back what it pulled and waits with backoff, a line that meets it mid-run is
-handed back, and each link (``links.py``) logs the outage once and turns readiness off
-until the dependency answers again.
+At most ``lines_in_flight`` lines run, ``max_lines_in_flight_per_tenant`` of one tenant
+(``queue.Room``); the executor pulls again when a line ends or after ``BUSY_PULL_S``, and
+the send window (``window.py``) bounds how many are at the gateways. A waiting line touches
+its lease. Per-tenant state is keyed by tenant id; a batch no gateway has adopted yet
+(``LEGACY_TENANT_ID``) is nobody's: its lines go back for ``UNADOPTED_WAIT_S``.
 
-**Slots, shared fairly.** At most ``lines_in_flight`` lines run at once, and at most
-``max_lines_in_flight_per_tenant`` of one tenant's: each pull tells the queue how many
-more of each tenant it may take (``queue.Room``), and the queue hands lines out round
-robin by tenant. While lines run, the executor pulls again whenever one ends (or every
-``BUSY_PULL_S``), so a tenant's first line starts within about one line's time of a free
-slot, however much another tenant has queued. Of the lines in flight at most the send
-window (``window.py``: halved by a 503, grown by one per window of answers; waiting lines
-let through round robin by tenant) are at the gateways at a time, so a pool with room
-for five lines sees about five, not a stream of refusals. A line waiting (for capacity,
-for a slow answer) keeps its lease alive by touching it.
-
-**Stopping.** A stop is a cancel of ``run``: every line running hands itself back (a
-nak, visible again at once to another executor), each given ``STOP_WAIT_S``. A stop can
-be swallowed below: under Python 3.11 a pull from JetStream that is cancelled as its
-message arrives returns the message instead (``cancellation.py``); the loop then went on
-pulling for ever, and whoever stopped it (``Background.stop``, a test) waited for ever.
-So ``run`` checks once a turn, and after each pull, whether it was asked to stop (the
-lines that pull brought are handed back unstarted), and so does each line's every wait
-(``_leased``).
-
-**Tenants by id.** A line runs as its batch's tenant, named to the gateway by id
-(``submit.py``), and the executor's per-tenant state (lines held, quota gates, the send
-window's turns) is keyed by id, so a tenant created with a deleted one's name inherits
-none of it. A batch from before tenant ids that no gateway has adopted yet
-(``LEGACY_TENANT_ID``, ``control/batches/legacy.py``) is nobody's: its lines go back to
-the queue for ``UNADOPTED_WAIT_S`` rather than run as anyone.
+A stop is a cancel of ``run``: each running line naks itself, given ``STOP_WAIT_S``. Under
+Python 3.11 a JetStream pull cancelled as its message arrives swallows the cancel
+(``cancellation.py``), so ``run`` (each turn and after each pull) and every wait of a line
+(``_leased``) check whether a stop was asked.
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
 """Where uploaded and written batch files' bytes live: content-addressed by SHA-256.
 
-A file record (``FileObject``) names its content by digest; the store keeps one copy
-of each content however many records point at it (two tenants uploading the same
-file share it; the batch store says when no record references a digest any more).
-``FileStore`` is the seam: ``DirectoryFileStore`` keeps ``root/ab/cd/<digest>`` on a
-local disk; an object store can stand behind the same five calls later.
+A file record (``FileObject``) names its content by digest, and one copy of each content
+is kept however many records name it (the batch store says when none does). ``FileStore``
+is the seam; ``DirectoryFileStore`` keeps ``root/ab/cd/<digest>`` on a local disk. A digest
+is checked (64 lowercase hex) before it becomes a path, so none names a path outside root.
 
-A ``put`` is durable before it returns and never visible half-written: the bytes go
-to a temporary file in the digest's directory (a name no digest can have), which is
-fsynced, renamed into place (atomic on POSIX) and the directory fsynced. A process
-killed mid-``put`` leaves at most a temporary file that ``read`` and ``exists`` never
-see. Digests are checked (64 lowercase hex) before they become paths, so no caller
-can name a path outside the root.
-
-Content too large to hold (an upload streamed as it arrives, an output file written line
-by line) goes through a ``writer``: a temporary file in ``root/.partial/`` (a name no
-digest directory can have), hashed as it is written; ``seal`` fsyncs it (its digest
-known, the bytes still in the temporary file), ``place`` renames it into place under its
-digest and fsyncs the directory (or drops it, when a copy of that size is stored already:
-that copy's directory entry is fsynced instead), and ``discard`` removes it. The batch
-store places a record's bytes inside the transaction that commits the record, holding the
-content's lock (``BatchStore.add_file``), so a delete of the same content
-(``release_content``) cannot fall between the reuse of a stored copy and the commit. A
-process killed mid-write leaves a partial file that ``sweep_partial`` removes once it is
-older than any write in progress can be.
+A ``put`` is durable before it returns and never visible half-written: a temporary file in
+the digest's directory, fsynced, renamed into place, the directory fsynced. Content too
+large to hold goes through a ``writer``: a file in ``root/.partial/``, hashed as written;
+``seal`` fsyncs it, ``place`` renames it under its digest (or drops it when a copy of that
+size is stored: that entry is fsynced instead), ``discard`` removes it. The batch store
+calls ``place`` inside the transaction committing the record, under the content's lock
+(``BatchStore.add_file``), so a ``release_content`` cannot fall between reuse and commit.
+A process killed mid-write leaves a temporary file no read sees, which ``sweep_partial``
+removes once older than any write in progress can be.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """A batch's input file, read and checked line by line once per executor process.
 
-Validation, and ending a batch early, read the whole file (``jsonl.read_lines``): the
-parsed file of the last few batches is kept here (``of``, least recently used goes
-first). Running a line needs only that line: ``line`` finds it in the batch's
-``LineIndex`` (where each good line lies in the file, about 32 bytes a line) and reads
-those bytes again. Indexes of many batches are kept, so lines of many batches running
-side by side (the work queue hands them out round robin by tenant) cost a lookup and a
-short read each, never a parse of their whole file; a batch an executor picks up after
-another one died is read once, on its first line.
-
-A line's body is checked with the endpoint's own parser (the gateway's, with the
-gateway's limits), so a line that validates here is one the gateway will accept.
+Validation and ending a batch early need the whole file parsed (``of``: the last
+``KEEP_BATCHES`` kept, least recently used out first). Running a line needs only that line:
+``line`` finds it in the batch's ``LineIndex`` and reads its bytes again, so lines of many
+batches running side by side cost a lookup and a short read each, never a parse of their
+file. Bodies are checked with the gateway's own parser and limits, so a line valid here is
+one the gateway accepts.
 """
 
 from __future__ import annotations

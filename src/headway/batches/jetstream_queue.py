@@ -1,67 +1,29 @@
 """The work queue in shared mode: a NATS JetStream work-queue stream, a consumer per tenant.
 
-**Layout.** The stream (``config.stream``, subjects ``<subject>.>``) has WORK_QUEUE
-retention: a message leaves it when acked, so what it holds is exactly the lines not yet
-done. Each item is published on ``<subject>.<tenant>.<batch_id>``, where ``<tenant>`` is
-``tenant_token(tenant_id)`` (``id42``: a tenant is its id, so a tenant created with a
-deleted one's name gets a consumer, turns and room of its own), and ``drop`` purges one
-batch by subject filter (``<subject>.*.<batch_id>``). ``Nats-Msg-Id`` is
-``<batch_id>:<line>``: the stream stores a line put twice within ``duplicate_window_s``
-once (a ``put`` retried after a lost PubAck, or run again by an executor that restarted
-mid-batch). FILE storage; a PubAck means stored (the servers run with ``sync_interval:
-always``). A big ``put`` is pipelined: a window of ``publish_window`` messages is on the
-wire before its PubAcks are awaited.
+The stream (``<subject>.>``, WORK_QUEUE retention, FILE storage, servers on ``sync_interval:
+always``, so a PubAck means stored) holds exactly the lines not yet acked. An item goes on
+``<subject>.<tenant_token(id)>.<batch_id>`` with ``Nats-Msg-Id`` ``<batch_id>:<line>``, so a
+line put again within ``duplicate_window_s`` is stored once; ``put`` keeps
+``publish_window`` messages on the wire before awaiting their PubAcks.
 
-**A consumer per tenant, pulled round robin.** Each tenant with items has its own durable
-pull consumer, ``<durable>_<token>``, filtered to its subjects (a work-queue stream takes
-any number of consumers whose filters do not overlap). A pull reads how many messages
-each tenant's subjects hold (one ``STREAM.INFO`` with a subject filter, trusted for
-``COUNTS_FRESH_S`` and corrected by what each fetch finds), gives each tenant with some
-its share round robin within the caller's ``Room`` (``fair.py``), starting after the
-tenant this object served last, and fetches every share at once: a no-wait pull request
-to each consumer answers what it can deliver now, or 404 at once. When nothing came it
-looks again every ``poll_s``, backing off to ``max_poll_s``, until ``wait_s``.
+A pull reads each tenant's message count (one filtered ``STREAM.INFO``, trusted for
+``COUNTS_FRESH_S``), shares ``max_items`` round robin within the ``Room`` (``fair.py``) from
+after the tenant served last, and fetches every share at once by no-wait pull requests to
+the tenants' durable consumers (``<durable>_<token>``), polling until ``wait_s``. A consumer
+is made, idempotently, when its tenant's items are found, and removed by the server after
+``INACTIVE_S`` idle: its messages stay, its leases are lost (a line may run twice).
 
-**Consumers come and go with the work.** A puller makes a tenant's consumer when it first
-finds that tenant's items (making it is idempotent, so executors may race to it and
-restart freely). A consumer idle for ``INACTIVE_S`` is removed by the server, which keeps
-its messages: a pull that finds messages with no consumer makes it again, which then
-delivers them (the leases it had are lost, so a line may run twice, and is kept and billed
-once as ever). So consumers exist for the tenants with work, and a tenant whose work is
-done leaves nothing behind.
-
-**Upgrading from tokens by name.** The previous version's token was a digest of the
-tenant's name (24 hex digits, never ``id…``). Its items stay where they are and are served
-as ever: a pull counts every token with messages, whatever it is, and makes each its
-consumer (``<durable>_<digest>``, filtered to its subjects), so they take turns by name
-beside the ids' until they are drained, then their consumers go idle and the server
-removes them. Their messages carry no tenant id: they are delivered with
-``LEGACY_TENANT_ID``, and the executor serves each as its batch's tenant.
-
-**Upgrading from one shared consumer.** Items put by older executors sit on
-``<subject>.<batch_id>`` (one token), and their consumer ``<durable>`` was filtered to
-``<subject>.>``, overlapping every tenant's. Set-up narrows it to ``<subject>.*``: it
-keeps its deliveries and acks, serves only the old layout, and takes its turn in the
-rotation (its items' tenants are known only once delivered) until nothing is left on it.
-An older executor cannot widen it back while any tenant's consumer exists (the server
+Older layouts are served until drained: name-digest tokens (``name_token``) deliver
+``LEGACY_TENANT_ID``; items on ``<subject>.<batch_id>`` go through the old shared consumer,
+narrowed at set-up to ``<subject>.*``, which an older executor then cannot widen (the server
 refuses overlapping filters), so it stops pulling: upgrade every executor.
 
-Consumers: explicit acks, ``ack_wait`` = ``lease_s``, redelivery forever (``max_deliver``
--1), ``max_ack_pending`` room for every executor's lines in flight. ``nak(delay)`` is
-JetStream's delayed NAK, ``touch`` its in-progress ack, and ``attempts`` the message's
-``num_delivered``. Unlike the SQLite queue, an ack from a delivery whose lease ran out
-(and was delivered again) still acks the message: the line is done either way, and the
-batch store keeps one result per line.
-
-NATS away: the connection reconnects forever (``metering.stream.connect``); ``pull``
-returns ``[]`` once ``wait_s`` has passed, as if the queue were empty; ``put``, ``drop``,
-``depth`` and acks raise ``WorkQueueUnavailable`` (a ``put`` that raised may have stored
-some of its items: put them all again, the duplicate window keeps one of each). The
-first call connects, creates the stream if it is missing (an existing one with another
-configuration is a ``WorkQueueConfigError``: nothing is changed, unless
-``update_existing`` lets its limits change; so is a stream whose storage would not keep
-a PubAck, ``metering/stream_guard.py``) and narrows the shared
-consumer, in a task of its own that a call waits for at most its timeout.
+``ack_wait`` is the lease, ``max_deliver`` -1, ``nak`` a delayed NAK, ``touch`` an
+in-progress ack; an ack after the lease ran out still acks (the store keeps one result per
+line). NATS away: ``pull`` returns ``[]`` after ``wait_s``, other calls raise
+``WorkQueueUnavailable`` (a failed ``put`` may have stored some items: put them all again).
+Set-up (connect, ``ensure_work_stream``, narrow the shared consumer) runs in a task of its
+own that a call waits for at most its timeout.
 """
 
 from __future__ import annotations

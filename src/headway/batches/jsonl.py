@@ -4,37 +4,22 @@ The format is OpenAI's batch input, one JSON object per physical line::
 
     {"custom_id": "req-1", "method": "POST", "url": "/v1/embeddings", "body": {...}}
 
-Two passes at two moments. ``UploadCheck`` answers the upload itself, fed the file a
-chunk at a time as it arrives (``check_upload`` is the same over a whole buffer): is this
-a file a batch could use at all? It refuses the first problem with a 4xx naming the line:
-a line that is not UTF-8, not a JSON object, longer than a request line may be, nested
-deeper than ``MAX_DEPTH``, or that the executor's own reading of it (``check_line``: the
-request-line decoding ``read_lines`` does, and the strict parser of the line's own url)
-fails on with anything but a per-line error; and too many lines. A line that is merely
-wrong (a missing custom_id, a body its endpoint refuses) passes: validation makes it an
-error-file line, as OpenAI's does. ``read_lines`` runs when a batch validates its input
-against one endpoint: every non-blank line becomes a ``Line`` or a ``LineError``, never
-both, and it never raises for a bad line, so one typo costs one line, not the batch.
+``UploadCheck`` (fed the upload a chunk at a time; ``check_upload`` over a whole buffer)
+refuses, with a 4xx naming the line, a file no batch could use: a line not UTF-8, not a
+JSON object, too long, nested deeper than ``MAX_DEPTH``, or that ``check_line`` (the
+executor's own reading) fails on with anything but a per-line error; or too many lines.
+A line merely wrong (no custom_id, a body its endpoint refuses) passes, to become an
+error-file line, as OpenAI's does. ``read_lines`` (validation, against one endpoint)
+makes every non-blank line a ``Line`` or a ``LineError``, never raising for a bad line.
 
-Nesting is bounded by counting, not by the parser's stack: msgspec raises
-``RecursionError`` at a depth that depends on how deep the calling thread's stack already
-is (about 990 levels in a fresh thread), so a line the upload could just read might stop
-the executor. ``MAX_DEPTH`` (64) is far above any request's (an embeddings line is 4 deep)
-and far below any stack.
-
-Both walk the file once, and take a memoryview (the file part of an upload) as well as
-bytes: lines are memoryview slices that msgspec decodes in place; only a good line's
-``body`` is copied out, as the very bytes the client sent (``msgspec.Raw``), for the
-endpoint's own strict parser and the executor. A good line costs one typed decode; only
-a bad one is read again, loosely, to say what is wrong with it.
-
-A raw newline always ends a line (JSON strings cannot hold one). Blank lines (JSON
-whitespace only) are skipped but counted, so line numbers are the editor's; a final
-newline is optional; a UTF-8 byte order mark at the very start (Windows editors write
-one) is skipped.
-
-No message quotes a line's content (it may hold private text); only the request's own
-fields (custom_id, method, url, unknown key names), clipped to 100 characters, appear.
+Nesting is bounded by counting brackets, not by the parser's stack: msgspec's
+``RecursionError`` comes at a depth that depends on the calling thread's stack, so a line
+the upload read might stop the executor. Both passes walk the file once over memoryview
+slices; only a good line's ``body`` is copied out, as the client's bytes (``msgspec.Raw``),
+and only a bad line is read again, loosely, to say what is wrong. A raw newline always
+ends a line; blank lines are skipped but counted (line numbers are the editor's); a
+leading UTF-8 BOM is skipped. No message quotes a line's content: only its own fields
+(custom_id, method, url, unknown key names), clipped to 100 characters.
 """
 
 from __future__ import annotations
@@ -294,12 +279,10 @@ def read_lines(
     """Every non-blank line as a ``Line`` or a ``LineError``, in file order.
 
     ``parse_body`` is the endpoint's strict parser: it returns the body's text count or
-    raises a ``HeadwayError``, whose message becomes the line's. Anything else raised while
-    reading a line (``RecursionError`` from JSON nested too deeply for the decoder, a bug
-    in a parser) fails that line alone, with a message naming only the kind of failure
-    (``unreadable``): one hostile line never stops the file. With ``max_inputs``, a
-    line whose texts would take the running total of accepted lines over it fails
-    (``too_many_inputs``); earlier lines, and later ones that still fit, run.
+    raises a ``HeadwayError``, whose message becomes the line's. Anything else raised (a
+    ``RecursionError``, a parser's bug) fails that line alone as ``unreadable``. With
+    ``max_inputs``, a line whose texts would take the accepted lines' total over it fails
+    (``too_many_inputs``); the lines that fit still run.
     """
     view = memoryview(data)
     ascii_only = _is_ascii(view)
@@ -471,7 +454,7 @@ def _is_blank(line: memoryview) -> bool:
 
 
 def _is_ascii(view: memoryview) -> bool:
-    """True when the whole buffer is ASCII, found in microseconds where it can be (so no
+    """True when the whole buffer is ASCII, found in one C scan where it can be (so no
     line needs a UTF-8 check); False means "check each line", not "not ASCII"."""
     whole = view.obj
     return isinstance(whole, bytes) and whole.isascii()

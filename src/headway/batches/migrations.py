@@ -1,33 +1,22 @@
 """The batch store's schema as an ordered list of migrations, for SQLite and Postgres.
 
-A database records the versions it has in ``batch_migrations(version, applied_at)``,
-a table of its own: in shared mode the registry, the ledger and the batch store live
-in one Postgres database, each with its own migrations. Opening a store applies the
-missing ones in order in one write transaction, serialized between processes (SQLite:
-``BEGIN IMMEDIATE``; Postgres: an advisory lock of the batch store's own, so opening a
-store never waits for registry writes), so two processes opening one database at once
-apply each migration once. A database holding a version this code does not know
-raises ``BatchSchemaTooNew``. Migrations are never edited once released: a change is
-a new version at the end.
+A database records its versions in ``batch_migrations`` (its own table: in shared mode
+the registry, the ledger and the batch store share one Postgres database). Opening a store
+applies the missing ones in order in one write transaction, serialized between processes
+(SQLite: ``BEGIN IMMEDIATE``; Postgres: the batch store's own advisory lock, so it never
+waits for registry writes); an unknown version raises ``BatchSchemaTooNew``. A released
+migration is never edited: a change is a new version at the end.
 
-Version 3 keys files and batches by their tenant's id (``tenant_id``; ``tenant`` stays,
-the name, for display, logs and the adoption below). The registry is another database
-(or another store in the same one), so the migration cannot fill the column: rows already
-there get ``LEGACY_TENANT_ID`` (0, never a tenant's id), and so does any row a process of
-the previous version writes while an upgrade rolls (the column's default). Such a row is
-nobody's: no read by tenant finds it, the mover leaves its batch alone and the executor
-holds its lines back. It is *adopted* by name, by ``control/batches/legacy.py``, which
-every gateway runs at start and in its ``tenant_deletions`` loop, and before a deletion
-is finished: a name's legacy rows go to the oldest unfinished deletion of that name if
-there is one (until this version a name was not given again before its deletion had
-finished, so such rows were its tenant's), else to the current tenant of the name; a
-name with neither keeps them nobody's. The indexes by name go (every read is by id now);
-the adoption finds legacy rows on the new indexes, by their id 0.
+Version 3 keys files and batches by tenant id (``tenant`` stays, the name). The registry
+is elsewhere, so rows already there, and rows the previous version writes during a rolling
+upgrade (the column's default), get ``LEGACY_TENANT_ID``: nobody's, unseen by reads by
+tenant, left alone by the mover and the executor until ``control/batches/legacy.py``
+adopts them by name (to the oldest unfinished deletion of that name, whose tenant they
+were, else to its current tenant).
 
-Tables are prefixed ``batch``: the embedded work queue shares the SQLite file.
-No foreign key joins results to batches: ``record`` checks its batch in the same
-transaction (its counts update), and ``delete_tenant`` deletes a batch before its
-results, which together keep a result from outliving its batch under concurrency.
+Tables are prefixed ``batch``: the embedded work queue shares the SQLite file. No foreign
+key joins results to batches: ``record`` checks its batch in its transaction and
+``delete_tenant`` deletes batches before results, so no result outlives its batch.
 """
 
 from __future__ import annotations

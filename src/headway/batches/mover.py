@@ -1,40 +1,28 @@
 """Every move of a batch from one status to the next, made by whichever executor gets
 there first.
 
-    validating   read and check every line (``inputs``); a bad line becomes an error-
-                 file line at once, and so does a line of more texts than the tenant's
-                 burst (it could never pass its quota); the good ones are queued;
-                 → in_progress (→ failed when no line can run, or the input is gone);
-                 past ``expires_at`` → expired
-    in_progress  when every line has a result → finalizing; past ``expires_at`` → expired
-    finalizing   the output and error files are written → completed
+    validating   check every line (``inputs``); a bad line, or one of more texts than the
+                 tenant's burst, goes to the error file at once; the good ones are queued
+                 → in_progress (→ failed when no line can run or the input is gone)
+    in_progress  every line has a result → finalizing
+    finalizing   the output and error files written → completed
     cancelling   → cancelled
-    (expired, cancelled: the lines answered so far are in the output file; the lines
-    that never ran are in the error file, ``batch_expired`` / ``batch_cancelled``)
+    validating or in_progress past ``expires_at`` → expired. An expired or cancelled
+    batch's answered lines are in its output file, the rest in its error file.
 
-**One batch never holds up another.** A tick looks at a page of each status group,
-the next page on the next tick, round and round, so many open batches (of one tenant or
-of many) never hide a later one. Each batch's move is tried on its own: one that
-raises is logged and counted (``headway_batch_move_failures_total{move, reason}``) and
-the tick goes on to the next batch. A failure of the batch's own (anything but a store,
-queue or registry that is away, which would fail every batch alike and is only waited
-out) counts against it; after ``MAX_FAILURES`` in a row the batch is marked ``failed``
-with the reason first in its ``errors``, and its queued lines are dropped.
+A tick reads one page of each status group, the next page on the next tick, so many open
+batches never hide a later one; each move is tried on its own, and one that raises is
+logged and counted (``headway_batch_move_failures_total``). A failure of the batch's own
+(not ``AWAY``) counts against it: ``MAX_FAILURES`` in a row mark it ``failed`` and drop
+its queued lines.
 
-Several executors may run ``tick`` at once, and one may die in the middle of a move:
-every step here is safe to repeat. Queuing a line twice makes one item; a line result
-is kept once (``store.record``); the output and error files are named by the batch
-(``derived_file_id``) and stored by content, so writing them again writes the same
-files; and each status change is a compare-and-set (``store.move``): of two executors
-moving one batch, one wins and the other's move is a no-op. A batch left in
-``finalizing`` by a dead executor is finalized by the next tick.
-
-Expired files (inputs and outputs past their ``expires_at``) are deleted here too:
-the record, then its bytes when no other record names them.
-
-A batch from before tenant ids not yet adopted by its tenant (``LEGACY_TENANT_ID``,
-``control/batches/legacy.py``) is nobody's, and no move touches it until it is adopted:
-the files a move writes would be nobody's too, for a later tenant of the name to adopt.
+Several executors may tick at once and one may die mid-move, so every step is safe to
+repeat: a line queued twice is one item, a result is kept once (``store.record``), the
+output files have derived ids and are stored by content, and each status change is a
+compare-and-set (``store.move``); a batch left in ``finalizing`` is finalized next tick.
+Expired files are deleted here too, their bytes once no record names them. A batch not
+yet adopted by its tenant (``LEGACY_TENANT_ID``) is never moved: what a move wrote would
+be nobody's.
 """
 
 from __future__ import annotations

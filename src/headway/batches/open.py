@@ -31,11 +31,9 @@ def sqlite_batch_store(
     """A connection per call (a ``SqlBatchStore`` is safe to share between threads);
     ``timeout_s``: how long a call waits for the file's write lock.
 
-    ``synchronous=FULL`` (the dialect's default): a commit is fsynced before it returns, so
-    an upload, a batch created or cancelled, a file deleted is on disk before its 200, even
-    across a power loss (NORMAL in WAL loses the last commits then; a process killed loses
-    nothing either way). Measured cost: about 3 ms more a commit on this machine's disk
-    (docs/benchmarks.md); the executor records a group of lines a commit."""
+    ``synchronous=FULL``: every commit is fsynced before it returns, so what a client was
+    answered for survives a power loss (NORMAL in WAL may lose the last commits); the
+    fsync's cost is paid once per group of lines the executor records a commit."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with batch_store_errors():
         dialect = SqliteDialect(path, timeout_s, synchronous="FULL")

@@ -1,33 +1,19 @@
 """The durable work queue of batch lines: what executors pull, run and acknowledge.
 
-A batch, once validated, puts one ``WorkItem`` per input line; executors pull items,
-serve each line, record its result, and only then ``ack`` it. An item pulled and then
-neither acked, nak'd nor touched for ``lease_s`` (its executor died, or hangs) becomes
-visible again, and another executor gets it: delivery is at least once, so a line may
-be served twice, and the batch store keeps the first result of a line (a line's
-request id is the same on every attempt, so the ledger bills it once).
+A validated batch puts one ``WorkItem`` per line; an executor pulls items, records each
+line's result, and only then acks. An item neither acked, nak'd nor touched for
+``lease_s`` is delivered again, to anyone: delivery is at least once, and the batch store
+keeps a line's first result (its request id is the same on every attempt, so the ledger
+bills it once). A pull hands out items round robin by tenant (``fair.py``), within the
+puller's ``Room`` (per tenant: its cap on lines in flight less what it holds; none while
+its quota says wait), so no tenant's backlog delays another's line past the next pull.
+Items name their tenant by id; items an older executor queued carry only the name and
+come with ``LEGACY_TENANT_ID``, served as their batch's tenant until drained.
 
-**Fair across tenants.** A pull hands out items round robin by tenant (``fair.py``), not
-in the order they were put: a tenant with a million lines queued ahead of another's one
-line does not delay it past the next pull. The puller also says how many items of each
-tenant it may take now (``Room``: its cap on a tenant's lines in flight, less what it
-holds; none of a tenant whose quota told it to wait), so no tenant fills its slots.
-
-**Tenants by id.** An item names its tenant by id (``registry.model.Tenant.id``), and the
-queues' fairness keys are ids, so a tenant created with a deleted one's name shares none
-of its turns or room. Items queued by executors of the previous version carry only the
-name: they are delivered with ``LEGACY_TENANT_ID`` (0) and served by their batch's tenant
-(the executor reads the batch), in turns of their own until they are drained
-(``sqlite_queue.py``, ``jetstream_queue.py``).
-
-Two implementations behind one protocol, chosen by ``queue_open.open_work_queue``:
-
-- ``sqlite_queue.SqliteWorkQueue`` (embedded mode): a table in the batch store's
-  SQLite file, claimed row by row under a lease token;
-- ``jetstream_queue.JetStreamWorkQueue`` (shared mode): a NATS JetStream work-queue
-  stream with a durable pull consumer per tenant, shared by every executor.
-
-Errors::
+``queue_open.open_work_queue`` picks ``sqlite_queue.SqliteWorkQueue`` (embedded: a table
+in the batch store's file, rows claimed under a lease token) or
+``jetstream_queue.JetStreamWorkQueue`` (shared: a JetStream work-queue stream, a durable
+pull consumer per tenant).
 
     WorkQueueError              the queue could not do what was asked (closed, file broken)
     ├── WorkQueueUnavailable    NATS away or not answering in time: try again later

@@ -3,21 +3,16 @@
     mover   every ``executor.poll_s``: batches from status to status (``mover.py``)
     lines   pull lines from the work queue and run them (``executor.py``); essential
     files   every minute: delete the files past their retention
-    depth   every few seconds: the queue's depth, for ``/metrics`` (and in shared mode
+    depth   every few seconds: the queue's depth for ``/metrics`` (in shared mode also
             the BATCH_WORK stream's fill and limits, ``metering/stream_metrics.py``)
 
-The stores are the gateways' (Postgres with ``postgres_url``, else SQLite in the data
-dir; the file store at ``batches.files_dir``), the registry too while quotas are on
-(each tenant's burst, for validation); the queue is JetStream with
-``nats_url``, else the SQLite queue in the data dir. Any number of executors may run
-on one set of stores: each line runs once at a time (its lease), and every move is
-safe to repeat (``mover.py``). It serves ``/healthz``, ``/readyz`` and ``/metrics``.
-
-It starts whatever is up: the HTTP face at once, the loops once the batch store has been
-opened (migrated) and the queue set up, each waited for with backoff (``links.py``), so an
-executor started before Postgres or NATS, or while one restarts, waits rather than exits.
-``/readyz`` is 503 until both answer, and again while either is away later
-(``headway_batch_store_up``, ``headway_batch_queue_up``).
+It uses the gateways' stores (Postgres with ``postgres_url``, else SQLite in the data
+dir; files at ``batches.files_dir``), the registry while quotas are on (tenants' bursts),
+and JetStream with ``nats_url``, else the SQLite queue. Any number of executors may share
+one set of stores (leases; repeatable moves). The HTTP face (``/healthz``, ``/readyz``,
+``/metrics``) starts at once, the loops once the store is migrated and the queue set up,
+each waited for with backoff (``links.py``), so an executor never exits for Postgres or
+NATS away; ``/readyz`` is 503 while either is.
 """
 
 from __future__ import annotations

@@ -1,42 +1,27 @@
 """The batch store's one implementation of ``BatchStore``, on the storage layer's ``Dialect``.
 
-Each call is one transaction. Writes use the dialect's write transaction without the
-registry's lock (``write(lock=False)``): on SQLite every write still takes the file's
-one write lock (``BEGIN IMMEDIATE``); on Postgres (READ COMMITTED) races are settled
-by single statements and row locks, never by a read followed by a write:
+Each call is one transaction; writes use ``write(lock=False)`` (not the registry's lock).
+Races are settled by single statements and locks, never by a read then a write. On SQLite
+every write holds the file's write lock (``BEGIN IMMEDIATE``); on Postgres (READ COMMITTED):
 
-- ``move`` is one ``UPDATE … WHERE id = ? AND status IN (…) RETURNING …``. Of two
-  movers, the second waits for the first's row lock, then Postgres checks the WHERE
-  again on the row as the first left it: the status moved on, so it updates nothing.
-- ``record`` inserts with ``ON CONFLICT (batch_id, line) DO NOTHING RETURNING``: a
-  second insert of a line waits for the first's uncommitted row, then finds the
-  conflict and returns no row. Only the lines returned are added to the counts, by
-  ``completed = completed + ?`` on the batch's row in the same transaction; an update
-  that finds no batch (never added, or its tenant deleted under it) rolls the inserts
-  back (``UnknownBatch``). Lines go in sorted, the batch's row is locked last.
-- ``add_file`` and ``add_batch`` with a tenant's bounds count what the tenant keeps and
-  insert in one transaction holding the tenant's lock: on SQLite the file's write lock
-  (every write holds it), on Postgres ``pg_advisory_xact_lock(TENANT_LOCK_CLASS,
-  tenant_id mod 2^31)``, so the count of the second of two racing uploads sees the first's
-  row (READ COMMITTED: each statement after the lock sees every commit before it). Two
-  tenants whose ids agree mod 2^31 share a lock, which only serializes them.
-- A content's bytes and the records naming it: ``add_file`` with ``place`` and
-  ``release_content`` hold the content's lock (SQLite: the write lock again; Postgres:
-  ``pg_advisory_xact_lock(CONTENT_LOCK_CLASS, crc32(sha256) mod 2^31)``). The bytes are
-  placed in the file store inside the transaction that inserts the record, before its
-  commit; a release checks, under the lock, that no record names the digest and deletes
-  the bytes before its own (empty) commit. So a reaper's delete and a re-upload's reuse
-  of the same bytes are one before the other, never interleaved.
-- Every commit is durable when it returns: the embedded file is opened with
-  ``synchronous=FULL`` (``open.py``), and on Postgres a session whose
-  ``synchronous_commit`` is ``off`` is raised to ``local`` for the transaction (off, a
-  commit returns before its WAL is flushed: a crash of Postgres loses it after the 200).
-- ``delete_tenant`` deletes the batches before their results: a ``record`` that
-  locked a batch first commits before the delete sees its results; one that comes
-  after finds no batch.
+- ``move`` is one ``UPDATE … WHERE id = ? AND status IN (…) RETURNING``: a second mover
+  waits for the row lock, then the WHERE, checked again, matches nothing.
+- ``record`` inserts ``ON CONFLICT (batch_id, line) DO NOTHING RETURNING`` and adds only
+  the lines returned to the batch's counts, in the same transaction; no batch row rolls
+  the inserts back (``UnknownBatch``). Lines go in sorted, the batch's row locked last.
+- A tenant's bounds (``add_file``, ``add_batch``) are counted and the row inserted under
+  the tenant's advisory lock (``TENANT_LOCK_CLASS``, the id mod 2^31: ids that agree only
+  serialize each other).
+- A content's bytes are placed (``add_file``'s ``place``, before the commit) and released
+  (``release_content``) under the content's advisory lock (``CONTENT_LOCK_CLASS``, the
+  digest's crc32), so a reaper's delete and a re-upload's reuse never interleave.
+- ``delete_tenant`` deletes the batches before their results: a ``record`` that locked a
+  batch first commits first; one after finds no batch.
 
-The dialect's errors are translated here: ``StorageUnavailable`` (a database down,
-or locked past the timeout) becomes ``BatchStoreUnavailable``, any other refusal
+Every commit is durable when it returns: the SQLite file is ``synchronous=FULL``
+(``open.py``), and on Postgres a session's ``synchronous_commit = off`` is raised to
+``local`` for the transaction (off, a crash may lose a commit already answered).
+``StorageUnavailable`` becomes ``BatchStoreUnavailable``, any other refusal
 ``BatchStoreError``.
 """
 

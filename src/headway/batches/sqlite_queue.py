@@ -1,45 +1,31 @@
 """The work queue in embedded mode: a table of the batch store's SQLite file.
 
-One row per queued line, ``PRIMARY KEY (batch_id, line)``, so putting a line that is
-queued already is ignored (``INSERT OR IGNORE``, one transaction per ``put``). A row is
-visible when ``visible_at <= now``. ``pull`` claims up to n visible rows inside one
-``BEGIN IMMEDIATE``: it sets ``visible_at = now + lease_s``, counts the attempt, and
-stamps a fresh random ``lease_id``. Two pullers, in this process or another, never
-claim the same row while its lease holds, because the claim is one write transaction.
+One row per queued line, ``PRIMARY KEY (batch_id, line)``, so a line queued already is not
+queued again (``INSERT OR IGNORE``). A row is visible when ``visible_at <= now`` (unix time:
+several processes share the file). ``pull`` claims up to n visible rows in one ``BEGIN
+IMMEDIATE``, setting ``visible_at = now + lease_s``, counting the attempt and stamping a
+fresh random ``lease_id``, so two pullers never claim a row while its lease holds; it polls,
+``poll_s`` backing off to ``max_poll_s``, until ``wait_s``.
 
-**Round robin by tenant** (``fair.py``). The claim walks the tenants that have rows on
-the index ``(tenant_id, tenant)`` (one seek each: ``(tenant_id, tenant) > (?, ?) LIMIT
-1``), in sorted order from just after the tenant this object's last pull served last,
-wrapping round; of each, it reads the oldest visible rows it may take (``Room``, at most
-n), and stops once n tenants have offered some. A tenant is its id; rows an executor of
-the previous version queued have no id (``tenant_id`` 0, the column's default, as the
-rows there when this code first opens the file: it adds the column and swaps the index
-by name for this one, in one write transaction) and take their turns by name, beside the
-ids', until they are drained. Rows are handed out one per tenant per round, oldest first within each
-tenant. The cost of a pull is a few index seeks per tenant visited and at most n rows
-read per tenant offering, whatever a tenant has queued: a tenant's leased rows are its
-oldest, so the scan past them is as long as its lines in flight. Each queue object keeps
-its own place in the rotation; several executors on one file each go round in turn.
+**Round robin by tenant** (``fair.py``): the claim walks the tenants with rows on the
+index ``(tenant_id, tenant)``, one seek each, from just after the tenant this object
+served last, takes each one's oldest visible rows within its ``Room``, and stops once n
+tenants offered some; rows go out one per tenant a round. A pull's cost does not grow
+with what a tenant has queued (its leased rows are its oldest, so the scan past them is
+its lines in flight). Rows the previous version queued have ``tenant_id`` 0 and take
+turns by name until drained; ``_migrate`` adds the column and the index.
 
-**Leases.** ``ack`` deletes, ``nak`` delays and ``touch`` extends a row only where its
-``lease_id`` is still the delivery's own. When a lease runs out and another executor
-claims the row, the row carries that executor's token, so a late ack from the executor
-that lost it changes nothing (it is counted in ``stale_leases``): the row stays with the
-executor that now holds it. An ack after the lease ran out but before anyone claimed the
-row again still deletes it: the line is done and nobody else holds it.
+**Leases.** ``ack`` deletes, ``nak`` delays and ``touch`` extends a row only while its
+``lease_id`` is the delivery's own: once another executor claimed it, a late ack changes
+nothing (``stale_leases``); an ack after the lease ran out but before a new claim still
+deletes it.
 
-``visible_at`` is unix time (``clock``, ``time.time`` by default), since several
-processes share the file. WAL with ``synchronous=NORMAL``: a ``put`` or an ``ack`` is
-fsynced with the next FULL commit of the batch store in the same file (the mover's move
-to ``in_progress`` after its puts, the executor's results before their acks), or at a
-checkpoint; no client is answered on a queue commit. Every SQLite call runs in a thread,
-one at a time on this object's connection (opened on first use); ``pull`` polls, every ``poll_s`` at
-first and backing off to ``max_poll_s``, until ``wait_s`` has passed.
-
-**The write lock.** A call that finds another connection holding it tries again every
-half millisecond (up to ``busy_timeout_s``), not in SQLite's busy handler: its sleeps
-grow to 100 ms, so an executor acking in a tight loop would starve every other
-executor of the lock (measured: one of two pullers got all 200 items).
+WAL with ``synchronous=NORMAL``: a ``put`` or ``ack`` is made durable by the batch store's
+next FULL commit in the same file (the mover's move after its puts, the executor's results
+before their acks), and no client is answered on a queue commit. SQLite calls run in a
+thread, one at a time on this object's connection. A write lock held elsewhere is retried
+every ``_LOCK_RETRY_S``, not by SQLite's busy handler, whose ever longer sleeps let an
+executor acking in a tight loop starve the others of the lock.
 """
 
 from __future__ import annotations

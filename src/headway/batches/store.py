@@ -1,21 +1,13 @@
 """The batch store's one interface: file records, batches and their lines' results.
 
-Gateways (the ``/v1/files`` and ``/v1/batches`` routes) and executor processes share
-one database: the embedded SQLite file, or Postgres in shared mode. Calls are
-synchronous (callers use ``asyncio.to_thread``, as for the registry) and each runs in
-one transaction. Two calls decide races between processes, and do so in the
-database, never by reading first and writing after:
-
-- ``move`` is a compare-and-set on a batch's status: of two executors moving the same
-  batch out of one status, exactly one gets the new ``Batch``, the other None.
-- ``record`` keeps a line's first result only: a retried line, or one recorded by two
-  executors, is counted once in ``counts``.
-
-Reads by tenant take the tenant's id (``registry.model.Tenant.id``) and treat another
-tenant's ids as absent (None), so a route can answer 404 without saying whether the id
-exists; a tenant created with a deleted tenant's name has another id, and finds nothing of
-the old one's. Rows written before the store kept ids are nobody's until ``adopt`` gives
-them to a tenant (``migrations.py``, version 3). Times are unix seconds (ints).
+Gateways (``/v1/files``, ``/v1/batches``) and executors share one database: the embedded
+SQLite file, or Postgres in shared mode (``sql.py``). Calls are synchronous (callers use
+``asyncio.to_thread``), each one transaction. Races between processes are decided in the
+database, never by a read then a write: ``move`` is a compare-and-set on a batch's status
+(of two movers exactly one gets the new ``Batch``), and ``record`` keeps a line's first
+result only, counted once. Reads by tenant take its id and treat another tenant's ids as
+absent (a route answers 404 without saying whether the id exists); rows from before
+tenant ids are nobody's until ``adopt`` (``migrations.py``). Times are unix seconds.
 
     BatchStoreError
     ├── BatchStoreUnavailable  the database cannot be reached, or stayed locked past the timeout
@@ -66,19 +58,15 @@ class BatchStore(Protocol):
         *,
         place: Callable[[], None] | None = None,
     ) -> OverLimit | None:
-        """Add a record; one whose id exists already is left as it is (a batch's output
-        and error files have derived ids, and finalizing twice adds them twice).
+        """Add a record; one whose id exists already is left as it is (output and error
+        files have derived ids, and a batch may be finalized twice).
 
-        With ``bounds`` (an upload's), the record is added only if the tenant then keeps at
-        most ``max_files`` files of at most ``max_stored_bytes`` bytes in all; else nothing
-        is written and the bound it would break is returned. The check and the insert hold
-        the tenant's lock, so two uploads racing for the last slot cannot both pass.
-
-        ``place`` (a ``FileWriter``'s) puts the record's bytes under ``file.sha256`` in the
-        file store: it is called inside the transaction, once the bounds passed, holding
-        the content's lock, and the record commits only after it returned, so no
-        ``release_content`` of that digest falls between the bytes found in place and the
-        commit. Not called when a bound refuses the record."""
+        With ``bounds`` (an upload's), add it only if the tenant then keeps at most
+        ``max_files`` files and ``max_stored_bytes`` bytes, checked under the tenant's lock;
+        else write nothing and return the bound broken. ``place`` (a ``FileWriter``'s) puts
+        the bytes under ``file.sha256``: called once the bounds passed, inside the
+        transaction and under the content's lock, so no ``release_content`` falls between
+        the bytes found in place and the commit; not called when a bound refuses."""
         ...
 
     def release_content(self, sha256: str, delete: Callable[[str], None]) -> bool:
