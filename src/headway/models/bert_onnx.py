@@ -1,7 +1,7 @@
 """Build an ONNX graph of a BERT encoder straight from its weights (no torch).
 
-The graph, opset 17, inputs ``input_ids``, ``attention_mask`` and
-``token_type_ids`` (int64 ``[batch, sequence]``)::
+Opset 17; inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64
+``[batch, sequence]``); linear weights stored ``[in, out]``, so each projection is a MatMul::
 
     x    = LayerNorm(word[input_ids] + position[0:sequence] + token_type[token_type_ids])
     bias = (1 - attention_mask) * finfo(float32).min        # [batch, 1, 1, sequence]
@@ -11,19 +11,12 @@ The graph, opset 17, inputs ``input_ids``, ``attention_mask`` and
         x = LayerNorm(x + a Wo + bo)
         x = LayerNorm(x + gelu(x W1 + b1) W2 + b2)          # exact erf GELU
 
-then one of two heads:
-
-- ``mean_pool_l2`` (sentence-transformers Pooling(mean) + Normalize), output
-  ``embeddings [batch, hidden]``::
-
-      m = sum_t(x_t * mask_t) / max(sum_t(mask_t), 1e-9);  m / max(||m||_2, 1e-12)
-
-- ``sequence_classification`` (transformers ``BertForSequenceClassification``),
-  output ``logits [batch, num_labels]``: ``tanh(x_0 Wp + bp) Wc + bc``.
-
-A masked key gets the bias ``finfo(float32).min`` as transformers adds, so its
-softmax weight is exactly 0 and padding never changes an unpadded row. Linear
-weights are stored transposed (``[in, out]``) so every projection is one MatMul.
+The mask bias is transformers' own, so a masked key's softmax weight is exactly 0 and
+padding never changes an unpadded row. Then one head: ``mean_pool_l2`` (sentence-
+transformers mean pooling + Normalize) gives ``embeddings [batch, hidden]``,
+``m = sum_t(x_t * mask_t) / max(sum_t(mask_t), 1e-9)``, then ``m / max(||m||_2, 1e-12)``;
+``sequence_classification`` (``BertForSequenceClassification``) gives ``logits [batch,
+num_labels]`` = ``tanh(x_0 Wp + bp) Wc + bc``.
 """
 
 from __future__ import annotations

@@ -1,34 +1,23 @@
 """A prepared copy of an artifact: its weights in one file that every session maps.
 
-Loading ``model.onnx`` the ordinary way copies all its initializers onto the
-process's heap (90 MB for MiniLM) and adds MLAS's pre-packed MatMul weights
-(~40 MB more), so each worker holding a version pays ~140 MB of private memory,
-even when another worker on the machine (an embed replica, the rerank pool
-scoring by cosine over the same embedding model) holds the very same version.
+Loading ``model.onnx`` the ordinary way copies every initializer onto the process's heap
+and adds MLAS's pre-packed MatMul weights, so each worker holding a version pays for
+them in private memory, even beside another worker holding the same version. The
+prepared copy is ONNX Runtime's optimized graph with every initializer over
+``EXTERNAL_MIN_BYTES``, and the pre-packed weights, in one external file at page-aligned
+offsets (``session.save_external_prepacked_constant_initializers``): a session maps it,
+so its pages are clean, file-backed and shared by every process through the page cache,
+and the unpacked MatMul weights are never touched. (Turning pre-packing off would share
+the weights too, at a real cost in throughput.)
 
-The prepared copy is ONNX Runtime's own optimized graph, saved with every
-initializer over ``EXTERNAL_MIN_BYTES`` in one external file, each at a
-page-aligned offset, and with the pre-packed weights written into that file too
-(``session.save_external_prepacked_constant_initializers``). A session over the
-copy memory-maps that file instead of copying it: the pages are clean,
-file-backed and shared through the page cache by every process holding the
-version, and the original MatMul weights that pre-packing replaced are never
-touched, so never resident. Turning pre-packing off would share the weights
-too, but costs ~19% of throughput on this model; the copy keeps it.
-
-The copy is derived, never part of the artifact: the artifact's files and
-version stay as they are, so an existing store keeps working and old versions
-get the copy on their next load. It lives at
-``<store root>/.prepared/<version>-<runtime key>/``; the runtime key hashes the
-ONNX Runtime version and this CPU's identity, because both the optimized graph
-(level ALL) and the pre-packed layouts are specific to them. It is built on the
-first load, by a short-lived child process (building it loads the artifact the
-ordinary way, and a heap that large is not given back to the system by the
-allocator once freed), in a staging directory renamed into place, so a reader
-sees a complete copy or none, and two workers racing to build it both end up on
-the one that landed first. It is made from the artifact the caller has already
-verified and sits in the store's own root, within the same trust boundary as
-the store's hash records.
+The copy is derived, never part of the artifact (whose files and version stay as they
+are): ``<store root>/.prepared/<version>-<runtime key>/``, the key hashing the ONNX
+Runtime version and this CPU, which the optimized graph and packed layouts depend on.
+It is built on first load in a short-lived child process (the build loads the artifact
+the ordinary way, and the allocator keeps a heap that large), in a staging directory
+renamed into place: a reader sees a whole copy or none, and racing builders both use
+the first to land. It is made from the artifact the caller verified, inside the store's
+root and trust boundary.
 """
 
 from __future__ import annotations

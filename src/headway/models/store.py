@@ -1,24 +1,17 @@
 """A content-addressed, append-only store of model artifacts.
 
-An artifact is a directory holding exactly ``model.onnx``, ``tokenizer.json``
-and ``manifest.json``. Its version is the SHA-256 of the canonical listing::
+An artifact is a directory of exactly ``model.onnx``, ``tokenizer.json`` and
+``manifest.json``; its version is the SHA-256 of the canonical listing::
 
     for name in sorted(files):  "<name>\\0<sha256 hex of the file>\\n"
 
-so the version names the content and nothing else. An artifact lives at
-``root/<version>/``, files mode 0o444 and directory 0o555, and is never
-overwritten: putting identical content again returns the artifact already
-there. Staging directories (``root/.staging-*``) sit beside the artifacts so
-the final step is one atomic ``rename`` on the same filesystem: a reader sees
-either no artifact or a complete, read-only one.
-
-Beside each artifact, never inside it (its three files and its hash stay as they are):
-
-- ``root/<version>.sha256``: its files' hashes in ``sha256sum`` format, written by
-  ``put``. ``verify`` recomputes the version; the record only lets it name the file
-  that changed, and is believed only when it hashes to the version itself.
-- ``root/<version>.sig``: an optional ed25519 signature over the version string
-  (``models/weights/signing.py``).
+It lives at ``root/<version>/`` (files 0o444, directory 0o555) and is never overwritten:
+putting identical content returns the one there. It is staged in ``root/.staging-*`` and
+renamed into place, so a reader sees no artifact or a complete, read-only one. Beside it,
+never inside: ``root/<version>.sha256``, its files' hashes (``sha256sum`` format, written
+by ``put``; ``verify`` recomputes the version and believes the record, to name the file
+that changed, only when it hashes to the version), and an optional ``root/<version>.sig``,
+an ed25519 signature over the version (``models/weights/signing.py``).
 """
 
 from __future__ import annotations

@@ -1,40 +1,26 @@
 """``headway up``: the whole system as child processes of one foreground process.
 
-The supervisor opens every listening socket itself and hands each child its
-socket (no race for free ports), starts the workers, the billing consumer (its
-socket serves its /metrics), the gateways and a batch executor (its /metrics
-likewise), and waits. Each gateway gets two sockets: its client port, and its
-operations listener (``app/ops.py``, the only place its /metrics is served) on a
-free port of ``gateway.ops_host``, so gateways never collide; it prints where they
-are. The executor and the gateways share a token made for this run, in the run's
-settings file (readable by this user only).
-On SIGINT or SIGTERM it stops the gateway first (it finishes in-flight
-requests), then the workers (they finish their queues), and exits. Children
-live in their own process group, so a terminal's Ctrl-C reaches only the
-supervisor, which signals each child once; each child also asks the kernel to
-send it SIGTERM if the supervisor dies, so nothing is orphaned. If a child
-exits on its own it is started again on the same addresses (the gateway retries
-its chunks elsewhere meanwhile); one that keeps exiting right after it starts
-stops everything, and ``up`` exits non-zero.
+The supervisor binds every listening socket itself and hands each child its own (no race
+for free ports): workers, the billing consumer, the gateways (a client port, and an
+operations listener on a free port of ``gateway.ops_host``, ``app/ops.py``, their only
+/metrics) and a batch executor, which shares a token made for this run with the gateways
+(in the run's settings file, readable by this user only). Once all are started it writes
+``<data_dir>/run/prometheus-targets.json`` (``file_sd``); a restarted child keeps its
+addresses, so the file stays true.
 
-Once every child is started it writes ``<data_dir>/run/prometheus-targets.json``, where
-each child's /metrics is (a gateway's: its operations listener), in Prometheus
-``file_sd`` form (deploy/prometheus/prometheus.yml reads it); a restarted child keeps
-its addresses, so the file stays true without rewrites.
+Children run in their own process group (Ctrl-C reaches only the supervisor, which
+signals each once) and get SIGTERM if it dies. On SIGINT or SIGTERM it stops the gateways
+first (they finish in-flight requests), then the workers. A child that exits is started
+again on its addresses; one that keeps exiting right after starting stops everything, and
+``up`` exits non-zero.
 
-Pools may scale to zero (docs/scale-to-zero.md). The supervisor serves a control
-endpoint on 127.0.0.1 (``wake_endpoint.py``) and gives its URL to the gateways as
-``gateway.wake_url``. With ``up.prewarm`` off no worker starts with the rest: each
-worker's port is held (bound, refusing connections, so the gateway sees the pool cold)
-until a gateway holding a request wakes its pool; then the pool's first worker starts,
-and the others once it is ready. With ``up.idle_stop_s`` a pool whose workers had no
-traffic for that long (``pool_idle.py``) has them stopped (SIGTERM: drained); a worker
-stopped on purpose is not a child that died (no restart, no quick exit), and the next
-wake starts it again on its address.
-
-With ``tls`` set, every child reads the same files: workers serve mutual TLS and the
-gateways call them at https:// URLs; with ``tls.public_cert`` the gateways serve https
-and the readiness checks trust ``tls.ca`` and that certificate (docs/tls.md).
+Scale to zero (docs/scale-to-zero.md): the supervisor serves ``wake_endpoint.py`` on
+127.0.0.1 (``gateway.wake_url``). With ``up.prewarm`` off a worker's port is held, bound
+but refusing connections, until a gateway wakes its pool; the pool's first worker starts,
+the rest once it is ready. With ``up.idle_stop_s`` an idle pool's workers (``pool_idle.py``)
+are stopped (SIGTERM: drained), which is not a death: no restart, started again on a wake.
+With ``tls`` every child reads the same files: workers serve mutual TLS, and with
+``tls.public_cert`` the gateways serve https, which the readiness checks trust (docs/tls.md).
 """
 
 from __future__ import annotations

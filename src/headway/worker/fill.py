@@ -1,31 +1,19 @@
 """How long an idle batcher waits for a batch to fill: pure functions of the queue,
 the arrival rate and the model's cost.
 
-Waiting pays only when two things hold at once: more work is expected before the wait
-ends, and the model's cost is sublinear in the batch size (a per-call cost the texts
-of one call share). Take ``q`` texts queued on an idle model, arrivals at ``λ``
-texts/s (Poisson) and a call of ``n`` texts costing ``a + b·n`` seconds. Run now, and
-the ``k = λ·w`` texts that arrive within the next ``w`` seconds wait for that call and
-then take one of their own; wait ``w`` and run all ``q + k`` together, and every one
-of them pays the wait and the others' per-text cost. Summed over those texts, waiting
-changes the latency by
+With ``q`` texts queued on an idle model, Poisson arrivals at ``λ`` texts/s and a call of
+``n`` texts costing ``a + b·n`` seconds, waiting ``w`` to run the ``k = λ·w`` arrivals with
+the ``q`` (rather than now, and then them) changes their summed latency by
 
     D(w) = q·w + λ·w² + λ·w·(b·q − a)
 
-which is convex, least at ``w* = (a − b·q)/2 − q/(2λ)``. So waiting pays only while
-``a > b·q + q/λ``: never on a model whose cost is per text (the real model on a CPU,
-where ``a`` is small beside ``b``), never at idle (``λ`` small: no arrival expected
-within the wait), and less with every text queued. ``adaptive_wait_s`` is that
-optimum, recomputed on each arrival, and bounded by
-
-- ``max_wait_s`` from the oldest queued arrival: the most any text is made to wait;
-- the time the arrival rate takes to fill the batch (no point waiting past full);
-- the earliest queued deadline, less the expected run of the batch it would join.
-
-The batcher asks only when the model was idle: a batch that formed while the model
-ran has queued already, and waiting more would add latency to work the model was the
-bottleneck for (as the load rises, the batches fill during the runs, with no wait).
-``fixed_wait_s`` is the older rule, kept as a setting: always up to ``max_wait_s``.
+which is convex, least at ``w* = (a − b·q)/2 − q/(2λ)``: waiting pays only while
+``a > b·q + q/λ``, so never on a per-text-cost model, never at idle, and less with every
+text queued. ``adaptive_wait_s`` is that optimum, recomputed on each arrival, bounded by
+``max_wait_s`` from the oldest arrival, the time the arrivals take to fill the batch, and
+the earliest queued deadline less the expected run. The batcher asks only when the model
+was idle: a batch formed during a run waits no more. ``fixed_wait_s`` (a setting) always
+waits up to ``max_wait_s``.
 """
 
 from __future__ import annotations

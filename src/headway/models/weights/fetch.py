@@ -1,23 +1,17 @@
 """Bring an artifact from a ``WeightsSource`` into the local store: streamed, resumable,
 verified before it is stored.
 
-For a version not stored yet, the source's listing is checked against the version
-first (``check_listing``): a file that matches a listing that passes matches the
-version. Each file is then streamed into ``<root>/.partial-<version>/<name>``, appended
-to from its current size, so a run cut short (a dropped connection, a killed init
-container) keeps what it had and the next run asks only for the rest (a ranged read).
-A file with the listing's size is hashed whole; one that does not match is deleted (a
-corrupted byte, a prefix of something else) and the fetch fails naming the file and
-both hashes: the next run starts that file over. Last, ``ModelStore.put`` renames the
-directory into place (hashing it once more, as every put does) and the listing's
-signature, if it has one, is written beside the artifact.
+The source's listing is checked against the version first (``check_listing``), so a file
+matching the listing matches the version. Each file is appended to
+``<root>/.partial-<version>/<name>`` from its current size (a ranged read), so an
+interrupted run keeps what it had; a whole file is hashed, and one that does not match is
+deleted and the fetch fails naming both hashes. Then ``ModelStore.put`` renames the
+directory into place, and the listing's signature, if any, is written beside it.
 
-Two fetchers of one version (two workers on one volume; an init container and its
-restart) take turns: an exclusive ``flock`` on ``<root>/.partial-<version>.lock`` guards
-the partial directory, and whoever holds it second finds the artifact stored and only
-verifies it. ``put``'s atomic rename alone would not do: it keeps the store whole only
-for separate staging directories, and resuming needs one shared directory, which two
-writers appending at once would corrupt.
+Two fetchers of one version take turns on an exclusive ``flock`` of
+``<root>/.partial-<version>.lock``; the second finds the artifact stored and only
+verifies it. ``put``'s atomic rename alone would not do: resuming needs one shared
+partial directory, which two writers appending at once would corrupt.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The real backend: a stored artifact run on ONNX Runtime's CPU provider.
 
-``run`` pads a batch to its longest member, never further: the cost of a batch
-is ``n × longest``, which is why the batcher groups texts of similar length.
-Padding is built without a Python loop per row: one boolean mask
-``arange(longest) < lengths[:, None]`` scatters the concatenated ids into a
-preallocated ``[n, longest]`` array (row-major order of the mask's true cells
-is exactly the order of the concatenated ids). Only the inputs the graph
-declares are fed (a graph may take no ``token_type_ids``, say). A graph whose
-output is token embeddings is pooled here as its manifest says (mean over the
-attention mask, or the first token), and rows are L2-normalised here when the
-manifest asks, as sentence-transformers' ``Pooling`` and ``Normalize`` do.
-
-The session runs over the artifact's prepared copy (``models.prepared``): the same
-optimized graph with its weights, pre-packed ones included, memory-mapped from one
-file, so every process holding a version shares one copy of its weights.
+``run`` pads a batch to its longest member, never further (a batch costs ``n × longest``,
+hence the batcher groups texts of similar length), with no Python loop per row: the mask
+``arange(longest) < lengths[:, None]`` scatters the concatenated ids into an ``[n,
+longest]`` array (its true cells, row-major, are in the ids' order). Only the inputs the
+graph declares are fed. Token embeddings are pooled and L2-normalised here as the manifest
+says, as sentence-transformers' ``Pooling`` and ``Normalize`` do. The session runs over
+the artifact's prepared copy (``models/prepared.py``), so processes share its weights.
 """
 
 from __future__ import annotations
@@ -84,7 +77,8 @@ class OnnxBackend:
 
     @property
     def call_overhead_tokens(self) -> int:
-        """Measured on a 2-core EPYC: ~1.7 ms fixed per call vs ~0.2 ms per padded token."""
+        """A call's fixed cost as padded tokens' worth (the ratio of this CPU model's fixed
+        cost per call to its cost per padded token)."""
         return CALL_OVERHEAD_TOKENS
 
     def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:

@@ -1,13 +1,10 @@
 """A backend whose cost is waiting, not computing: an accelerator-like model.
 
-One call costs ``call_ms + text_ms * n`` of wall time spent sleeping, so scale
-behaviour (batching, replicas, overload) shows on a 2-core machine; a share of
-calls (``hiccup_share``, drawn from a seeded generator) takes ``hiccup_ms``
-longer, as on a replica with pauses or a noisy neighbour, and a share
-(``fail_share``, from another seeded generator) raises, so every chunk of that
-batch fails. Outputs are deterministic: a text's embedding is a unit vector
-seeded by its token ids and ``seed``, so the same text always gets the same row
-wherever the same model is served, and another seed is another model.
+A call sleeps ``call_ms + text_ms * n``, so batching, replicas and overload show on a small
+machine; a seeded share of calls (``hiccup_share``) takes ``hiccup_ms`` longer, and another
+(``fail_share``) raises, failing its batch's chunks. A text's embedding is a unit vector
+seeded by its token ids and ``seed``: the same row wherever the model is served, and
+another seed is another model.
 """
 
 from __future__ import annotations
