@@ -120,7 +120,7 @@ def dead(pid: int) -> bool:
     """Gone, or a zombie (its files closed, its locks released)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or during the read
         return True
     return state in ("Z", "X")
 
