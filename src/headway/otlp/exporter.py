@@ -21,7 +21,8 @@ Failures are handled as the OTLP/HTTP spec asks of a client:
 - a 200 that reports a partial success counts its ``rejectedSpans`` as dropped.
 
 Every drop is counted by reason; failures are logged once a minute at most. ``close``
-posts what is left, each batch once, without waiting out a backoff.
+lets a post in flight finish, cuts a backoff short, and posts what is left, each batch
+once more: a batch taken from the buffer is always posted or counted as dropped.
 
 Measured in the gateway (``headway bench tracing``): encoding a request's spans as it
 ends costs less than encoding them later in bulk once the cache has gone cold, and
@@ -117,9 +118,9 @@ class OtlpExporter:
         self._buffered = 0  # spans in the buffer
         self._posting = 0
         self._due = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._sending = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._closing = False
         self._last_logged = 0.0
         self.exported = 0
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
@@ -153,21 +154,23 @@ class OtlpExporter:
         await self._drain()
 
     async def close(self) -> None:
-        """Stop the task, post what is buffered (each batch once), close the connection."""
-        self._closing = True
+        """Stop the task once its post in flight ends (never cancelled: the batch would be
+        lost), post what is buffered, close the connection."""
+        self._stopping.set()
+        self._due.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
             self._task = None
         await self._drain()
         await self._transport.close()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._due.wait(), self._interval_s)
             self._due.clear()
+            if self._stopping.is_set():
+                return  # close drains
             try:
                 await self._drain()
             except Exception:  # never seen; but this loop must outlive any one batch
@@ -199,11 +202,16 @@ class OtlpExporter:
             except _Failed as failed:
                 self.failures += 1
                 self._log_failure(str(failed))
-                if not failed.retry or attempt == self._retry.max_attempts or self._closing:
+                if not failed.retry or attempt == self._retry.max_attempts:
                     break
+                if self._stopping.is_set():
+                    break  # this was its post after close
                 wished = failed.retry_after_s
                 draw = self._draw() if wished is None else 0.0
-                await asyncio.sleep(self._retry.delay_s(attempt, wished, draw))
+                with contextlib.suppress(TimeoutError):  # close cuts it short: one post more
+                    await asyncio.wait_for(
+                        self._stopping.wait(), self._retry.delay_s(attempt, wished, draw)
+                    )
             else:
                 self.exported += count - rejected
                 self.dropped["rejected"] += rejected

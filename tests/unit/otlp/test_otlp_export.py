@@ -173,6 +173,52 @@ async def test_close_posts_what_is_left_once_without_waiting_out_a_backoff():
     assert exporter.dropped["export_failed"] == 3
 
 
+async def test_close_lets_the_post_in_flight_land_and_posts_the_rest():
+    """SIGTERM while the task posts: that batch is neither lost nor sent twice."""
+    in_flight, answer = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: UpstreamRequest) -> Reply:
+        in_flight.set()
+        await answer.wait()
+        return OK
+
+    transport = MockTransport(slow)
+    exporter = OtlpExporter(ENDPOINT, {}, transport=transport, batch_spans=3, retry=QUICK)
+    exporter.start()
+    exporter.export(request_spans())  # a full batch: the task posts it
+    async with asyncio.timeout(5):
+        await in_flight.wait()
+        exporter.export(request_spans())  # waits in the buffer
+        closing = asyncio.create_task(exporter.close())
+        await asyncio.sleep(0)
+        answer.set()
+        await closing
+    assert [len(names) for names in posted_spans(transport)] == [3, 3]
+    assert exporter.exported == 6 and exporter.pending == 0
+
+
+async def test_close_during_a_backoff_posts_that_batch_once_more():
+    slow = RetryPolicy(max_attempts=5, backoff_s=60, max_backoff_s=60)
+    answers = Answers(Reply(503, b"", {}), OK)
+    refused = asyncio.Event()
+
+    def answer(request: UpstreamRequest) -> Reply:
+        refused.set()
+        return answers(request)
+
+    transport = MockTransport(answer)
+    exporter = OtlpExporter(
+        ENDPOINT, {}, transport=transport, batch_spans=3, retry=slow, random_draw=lambda: 1
+    )
+    exporter.start()
+    exporter.export(request_spans())  # a full batch: the task posts it, is refused, waits 60 s
+    async with asyncio.timeout(5):
+        await refused.wait()
+        await exporter.close()
+    assert len(transport.requests) == 2
+    assert exporter.exported == 3 and exporter.failures == 1 and exporter.pending == 0
+
+
 def test_backoff_doubles_with_full_jitter_up_to_its_cap_and_retry_after_wins():
     policy = RetryPolicy(backoff_s=0.5, max_backoff_s=8, max_retry_after_s=30)
     assert [policy.delay_s(retry, None, 1.0) for retry in range(1, 7)] == [0.5, 1, 2, 4, 8, 8]
