@@ -5,9 +5,8 @@ allocations, and every tenth of those also the middle one, every tenth of those 
 whole heap. A request allocates hundreds of short-lived containers, nearly all freed
 by reference counting, so at the default thresholds a gateway ran a collection every
 request or two, and a full one (every object start-up made: settings, registry
-snapshots, metric families, NumPy and ONNX Runtime modules) every few hundred:
-a quarter of its CPU per request went to the collector (`headway bench path` under
-a ``gc.callbacks`` timer: 1.3 s of 4 s).
+snapshots, metric families, NumPy and ONNX Runtime modules) every few hundred
+(its share of the CPU: docs/DESIGN.md, "Decisions").
 
 ``settle_heap`` runs once start-up is done: ``gc.freeze()`` moves everything alive
 into the permanent generation (never scanned again: Instagram's fix for the same

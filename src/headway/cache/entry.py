@@ -6,13 +6,10 @@ billed for) the same usage as a computed one.
 
 ``size`` is what an entry costs the memory tier, the unit of its bound: the value
 bytes, the 32-byte key, and ``ENTRY_OVERHEAD_BYTES`` for the Python objects around
-them. That constant was measured with ``tracemalloc`` on CPython 3.11 (64-bit) by
-filling an ``OrderedDict`` with 11k to 90k fresh entries: 189 B an entry beyond value
-and key bytes for 4-byte values, 217 to 257 B for 1.5 KiB and 4 KiB values. It is
-the key's ``bytes`` header (33), the value's (33, plus malloc's header once it is
-large), the ``Entry`` (48), a ``tokens`` int above 256 (28), and the dict slot and
-``OrderedDict`` link node, whose share depends on how full the table is after its
-last resize. 256 B bounds all of them, so the tier never holds more than its bound.
+them: the key's and the value's ``bytes`` headers, the ``Entry``, a ``tokens`` int,
+the dict slot and the ``OrderedDict`` link node. It bounds what ``tracemalloc``
+measures for them (docs/benchmarks.md#figures-the-design-rests-on), so the tier never
+holds more than its bound.
 
 In Redis an entry is ``encode()``: tokens as 4 bytes little-endian, then ``values``.
 """

@@ -24,13 +24,8 @@ The largest scope is read from a heap of (-bytes, name) items, one pushed whenev
 scope's bytes change; an item whose bytes are no longer its scope's is dropped when it
 reaches the top, and the heap is rebuilt once such stale items outnumber the scopes.
 
-Synchronous and called on the event loop, so it is kept to dict operations. Measured on
-the 2-core dev box (CPython 3.11, 2048 keys a call, 1.5 KiB rows): ``get_many`` 0.1 µs a
-key, ``put_many`` 0.3 to 0.4 µs an entry, 1.0 µs when every put evicts; making the key
-(``key.text_key``) costs more, 1.1 µs for a 50-character text. Side by side with the
-single LRU this replaced (the box loaded, so both slower): get 0.23 vs 0.24 µs, put 0.92
-vs 0.96 µs, an evicting put 0.96 vs 1.25 µs; with 100 scopes, the total bound reached and
-16-entry puts each evicting from another scope, 2.4 µs an entry.
+Synchronous and called on the event loop, so it is kept to dict operations (what a key
+costs: docs/benchmarks.md#figures-the-design-rests-on).
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 The values the request path makes for each request (here, in ``stages/`` and
 ``endpoints/``) are slotted dataclasses that no stage changes once made, but not
-``frozen``: CPython 3.11 builds a frozen one ~3x slower (``object.__setattr__`` per
-field), and the path builds about ten per request — together 7% of the gateway's
-instructions per request (see docs/DESIGN.md, "Decisions").
+``frozen``: CPython 3.11 builds a frozen one with an ``object.__setattr__`` per field,
+and the path builds about ten per request (docs/DESIGN.md, "Decisions").
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ version and outcome (``GatewayMetrics.model_answered``): the RED metrics of a mo
 The stages that wait or decide are spans of the request's trace (``tracing.spans``):
 authenticate, quota, cache (when it is on), admit, each chunk attempt (a CLIENT span)
 and the usage event; when the trace is not recorded each costs a context-variable read.
-Parsing, planning and merging are not: a span costs ~4 µs, more than they do.
+Parsing, planning and merging are not: a span would cost more than they do.
 
 Each stage is a function of its own module with small typed inputs, and gets only
 the parts of the gateway it uses (``PathParts``), never the whole service.

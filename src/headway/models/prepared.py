@@ -8,7 +8,8 @@ prepared copy is ONNX Runtime's optimized graph with every initializer over
 offsets (``session.save_external_prepacked_constant_initializers``): a session maps it,
 so its pages are clean, file-backed and shared by every process through the page cache,
 and the unpacked MatMul weights are never touched. (Turning pre-packing off would share
-the weights too, at a real cost in throughput.)
+the weights too, at a real cost in throughput: docs/benchmarks.md, "Figures the design
+rests on".)
 
 The copy is derived, never part of the artifact (whose files and version stay as they
 are): ``<store root>/.prepared/<version>-<runtime key>/``, the key hashing the ONNX

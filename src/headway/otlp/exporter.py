@@ -24,10 +24,8 @@ Every drop is counted by reason; failures are logged once a minute at most. ``cl
 lets a post in flight finish, cuts a backoff short, and posts what is left, each batch
 once more: a batch taken from the buffer is always posted or counted as dropped.
 
-Measured in the gateway (``headway bench tracing``): encoding a request's spans as it
-ends costs less than encoding them later in bulk once the cache has gone cold, and
-posting from the event loop costs a few microseconds a request where an export thread
-cost tens, most of it in taking the GIL from a busy event loop.
+Encoding as a request ends and posting from the event loop, not a thread, are the
+cheaper choices measured (docs/DESIGN.md, "Decisions").
 """
 
 from __future__ import annotations

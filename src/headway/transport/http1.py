@@ -2,9 +2,9 @@
 
 Each call takes an idle connection to its replica (or opens one), writes the request
 in one ``write``, and waits for the response, which the connection parses in place
-as the bytes arrive (``transport.connection``: the same parser the load generator
-drives at ~25k requests/s per core). No streams, no per-call timer objects beyond
-one ``call_later``: aiohttp's client cost ~0.2 ms CPU per call here, httpx's 2-3 ms.
+as the bytes arrive (``transport.connection``, the parser the load generator drives
+too). No streams, no per-call timer objects beyond one ``call_later`` (what aiohttp's
+and httpx's clients cost a call: docs/DESIGN.md, "Decisions").
 
 A connection carries one call at a time. A call that times out, or whose caller is
 cancelled (a hedge's loser, a client that left), aborts its connection: the late

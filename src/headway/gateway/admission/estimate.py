@@ -19,9 +19,8 @@ With ``alpha = 0.5`` and 250 ms windows a loss of capacity is 94% followed
 within four windows, one second.
 
 **Several gateways.** A gateway that learned only the texts *it* completes, and took
-the whole floor, would size its limit for a pool of its own: with 3 gateways on 2
-synthetic replicas the limits added up to 192 texts against a single gateway's 91
-(p95 660 ms against a 500 ms budget). So the samples are the **pool's**: every
+the whole floor, would size its limit for a pool of its own, and N gateways would admit
+N pools' work (docs/DESIGN.md, "Admission control"). So the samples are the **pool's**: every
 worker answer carries its completed-texts counter (``wire.COMPLETED_HEADER``), and
 what the counters moved in a window is what the pool completed, every gateway's
 work included. The gateway's **share** is what it completed itself over that,

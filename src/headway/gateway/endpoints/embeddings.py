@@ -4,7 +4,7 @@ reads it, turned into work; ``dimensions`` asks for a narrower width
 
 Float rows are written by orjson straight from the float32 array, each number the
 shortest decimal that reads back as the same float32 (what the model computed, no
-more digits): ~2.5x faster than handing msgspec Python floats, and ~40% fewer bytes.
+more digits), with no Python float made (docs/benchmarks.md#figures-the-design-rests-on).
 """
 
 from __future__ import annotations

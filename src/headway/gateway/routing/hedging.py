@@ -3,8 +3,8 @@
 A chunk that has not answered by the pool's recent p95 is sent again to another
 replica, and the first answer wins. When latency is steady about one chunk in
 twenty waits that long; the chunks of a slow replica all do, which is the point
-(with one slow replica of three, 10-17% of chunks were hedged for 5-6% more model
-work: `headway bench routing`). The quantile is recomputed every ``refresh_every``
+(what that costs: docs/benchmarks.md, "A slow replica, with and without hedging").
+The quantile is recomputed every ``refresh_every``
 samples from the last ``size``, and is unknown (no hedging) until
 ``min_samples`` have been seen, so a cold pool is not hedged on a guess.
 """

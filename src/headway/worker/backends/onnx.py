@@ -78,7 +78,8 @@ class OnnxBackend:
     @property
     def call_overhead_tokens(self) -> int:
         """A call's fixed cost as padded tokens' worth (the ratio of this CPU model's fixed
-        cost per call to its cost per padded token)."""
+        cost per call to its cost per padded token: docs/benchmarks.md, "Figures the
+        design rests on")."""
         return CALL_OVERHEAD_TOKENS
 
     def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
