@@ -1,23 +1,19 @@
 """Holding requests for a cold pool until a replica is ready, never past their deadline.
 
-A pool scaled to zero, or whose replicas are still starting, is *cold*
-(``ReplicaPool.cold``). A request for it waits on the pool's readiness
-(``ReplicaPool.wait_ready``) instead of failing, until its deadline minus
-``reserve_s`` (what its work needs once a replica is up); then it goes on through
-admission and dispatch as any other. One still waiting then is refused
-(``still_cold``: 503 ``no_ready_replicas``), before its deadline, never after it.
+A request for a *cold* pool (``ReplicaPool.cold``: scaled to zero, or still starting) waits for
+a ready replica instead of failing, until its deadline minus ``reserve_s`` (what its work needs
+once a replica is up), then goes on as any other; one still waiting then is refused
+(``still_cold``: 503 ``no_ready_replicas``) before its deadline, never after it. At most
+``max_held_texts`` texts wait per pool; a request beyond them is refused at once (``held_full``:
+503 ``overloaded``), except that an empty hold always takes one, however large, as an idle
+pool's admission does.
 
-At most ``max_held_texts`` texts wait per pool: a request beyond them is refused at
-once (``held_full``: 503 ``overloaded``), except that an empty hold always takes one
-request, however large, as an idle pool's admission does. While any request waits,
-``poll_step`` polls the pool's replicas every ``cold_start_poll_s`` rather than every
-``health_interval_s``, so the wake-up follows readiness within that; and it asks the
-pool's discovery again every ``DISCOVER_HELD_S`` rather than every ``dns_interval_s``
-(a headless service names only ready pods: the first one KEDA starts is a new address).
+While any request waits, ``poll_step`` polls the pool's replicas every ``cold_start_poll_s``
+instead of every ``health_interval_s``, and its discovery every ``DISCOVER_HELD_S`` (a headless
+service names only ready pods: the first one KEDA starts is a new address).
 
-A pool with no ready replica that is *failing* (a replica lost or ejected) holds
-nothing: its requests fail at once, as before, so that clients retry elsewhere.
-Either way the request is demand (``wanted``), which the wake hook hears of
+A *failing* pool (a replica lost or ejected) holds nothing: its requests fail at once, so that
+clients retry elsewhere. Either way the request is demand (``wanted``) for the wake hook
 (``gateway/wake.py``). A client that disconnects cancels its request's task, and the
 ``finally`` gives its place back at once.
 """
@@ -88,7 +84,7 @@ class ColdStart:
 
     async def hold(self, texts: int, deadline: Deadline) -> HoldRefusal | None:
         """None once the pool has a ready replica, or at once when it is failing or holding
-        is off (what follows fails the request as it always did); a refusal otherwise."""
+        is off (what follows fails the request); a refusal otherwise."""
         pool = self.pool
         if pool.ready_count:
             return None

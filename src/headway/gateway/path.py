@@ -1,69 +1,39 @@
 """The request path of a model request (``/v1/embeddings``, ``/v1/rerank``, and the same work
 asked in Cohere v2's and TEI's words: ``endpoints/work.py``), in order.
 
-Outside it, the edge (``http/edge.py``) has already given the request its id and
-found its route, and, from the headers alone, before reading the body:
+Before ``serve`` runs, the edge (``http/edge.py``) has identified the caller from the headers
+alone, through the failed-key limiter (``gateway/auth/checks.py``: 401 / 403 / 429), refused a
+body not declared as JSON (415) or declared too long (413), and read the body; it turns whatever
+``serve`` raises into the answer and counts it. ``serve`` then runs the stages of
+``gateway/stages/``, one a line, and their order is the rule:
 
-    identify     the bearer key → the tenant (or, on the batch          gateway/auth/checks.py
-                 executor's routes, the tenant it runs a line for),     (the route's auth)
-                 through the failed-key limiter: 401 / 403 / 429        gateway/auth/limiter.py
-    media type   the body is declared as JSON: 415                      protocols/parse.py
-    length       a declared Content-Length past the limit: 413          http/asgi.py
+- authentication before the body is read, and the precheck (a full pool, a tenant whose bucket
+  is known to be empty, a full usage outbox) before it is parsed: a stranger costs only its
+  headers, and a refusal by a full pool no JSON decode;
+- hold (a cold pool: wait for a ready replica, within the deadline) after parsing, so a
+  malformed request never waits; before resolve, which needs a ready replica; and so before the
+  quota and admission: a request that gives up was never charged, and admission sees it only
+  once the pool has a replica;
+- the version is chosen once, in resolve, and every chunk goes to it;
+- quota, then admission: a request the tenant may not send never takes a permit; one the pool
+  cannot take has its texts refunded and leaves no usage event (no work was done);
+- the cache after the quota (a cached text is charged and billed like a computed one) and
+  before admission (a hit takes no permit). While the cache may answer a tenant (it answered
+  that tenant a whole request within the last second: ``RequestCache.may_answer``) the precheck
+  skips the pool for that tenant: a full pool can still serve every text it has seen;
+- the shadow copy leaves beside dispatch and is handed the primary's answer to compare with,
+  never awaited;
+- the usage event is durable (outbox fsynced) before the answer is sent.
 
-then read the body; it turns whatever this raises into the answer and counts it. Then,
-top to bottom, one line each in ``serve``:
+Every request is counted once more than the edge counts it, by route, tenant, tier, version and
+outcome (``GatewayMetrics.model_answered``: the RED metrics of a model); one the cache answered
+whole does not count for the version's rollout analysis (it says nothing about the model). The
+stages that wait or decide are spans of the request's trace (a context-variable read when it is
+not recorded); parsing, planning and merging are not, since a span would cost more than they do
+(docs/benchmarks.md, "Figures the design rests on").
 
-    caller       what identify found (``request.caller``)                stages/authenticate.py
-    deadline     X-Timeout-Ms, within the tier's default and maximum   stages/deadline.py
-    precheck     a full pool refuses here, before the body is parsed   stages/admit.py
-                 (unless the cache may answer), and so do a tenant     stages/quota.py
-                 whose bucket is known to be empty and a full usage    stages/meter.py
-                 outbox
-    parse        strict decoding and limits → the endpoint's request   endpoints/*.py
-    hold         a cold pool (scaled to zero, starting): wait for a     stages/hold.py
-                 ready replica, within the deadline
-    resolve      model name → the version that serves it (split, pin,    stages/resolve.py
-                 stickiness), its pool, and maybe a shadow version
-    meter        a usage event for the work from here on               stages/meter.py
-    quota        the tenant's bucket is charged for the texts          stages/quota.py
-    cache        texts this version computed before are found; only    stages/cache.py
-                 the misses go on (none: straight to the answer)
-    admit        a permit for the missed texts on that pool            stages/admit.py
-    shadow       a copy to the shadow version, if any, never awaited   stages/shadow.py
-    plan         balanced chunks, each a wire message                  stages/plan.py
-    dispatch     route, retry, hedge every chunk within the deadline   stages/dispatch.py
-    merge        the chunks' results in request order, and the cache's stages/merge.py
-                 rows among them (new rows are stored)                 stages/cache.py
-    served       counted per tenant                                    gateway/metrics.py
-    usage event  durable (outbox fsynced) before the answer            stages/meter.py
-    respond      the endpoint's JSON answer                            endpoints/*.py
-
-Authentication comes before the body is read, and the precheck before it is parsed,
-so that a stranger costs its headers and a full pool microseconds, not a JSON decode.
-Quota, then admission: a request the tenant may not send never takes a permit; one it
-may send but the pool cannot take is refused (and its texts refunded). The version is chosen once,
-in resolve, and every chunk goes to it; the shadow copy leaves beside dispatch and
-is handed the primary's answer to compare with, never awaited. The cache answers
-after the quota (a cached text is charged and billed like a computed one) and
-before admission (a hit takes no permit); while the cache may answer a tenant (it
-answered that tenant a whole request within the last second), the pool's precheck is
-skipped for that tenant, since a full pool can still serve every text it has seen. A
-refusal by admission leaves no usage event: no work was done (the texts are refunded). A
-request the cache answered whole is not counted for the version's rollout analysis
-(it says nothing about the model). A request for a cold pool waits in hold: after
-parsing (a malformed request never waits), before resolve (choosing the version needs
-a ready replica) and so before the quota and admission (one that gives up was never
-charged, and admission sees it only once the pool has a replica).
-
-Every request is counted once more than the edge counts it, by route, tenant, tier,
-version and outcome (``GatewayMetrics.model_answered``): the RED metrics of a model.
-The stages that wait or decide are spans of the request's trace (``tracing.spans``):
-authenticate, quota, cache (when it is on), admit, each chunk attempt (a CLIENT span)
-and the usage event; when the trace is not recorded each costs a context-variable read.
-Parsing, planning and merging are not: a span would cost more than they do.
-
-Each stage is a function of its own module with small typed inputs, and gets only
-the parts of the gateway it uses (``PathParts``), never the whole service.
+Each stage is a function of its own module and gets only the parts of the gateway it uses
+(``PathParts``), never the whole service.
 """
 
 from __future__ import annotations

@@ -1,35 +1,21 @@
 """A model pool's replicas as the gateway sees them, and where the next chunk goes.
 
-``poll_once`` (run every ``health_interval_s`` by the gateway's background
-loops) reads every replica's ``/readyz``; only ready replicas receive work, and
-the versions each one serves come from there (``versions``; a worker that
-predates several versions names only its ``model_version``). A replica
-that refuses a connection is marked unready at once and comes back with the
-next successful poll. The next chunk goes to the replica with the shorter
-expected wait (texts outstanding from this gateway x recent latency), by power
-of two choices among replicas that are ready and not ejected. Each pool has its
-own admission controller, sized by the replicas that are ready and by what their
-answers say the whole pool completes (``observe_reply``), its own retry budget, and
-its own record of recent chunk latency (the hedging threshold).
+A replica takes work, for the versions it named, while its last ``/readyz`` (``poll_once``)
+said it is ready and it is not ejected; the next chunk goes to the shorter expected wait (texts
+outstanding from this gateway x recent latency), by power of two choices. Each pool has its own
+admission controller (sized by its ready replicas and by what the whole pool completes), retry
+budget, and recent chunk latency (the hedging threshold).
 
-A pool with no ready replica is either **cold** or **failing**. Cold: none of its
-replicas is lost or ejected; it has no address at all (scaled to zero), or its
-replicas have not answered ready since they were added (starting), or they said they
-were not ready before they went away (a drained stop: ``/readyz`` 503, then silence).
-Failing: a replica that was ready stopped answering without saying so first (a
-crash, a refused connection: it is *lost* until it answers ``/readyz`` again, 200 or
-503), or was ejected after repeated failures. Requests wait for a cold pool
-(``gateway/coldstart.py``); a failing one fails them at once, as before, so that
-clients retry elsewhere. ``wait_ready`` returns once a replica is ready: the
-readiness poll (or discovery adding a ready replica) wakes every waiter.
+A pool with no ready replica is **cold** or **failing**: requests wait for a cold one
+(``gateway/coldstart.py``) and fail at once on a failing one, so that clients retry elsewhere.
+Cold: no replica is lost or ejected (scaled to zero, starting, or drained: ``/readyz`` said 503
+before the replica went silent). Failing: a ready replica stopped answering without saying so
+first (a crash, a refused connection: it is *lost*, and ejected until it answers ``/readyz``
+again, 200 or 503), or was ejected after repeated failed calls (``routing/ejection.py``). The
+poll, or discovery adding a ready replica, wakes every ``wait_ready`` once a replica is ready.
 
-What an operator sees of a replica (``state``, the console, ``headway_replica_state``):
-*ready*; *unready*, when the replica says so itself (starting, draining) or has not
-answered since it was added; *ejected*, when this gateway took it out of rotation: after
-repeated failed calls (for a growing interval, ``routing/ejection.py``), or at once when
-a ready replica stopped answering (lost: a crash, a refused connection), until it
-answers ``/readyz`` again. Both kinds of ejection are counted (``RoutingCounts``) and
-logged, with their reason (``ejection_reason``).
+An operator sees each replica as *ready*, *unready* (by its own word, or not yet answered) or
+*ejected* (``state``); every ejection is counted and logged, with its ``ejection_reason``.
 """
 
 from __future__ import annotations
@@ -240,10 +226,9 @@ class ReplicaPool:
     ) -> Replica | None:
         """Power of two choices on expected wait among the replicas that may take work:
         ready, not ejected, and serving ``version`` (during a rollout two versions may be
-        ready at once, on one replica or on several; a request goes only to the version
-        it was admitted with); for a
-        hedge, recently no slower than ``max_latency_s``; with ``spread``, not yet used
-        by the request's other chunks while any unused one is left."""
+        ready at once, on one replica or on several; a request goes only to the version it
+        was admitted with); for a hedge, recently no slower than ``max_latency_s``; with
+        ``spread``, not yet used by the request's other chunks while any unused one is left."""
         now = self.clock()
         candidates = [
             r

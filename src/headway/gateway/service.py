@@ -1,20 +1,11 @@
 """The gateway's moving parts and their lifecycle: what starts, what runs in the background.
 
-``GatewayService`` composes the parts the routes read — the registry snapshot,
-the pools, the quota store, the metrics — and owns their background loops, all
-run by one ``Background`` (each failure logged, counted, and the loop carries on):
-
-    registry_poll      the registry's change counter; a change reloads the snapshot
-    registry_refresh   reload keys, tenants and models anyway (the snapshot is replaced whole)
-    rollouts           write this gateway's counts for active rollouts, judge their steps
-    <pool>_discover    ask the pool's ``Discovery`` where its replicas are
-    <pool>_poll        read every replica's ``/readyz``
-    <pool>_cold_poll   the same, every cold_start_poll_s, while requests wait for the pool
-    wake               tell the wake hook (gateway.wake_url) of cold pools wanted
-    quota_heartbeat    shared quotas: announce this gateway in Redis (to count them)
-    usage_relay        shared mode: the usage outbox → NATS JetStream (``metering``)
-
-and the control plane's mounts add theirs with ``run_every`` (``headway/control/``).
+``GatewayService`` composes the parts the routes read (the registry snapshot, the pools, the
+quota store, the metrics) and owns their background loops, all run by one ``Background``:
+``start`` registers the gateway's periodic loops (each failure logged and counted, and the loop
+carries on), the metering adds its usage relay in shared mode (essential: if it ends, the
+process stops), and the control plane's mounts add theirs with ``run_every``
+(``headway/control/``).
 
 The routes get ``parts()`` (``PathParts``), never the service itself.
 """

@@ -1,34 +1,23 @@
 """The pool's throughput, learned online from what it completes (pure).
 
-Time is cut into windows (250 ms by default). At the end of a window the rate
-``r`` of texts completed in it is a sample of the pool's throughput:
+At the end of each window the rate ``r`` of texts completed in it is a sample of the pool's
+throughput. An estimate below ``r`` rises to it at once: the pool did that much (so it follows
+replicas that join). An estimate above ``r`` is lowered, by an exponential weight ``alpha``,
+only by an **informative** window, one in which at least half of the limit stayed outstanding
+from its start to its end: only under a backlog throughout was ``r`` what the pool could do
+rather than what it was given. A window busy only at moments (a burst, a few refusals) changes
+nothing: lowered there, the limit would sink to the arrival rate and shed work the pool could do
+(the figures: docs/DESIGN.md, "Admission control").
 
-- a pool that completed ``r`` texts per second can do at least that, so an
-  estimate below ``r`` rises to it at once (this is how it follows replicas that
-  join: they finish the outstanding work sooner, so ``r`` rises);
-- an estimate above ``r`` is lowered only by an **informative** window, one in
-  which the pool had a backlog throughout: at least half of the limit stayed
-  outstanding from its start to its end. Only then was ``r`` what the pool could
-  do rather than what it was given; the estimate moves toward it by an exponential
-  weight ``alpha``, following capacity down when replicas die or slow down under
-  load. A window that was busy only at moments (a burst at 90% load, when a few
-  requests are refused) says nothing about capacity and changes nothing: lowered
-  there, the limit would sink to the arrival rate and shed work the pool could do.
-
-With ``alpha = 0.5`` and 250 ms windows a loss of capacity is 94% followed
-within four windows, one second.
-
-**Several gateways.** A gateway that learned only the texts *it* completes, and took
-the whole floor, would size its limit for a pool of its own, and N gateways would admit
-N pools' work (docs/DESIGN.md, "Admission control"). So the samples are the **pool's**: every
-worker answer carries its completed-texts counter (``wire.COMPLETED_HEADER``), and
-what the counters moved in a window is what the pool completed, every gateway's
-work included. The gateway's **share** is what it completed itself over that,
-smoothed like the throughput, and its limit is its share of the pool's (floor
-included), so the limits of all gateways add up to one. The share counts as 1 until
-its first sample (one gateway, or workers that send no counter: the limit as
-before) and changes only in windows where this gateway completed work, so an idle
-gateway keeps its last share instead of sinking to zero.
+**Several gateways.** A gateway that learned only the texts *it* completes, and took the whole
+floor, would size its limit for a pool of its own: N gateways would admit N pools' work. So the
+samples are the **pool's**: every worker answer carries its completed-texts counter
+(``wire.COMPLETED_HEADER``), and what the counters moved in a window is what the pool completed,
+every gateway's work included. A gateway's limit (floor included) is its **share** of the pool's:
+what it completed itself over that, smoothed like the throughput, so the limits of all gateways
+add up to one pool's. The share is 1 until its first sample (one gateway, or workers that send
+no counter) and moves only in windows where this gateway completed work: an idle gateway keeps
+its last share instead of sinking to zero.
 """
 
 from __future__ import annotations
@@ -68,7 +57,7 @@ def admission_limit(
 ) -> int:
     """Little's law: outstanding work = throughput x mean time in system, at least ``floor``.
 
-    ``mean_latency_s`` is a share of the latency budget (60% by default): Little's
+    ``mean_latency_s`` is a share of the latency budget (``mean_latency_share``): Little's
     law fixes the *mean* time in system, and the tail must fit the budget too.
     """
     if static is not None:

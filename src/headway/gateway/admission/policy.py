@@ -1,24 +1,18 @@
 """Who may add work to a pool now (pure).
 
-Limits are counted in texts, the unit that costs. With ``limit`` from Little's
-law and ``outstanding`` the texts admitted and not yet finished:
+Limits are counted in texts, the unit that costs; ``outstanding`` is the texts admitted and not
+yet finished, and ``limit`` comes from Little's law.
 
-- **batch** work is admitted only while ``outstanding + texts <= batch_share x
-  limit`` (70% by default), counting both tiers: as the pool fills, batch work is
-  refused first, and none is admitted once interactive work holds 70%;
-- **interactive** work is admitted while the *interactive* outstanding work fits
-  the whole limit: batch work already admitted does not count against it.
-  Workers serve earliest deadline first and batch deadlines are longer, so queued
-  batch work delays interactive work by at most the batch being computed; counting
-  it would refuse interactive requests to protect batch ones. Outstanding work can
-  therefore pass the limit, by at most the batch share, only while both tiers
-  are saturated;
-- **within a tier, no tenant may crowd out the others**: once the tier's own
-  outstanding work passes ``crowding`` (80%) of what the tier may use, a tenant
-  already holding more than an equal share (tier allowance ÷ active tenants of the
-  tier) is refused, while tenants under their share still get in. Below that
-  mark anyone may use the room, so the rule costs nothing when there is no
-  contention;
+- **batch** work is admitted only while ``outstanding + texts <= batch_share x limit``,
+  counting both tiers, so batch work is refused first as the pool fills;
+- **interactive** work only needs the *interactive* outstanding work to fit the whole limit.
+  Workers serve earliest deadline first and batch deadlines are longer, so queued batch work
+  delays interactive work by at most the batch being computed; counting it would refuse
+  interactive requests to protect batch ones. Outstanding work can therefore pass the limit, by
+  at most the batch share, only while both tiers are saturated;
+- **within a tier no tenant crowds out the others**: past ``crowding`` of what the tier may
+  use, a tenant holding more than an equal share (the tier's allowance ÷ its active tenants) is
+  refused while tenants under theirs still get in; below that mark the rule costs nothing;
 - an idle pool always admits one request, however large, so nothing starves.
 """
 

@@ -1,22 +1,18 @@
 """Whether the resolved model can give what a request asks of its shape (pure).
 
-Every protocol has a way to ask for narrower vectors (OpenAI's and TEI's ``dimensions``,
-Cohere's ``output_dimension``) and some a token limit (Cohere's ``max_tokens``,
-``max_tokens_per_doc``); the answer to each depends on the model, so it is checked once the
-version is resolved (``ModelRequest.check``), the same way whatever the protocol.
+A narrower width (OpenAI's and TEI's ``dimensions``, Cohere's ``output_dimension``) or a token
+limit (Cohere's ``max_tokens``, ``max_tokens_per_doc``) depends on the model, so it is checked
+once the version is resolved (``ModelRequest.check``), the same way whatever the protocol.
 
-- **Width.** A prefix of a vector is an embedding only for a model trained for it
-  (Matryoshka representation learning): its first ``k`` components, L2-normalised again,
-  are the ``k``-wide embedding. A model declares the widths it was trained for
-  (``ModelRecord.matryoshka_dimensions``, from its manifest); a request may ask for one of
-  those or the model's own width, and anything else is refused (422) with the widths that
-  exist. Truncating a model that was not trained for it would answer with vectors that look
-  fine and search badly, which is worse than an error.
-- **Token limit.** The worker truncates each text to the model's own limit
-  (``ModelRecord.max_tokens``); a request may not ask for a shorter one (the gateway has no
-  tokenizer to cut it there). A limit at or above the model's is what happens anyway; one
-  below it is refused, naming the model's. A model registered before its limit was
-  recorded (``max_tokens`` 0) accepts any.
+- **Width.** A prefix of a vector, L2-normalised again, is an embedding only for a model trained
+  for it (Matryoshka representation learning). A request may ask for one of the widths the model
+  declares (``ModelRecord.matryoshka_dimensions``, from its manifest) or its own; any other is
+  refused (422) with the widths that exist: truncating another model would answer with vectors
+  that look fine and search badly, which is worse than an error.
+- **Token limit.** The worker truncates each text at the model's own limit
+  (``ModelRecord.max_tokens``) and the gateway has no tokenizer to cut it shorter, so a limit
+  below the model's is refused, naming the model's; one at or above it is what happens anyway. A
+  model registered before its limit was recorded (``max_tokens`` 0) accepts any.
 """
 
 from __future__ import annotations

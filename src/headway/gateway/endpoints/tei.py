@@ -1,33 +1,21 @@
 """TEI's protocol (Hugging Face text-embeddings-inference), for its clients as they are.
 
-- ``POST /embed`` and ``POST /`` (TEI's compatibility route, which an embedding server
-  binds to ``embed``: ``huggingface_hub``'s ``InferenceClient(base_url=…)
-  .feature_extraction`` posts to the base URL itself): ``{"inputs": text | [texts]}`` →
-  ``[[float, …], …]``, one row per text (a single text is a batch of one).
-- ``POST /rerank``: ``{"query", "texts"}`` → ``[{"index", "score", "text"?}]``, every
-  text, most relevant first.
-- ``GET /info``: the model ``/embed`` serves and the limits a request meets.
+TEI serves one model and its bodies name none: ``POST /embed`` and ``POST /`` (where
+``huggingface_hub``'s ``InferenceClient(base_url=…).feature_extraction`` posts) embed with the
+default embedding model (``embed_models``, the first the registry knows), ``POST /rerank`` is
+``/v1/rerank`` without a ``model``, and ``GET /info`` describes the ``/embed`` model. The key is
+the bearer key of every route (TEI's ``--api-key`` sends it so), and each request takes the path
+of ``/v1/embeddings`` (``endpoints/work.py``).
 
-TEI serves one model and its bodies name none: ``/embed`` and ``/`` are served by the
-default embedding model (``embed_models``, the first the registry knows), ``/rerank`` as
-``/v1/rerank`` without a ``model`` (the rerank alias, else the embedding model). The
-bearer key is the same as everywhere (TEI's ``--api-key`` sends it the same way), and each
-request goes down the same path as ``/v1/embeddings`` (``endpoints/work.py``).
+What TEI offers and headway cannot do is refused with what to send instead, never ignored:
+``truncate: false``, ``truncation_direction: Left``, a ``prompt_name``, ``normalize: false`` (a
+model may normalise inside its graph, so the rows as pooled are not there to give), token ids as
+``inputs``. ``normalize: true`` gives unit-length rows: as computed where they already are (so
+they equal ``/v1/embeddings``'), scaled where they are not.
 
-What TEI offers and headway cannot do is refused with what to send instead, never
-ignored: ``truncate: false`` (refuse texts over the limit; the model truncates them),
-``truncation_direction: Left``, a ``prompt_name`` (no model here has named prompts),
-``normalize: false`` (a model may normalise inside its graph, so the rows as pooled are
-not there to give), token ids as ``inputs``. ``normalize: true`` (the default) gives
-unit-length rows: the model's rows as computed where they are already unit-length (as
-every model's are, unless it was imported without normalisation), scaled to length 1
-where they are not.
-
-Errors are TEI's body, ``{"error": message, "error_type": …}`` with TEI's ``ErrorType``
-(as serde writes it: ``Validation``, ``Overloaded``, …), at the status of headway's one
-table (``errors.py``): a refused request is ``Validation`` (TEI's word for every client
-error), a full pool or an empty quota ``Overloaded``, no ready replica or no usage outbox
-``Unhealthy``, anything else that failed on our side ``Backend``.
+Errors are TEI's body and ``ErrorType`` (as serde writes it) at headway's status (``errors.py``):
+a refused request is ``Validation``, a full pool or an empty quota ``Overloaded``, no ready
+replica or no usage outbox ``Unhealthy``, any other failure of ours ``Backend``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
 """The results cache on the request path: texts already computed by this version skip
 the workers.
 
-Between the quota charge and admission, ``look_up`` keys each text of an embeddings
-request by (model version, its processing settings, dimensions, SHA-256 of the text,
-and the tenant's scope: its own, by its id, or the shared group it is in) and asks the
-cache for
-them, so a tenant is answered from entries it (or its group) filled and never from
-another's: its latency on a text another tenant sent is a fresh text's. What
-is found is kept aside; only the misses (``Lookup.todo``, a request of just those
-texts, or None when every text hit) are admitted, planned and dispatched, so a hit
-takes no permit and no worker time. ``complete`` puts the computed rows back among
-the found ones in the request's order and stores the new rows (the memory tier at
-once, the shared tier without holding the answer). A version is part of every key,
-so an answer never mixes versions: a request resolved to a new version finds nothing
-of the old one.
+Between the quota charge and admission each text of an embeddings request is looked up by
+(model version, its processing settings, dimensions, SHA-256 of the text, the tenant's scope:
+its own or its shared group's); only the misses (``Lookup.todo``) are admitted and dispatched,
+so a hit takes no permit and no worker time. New rows are stored, in the memory tier at once
+and in the shared tier without holding the answer.
 
-The processing settings in the key are the version's kind, quantization and width;
-everything else that shapes a vector (tokenizer, pooling, normalisation, maximum
-tokens) is in the version's manifest, and so in its hash. Rerank is not cached: a
-score belongs to a (query, document) pair, which rarely repeats.
+The key is the guarantee: a tenant is answered only from entries it (or its group) filled, so
+its latency on a text another tenant sent is a fresh text's; an answer never mixes versions, and
+a request resolved to a new version finds nothing of the old one. The processing settings are
+the version's kind, quantization and width; everything else that shapes a vector (tokenizer,
+pooling, normalisation, maximum tokens) is in the version's manifest, and so in its hash. Rerank
+is not cached: a (query, document) pair rarely repeats.
 
-Cached texts are charged, admitted to the quota and billed like computed ones, with
-the tokens the model read when it computed them (each entry keeps its row's token
-count): the tenant pays for the answer, not for where it came from.
+Cached texts are charged to the quota and billed like computed ones, with the tokens the model
+read when it computed them: the tenant pays for the answer, not for where it came from.
 """
 
 from __future__ import annotations

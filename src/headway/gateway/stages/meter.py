@@ -1,27 +1,21 @@
 """The usage event: written, durably, before a 200 leaves; not billable when we gave back.
 
-``UsageMeter`` wraps the work from the quota charge to the merge. On success the
-path calls ``served(merged)``, which returns only once the event is durable (the
-outbox committed and fsynced it; see ``metering/outbox.py``) — so every 200 has an
-event, and a gateway that dies after the 200 has it on disk for the relay.
+``UsageMeter`` wraps the work from the quota charge to the merge. ``served`` returns only once
+the event is durable (the outbox committed and fsynced it: ``metering/outbox.py``), so every 200
+has an event, on disk for the relay if the gateway dies after it, and a client that disconnects
+after the model ran is billed (README, "Billing").
 
-When the work fails on our side (a 5xx: our deadline, every replica failed, a bug)
-the meter records an event with ``billable`` False: the operator sees the work we did
-and gave back, no invoice ever does. The client's own mistakes (4xx) leave no event,
-and neither does a request admission refused: nothing was sent to a worker, and under
-overload an event per refusal would cost a durable write per shed request. The rule,
-and the quota refunds that go with it, is ``settle.py``'s.
-A client that disconnects after the model ran is billed: the event is written before
-the answer is sent, so the work done is recorded whether or not the client reads it
-(documented in README, "Billing").
+Work that fails on our side (a 5xx) leaves an event with ``billable`` False: the operator sees
+the work we did and gave back, no invoice does. A client's mistake (4xx) leaves none, nor does a
+request admission refused: no worker saw it, and under overload an event per refusal would cost
+a durable write per shed request. The rule, and the quota refunds with it, is ``settle.py``'s.
 
-A batch line comes again under the same request id on every attempt (its own, so
-the ledger bills it once: ``gateway/lines/headers.py``); the not-billable event of
-an attempt that failed gets an id of its own, so the attempt that serves still
-finds the line's id free in the ledger.
+A batch line keeps its own request id on every attempt (billed once: ``gateway/lines/headers.py``);
+the not-billable event of a failed attempt gets an id of its own, so the attempt that serves
+still finds the line's id free in the ledger.
 
-``check_meter`` runs before any work: a gateway whose outbox is full (NATS has been
-away long enough to fill it) answers 503 rather than serve what it cannot bill.
+``check_meter`` runs before any work: a gateway whose outbox is full (NATS away long enough to
+fill it) answers 503 rather than serve what it cannot bill.
 """
 
 from __future__ import annotations
