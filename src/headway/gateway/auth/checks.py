@@ -1,26 +1,19 @@
 """How each route identifies its caller, from the headers alone, before its body is read.
 
-A route declares one of these names (``Route.auth``); the edge runs its check before
-reading a byte of the body and hands the answer to the handler as ``request.caller``, so
-no handler checks a key again and a stranger's upload is refused after its headers:
+A route declares its check by name (``Route.auth``); the edge runs it before reading a byte of
+the body and hands the answer to the handler as ``request.caller``, so no handler checks a key
+again and a stranger's upload is refused after its headers. ``tenant_key`` takes a tenant's key
+(a ``Caller``), ``any_key`` any valid key and ``admin_key`` an admin's (a ``Principal``);
+``executor_token`` takes ``batches.executor_token``, over the executor's client certificate
+where TLS asks for one, only for a line of a live batch of the tenant its headers name
+(``gateway/lines/``), at tier batch. The control plane adds ``weights_token`` (the worker
+credential or an admin key: ``token_or_admin``) and ``console_session`` (a session cookie: no
+key, so not limited).
 
-    tenant_key       a tenant's API key                     → Caller (tenant, key id)
-    any_key          any valid key, a tenant's or an admin's → Principal
-    admin_key        an admin key                            → Principal (role admin)
-    executor_token   batches.executor_token, and the tenant
-                     its headers name (``batches/lines.py``),
-                     for a line of its live batch (``claims``),
-                     over the executor's certificate
-                     where TLS asks for one               → Caller (tier batch)
-
-The control plane adds its own (``headway/control/``): ``weights_token`` (the worker
-credential or an admin key, through ``token_or_admin``) and ``console_session`` (a
-console session cookie; no key: not limited).
-
-Every key and token goes through the one limiter (``limiter.py``) on the way: a refused
-address or prefix gets 429 before its key is looked at; a key that matches nothing is a
-failure (401) counted against both; a valid key on the wrong route (403) is no guess and
-counts nothing. A missing key is 401 and counts nothing either: it guesses nothing.
+Every key and token goes through the one limiter (``limiter.py``): a refused address or prefix
+gets 429 before its key is looked at; a key that matches nothing is a failure (401) counted
+against both; a valid key on the wrong route (403) is no guess and counts nothing, nor does a
+missing key (401).
 """
 
 from __future__ import annotations

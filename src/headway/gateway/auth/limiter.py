@@ -1,38 +1,28 @@
 """The one limiter of failed key checks: every route that takes a key or a token goes
 through it (``checks.py``), the console's sign-in too.
 
-A failed check (a key or token that matches nothing, or has expired) counts against two
-subjects, each a bucket of ``failures.py``:
+A failed check (a key or token that matches nothing, or has expired) counts against two buckets
+(``failures.py``): the **client address** (``http/client_address.py``: IPv6 by its /64, behind a
+trusted proxy the forwarded one), against one host guessing, and the **key prefix** (the first
+``key_prefix_chars`` characters presented), against a guesser on many addresses trying variants
+of a key it partly knows. The prefix is kept only as a 32-bit digest (in memory, in Redis, in
+the log), which names no prefix: 2²² prefixes of a key's 54 secret bits share each one.
 
-- **the client address** (``http/client_address.py``: an IPv6 client by its /64, behind a
-  trusted proxy the address it forwarded): one host guessing;
-- **the key prefix**, the first ``key_prefix_chars`` characters of what was presented: a
-  guesser spread over many addresses trying variants of one key it partly knows (a key
-  shown with its tail hidden, a screenshot, a typo'd paste). The prefix is kept only as a
-  32-bit digest (in memory, in Redis, in the log line), which names no prefix: 2²² prefixes
-  of a key's 54 secret bits share each one.
+A subject over its limit is **refused before its key is checked** (429, Retry-After until it may
+fail once more): a guesser learns nothing from the refusals, and they count as no failure.
 
-A subject over its limit is **refused before its key is checked**: 429, with Retry-After
-the time until it may fail once more; nothing of the request's key is looked at, so a
-guesser learns nothing from the refusals, and they are not counted as failures.
+**Who is never refused.** A key accepted from an address within ``known_for_s`` is still
+checked, and served from there whatever its address or prefix owes: refusals cost those who
+failed, not a tenant behind a guesser's NAT nor the owner of a key whose prefix is being
+guessed. Someone who has not failed can be held up only as a key new to a locked-out address
+(it cannot be told from the next guess there: at most ``window_s / failures``), or by an
+attacker who already knows 54 bits of their key. There is no global rule: failures from a
+thousand addresses lock out those thousand addresses, nobody else.
 
-**Who is never refused.** A key that has been accepted from an address within
-``known_for_s`` is still checked and served from that address, whatever its address or its
-prefix owes: refusals cost those who failed, not a tenant behind the same NAT as a
-guesser, not the owner of a key whose prefix a guesser works on. What a refusal can cost
-someone who has not failed: a key presented for the first time from an address that is
-locked out (it cannot be told from the next guess there) waits, at most
-``window_s / failures``; and to make a victim's key wait by its prefix, an attacker must
-already know 54 bits of that key. There is no global rule: failures from a thousand
-addresses lock out those thousand addresses, nobody else.
-
-Refusals are counted by subject, failures and lockouts too; each lockout is one log line
-(a subject locked again within its window, a guesser keeping to the limit, is the same
-lockout), naming the address (and the prefix's digest), never the key. With ``redis_url`` the
-buckets are shared by every gateway (``redis_store.py``, falling back to this gateway's
-own, ``fallback.py``); the known pairs and a copy of each lockout it saw stay in this
-gateway, so a served request costs no Redis call, and one refused while a lockout it knows
-lasts none either.
+Each lockout is logged once, naming the address and the prefix's digest, never the key. With
+``redis_url`` the buckets are shared (``redis_store.py``, falling back to local ones:
+``fallback.py``); the known pairs and the lockouts seen stay in this gateway, so a served
+request costs no Redis call, nor does one refused under a lockout already seen.
 """
 
 from __future__ import annotations

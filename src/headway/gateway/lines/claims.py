@@ -1,23 +1,19 @@
 """What the executor's token may do: run one line of a live batch, as that batch's tenant.
 
-The token alone would let its holder act as any tenant (name an id, any request id).
-So each line also names its batch and line number (``x-headway-batch-id``,
-``x-headway-line``), and the gateway serves it only if the claim matches the batch store:
+The token alone would let its holder act as any tenant, under any request id. So each line also
+names its batch and line number (``x-headway-batch-id``, ``x-headway-line``), and is served only
+if the claim matches the batch store (``claim_refusal``, a pure function of the two): the batch
+is ``in_progress``, or ``validating`` (the mover queues a batch's lines just before it moves the
+batch on, so its first lines may arrive first), never cancelling or finished; it is the named
+tenant's and was created with the named key; the line is one of its (1 … total; any from 1
+while validating, which has no total yet); and the request id is that line's own
+(``line_request_id``). So a token holder cannot bill under a request id of its choosing, nor as
+a tenant with no batch running, nor past the lines of a running batch.
 
-- the batch exists and is ``in_progress`` (or ``validating``: the mover queues a
-  batch's lines just before it moves the batch on, so its first lines may arrive first);
-  never cancelling or finished;
-- it belongs to the tenant the line names, and was created with the key it names;
-- the line is one of the batch's (1 … total; a validating batch has no total yet, so
-  any line from 1) and the request id is that line's own (``line_request_id``): a token
-  holder cannot bill under a request id of its choosing, nor as a tenant with no batch
-  running, nor past the lines of a running batch.
-
-``claim_refusal`` is the rule, a pure function of the batch and the claim. ``LiveBatches``
-reads batches through a short cache: a batch found live is trusted for ``ttl_s`` (one
-read per batch per second, not per line); one not found live is read again next time,
-so a batch just moved to ``in_progress`` serves its first line at once. A batch cancelled
-may still run lines for up to ``ttl_s``, which the executor's own status check bounds too.
+``LiveBatches`` trusts a batch found ``in_progress`` for ``ttl_s`` (one read per batch per
+``ttl_s``, not per line); one not found live is read again next time, so a batch just moved to
+``in_progress`` serves its first line at once. A cancelled batch may thus run lines for up to
+``ttl_s`` more, which the executor's own status check bounds too.
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
 """The executor's routes: one line of a batch, served as its tenant's batch-tier work.
 
-``POST /internal/batches/v1/embeddings`` and ``…/v1/rerank`` run the very request path
-of the public routes (``path.serve``); only who the caller is differs. The executor
-presents the shared ``batches.executor_token`` as its bearer key and names, in
-headers, the tenant it runs the line for (by id), the key that created the batch (the
-usage event names it) and the line's request id. The request id is the line's own
-(``batches.model.line_request_id``), the same on every attempt: a line retried after
-an executor died is billed once, because the ledger keeps one event per request id.
+``POST /internal/batches/v1/embeddings`` and ``…/v1/rerank`` run the public routes' request
+path (``path.serve``); only the caller differs. The executor presents ``batches.executor_token``
+and names in headers the tenant, the key that created the batch (the usage event names it), the
+batch and line (``claims.py`` checks them) and the line's request id: the line's own
+(``batches.model.line_request_id``), the same on every attempt, so a line retried after an
+executor died is billed once (the ledger keeps one event per request id).
 
-The tenant is its id (``x-headway-tenant-id``), never its name: a line whose tenant was
-deleted is answered 404 (its answer in the batch's error file), even once a new tenant
-has the name, and never runs as that one. An executor of the previous version names the
-tenant only by name; it is refused with a 403, which such an executor waits out without
-failing a line (upgrade it), rather than run lines as whoever has the name now.
+The tenant is named by id, never by name: a line whose tenant was deleted is answered 404 (in
+the batch's error file) even once a new tenant has the name, and never runs as that one. A line
+that names its tenant only by name, or no batch and line, is refused with a 403, which the
+executor waits out without failing a line (upgrade it).
 
-The token is good only for a line of a live batch of that tenant, created with that key,
-under that line's own request id (``claims.py``): the executor names the batch and the
-line too (``x-headway-batch-id``, ``x-headway-line``); a line without them is refused
-with a 403, as above.
-
-The tenant's tier becomes ``batch`` whatever it is: a batch line takes only the
-capacity the batch tier may use (admission sheds it first), waits below interactive
-work in the workers' queues, and is priced as batch work. Its quota is the tenant's
-own bucket: the executor waits out a 429 rather than failing the line.
+The tier becomes ``batch`` whatever the tenant's is: the line takes only the capacity the batch
+tier may use (admission sheds it first), waits below interactive work in the workers' queues,
+and is priced as batch work. Its quota is the tenant's own bucket: the executor waits out a 429
+rather than failing the line.
 """
 
 from __future__ import annotations

@@ -1,40 +1,28 @@
 """Redis buckets while Redis answers; a local share of each quota while it does not.
 
-``FallbackQuotaStore`` delegates to the shared store (``RedisQuotaStore``). When
-that raises ``QuotaStoreUnavailable`` the gateway switches to its own local
-buckets scaled by ``share = 1/N``, where N is the configured ``gateways`` count or,
-if none, the live-gateway count from the last successful ``heartbeat`` (never
-below 1). It logs one warning on entering that mode and one info line on leaving
-it, and reports each change to ``on_mode_change`` (for a metric). While local, at
-most one request per ``probe_interval_s`` tries Redis first; the first one that
-gets an answer is served by Redis and switches the gateway back. Never silently
-unlimited, never silently ``limit x N``: the warning names N and where it came from.
+``FallbackQuotaStore`` delegates to ``RedisQuotaStore``; when that raises
+``QuotaStoreUnavailable`` it limits with local buckets at ``share = 1/N`` (N: the configured
+``gateways``, else the live count from the last successful ``heartbeat``, at least 1). While
+local, at most one request per ``probe_interval_s`` tries Redis first, and the first answered
+switches back. Never silently unlimited, never silently ``limit x N``: the warning on entering
+local mode names N and its source, and each change is reported to ``on_mode_change``.
 
-What a tenant can over-spend. Write ``b`` for burst, ``r`` for rate, ``T`` for
-the outage, ``W`` for any window containing it. Each of the N gateways' local
-buckets holds at most ``b/N`` and refills at ``r/N``, and starts full whatever the
-tenant had spent in Redis, so across the N gateways the local buckets grant at
-most ``b + r x T`` during the outage: the quota for those T seconds plus one
-extra burst. They refill only while local: a Redis that comes back and goes again
-(a restart whose dead pooled connections fail one after another flips a gateway
-several times) finds them as they were left, so a flapping outage counts once,
-with T the time spent local; otherwise each flip would give another burst. (A later,
-separate outage finds them as the last left them too: less than a burst at first,
-the safe side.)
-Meanwhile the Redis bucket, untouched, refills by ``min(b, r x T)`` that the
-tenant can spend after Redis returns; if Redis restarted empty (no
-persistence) the bucket is simply full, which is the same bound. Hence over W
-the tenant is granted at most ``b + r x W`` (the contract) plus
-``b + min(b, r x T)``: never more than two extra bursts per outage, however long
-it lasts. This holds if N is right; with a stale N (gateways added since the
-last heartbeat) the local part scales by ``actual / N``, and a tenant whose
+**What a tenant can over-spend.** With burst ``b``, rate ``r``, an outage of ``T`` and any window
+``W`` containing it, the tenant is granted at most ``b + r x W`` (the contract) plus
+``b + min(b, r x T)``: never more than two extra bursts per outage, however long. The N local
+buckets (each at most ``b/N``, refilling at ``r/N``, full at first whatever was spent in Redis)
+grant at most ``b + r x T``; the untouched Redis bucket refills meanwhile by ``min(b, r x T)``
+(or is simply full, if Redis restarted empty: the same bound). The local buckets refill only
+while local, so an outage that flaps (a restart whose dead pooled connections fail one after
+another) counts once, with T the time spent local, instead of one burst per flip; a later outage
+finds them as left, less than a burst: the safe side. The bound needs N right: with gateways
+added since the last heartbeat the local part scales by ``actual / N``, and a tenant whose
 traffic reaches fewer than N gateways gets less than its share, not more.
 
-Refunds never exceed what was taken where it was taken: each tenant keeps a
-ledger of texts granted by the local bucket and not yet refunded. A refund repays
-that ledger first (into the local bucket while local, dropped once back on
-Redis, whose bucket never granted them) and only the rest goes to Redis; while
-local, that rest is dropped. Dropping a refund can only under-admit.
+Refunds never exceed what was taken where it was taken: each tenant has a ledger of texts the
+local bucket granted and no refund has repaid. A refund repays it first (into the local bucket
+while local; dropped once back on Redis, whose bucket never granted them), and only the rest
+goes to Redis, or is dropped while local. Dropping a refund can only under-admit.
 """
 
 from __future__ import annotations

@@ -1,27 +1,21 @@
 """Buckets in Redis, shared by every gateway: one Lua script per operation.
 
-Each script reads Redis ``TIME``, refills, and checks-and-takes in one atomic
-step, so gateways with skewed clocks agree and two gateways never both spend the
-last token. The arithmetic is ``bucket.take`` / ``bucket.refund`` (floats), with
-the bucket stored as a hash ``{key_prefix}{tenant_id}`` holding ``tokens`` and
-``updated`` (Redis time in microseconds). A bucket idle for ``2 x burst / rate
-+ 1`` seconds is full again and expires, so idle tenants cost no memory.
+Each script reads Redis ``TIME``, refills, and checks-and-takes in one atomic step, so gateways
+with skewed clocks agree and two gateways never both spend the last token. The arithmetic is
+``bucket.take`` / ``bucket.refund``'s (floats); a bucket is the hash ``{key_prefix}{tenant_id}``
+of ``tokens`` and ``updated`` (Redis time in microseconds), and one idle long enough to be full
+again expires, so idle tenants cost no memory. Buckets are the tenant id's, so a tenant created
+with a deleted one's name starts full.
 
-Buckets are the tenant id's, so a tenant created with a deleted one's name starts full.
-Gateways of the previous version kept ``headway:quota:{name}``: while an upgrade rolls a
-tenant has a bucket under each (at most one more burst, as after an outage), and the
-name's expires once idle.
+``heartbeat`` records this gateway beside the buckets, in a sorted set scored by Redis time,
+drops members older than the TTL and answers how many are live: the N by which
+``FallbackQuotaStore`` splits a quota when Redis goes away.
 
-Gateway membership lives beside the buckets: ``heartbeat`` records this gateway
-in a sorted set scored by Redis time, drops members older than the TTL and
-answers how many are live, which ``FallbackQuotaStore`` uses to split a quota
-when Redis goes away.
-
-Every Redis failure (refused, timed out, protocol; ``OOM`` when a ``noeviction`` instance
-is full) is raised as ``QuotaStoreUnavailable``; a refusal is a value, not an exception.
-So is an instance that could forget buckets (``redis_layout``): once ``check_layout`` has
-found one, every call raises without asking Redis until a later check finds it safe, and
-the fallback limits locally, as during an outage.
+Every Redis failure (refused, timed out, protocol; ``OOM`` when a ``noeviction`` instance is
+full) is raised as ``QuotaStoreUnavailable``; a refusal is a value, not an exception. So is an
+instance that could forget buckets (``redis_layout``): once ``check_layout`` has found one,
+every take and refund raises without asking Redis until a later check finds it safe, and the
+fallback limits locally, as during an outage.
 """
 
 from __future__ import annotations
