@@ -1,31 +1,21 @@
 """The in-process tier: one LRU per scope, bounded in bytes each and all together.
 
-A scope (a tenant, or a group of tenants sharing entries: ``scopes.py``) holds an
-``OrderedDict`` from key to entry, least recently used first; a hit moves its key to
-the end. Putting an entry into scope S adds it at the end of S's, then
+A scope (a tenant, or tenants sharing entries: ``scopes.py``) is an ``OrderedDict``, least
+recent first. A put into scope S adds at the end of S's, then (1) drops S's least recent entries
+while S holds more than ``scope_bytes``, and (2) while all scopes hold more than ``max_bytes``,
+drops the least recent entry of the scope holding the most: S if it holds at least as much as
+every other, else the largest other (of equals, the first by name).
 
-1. drops S's least recent entries while S holds more than ``scope_bytes``;
-2. while all scopes together hold more than ``max_bytes``, drops the least recent entry
-   of the scope holding the most: S itself if it holds at least as much as every other
-   scope, else the largest other (of equals, the first by name).
+Invariants after every call: each scope holds at most ``scope_bytes`` and all at most
+``max_bytes``, in ``Entry.size``. With n scopes holding entries, a scope holding at most
+``max_bytes / n`` never loses an entry to another's puts, as step 2 takes from a scope holding
+at least the total's n-th part; while fewer than ``max_bytes / scope_bytes`` scopes are full,
+step 2 never runs, so eviction tells no tenant anything of another's traffic. An entry larger
+than ``scope_bytes`` is not stored (it would evict the whole scope, then itself).
 
-Invariants, after every call: each scope holds at most ``scope_bytes`` and all of them
-at most ``max_bytes``, a scope's bytes being its entries' sizes (``Entry.size``).
-Fair share: with n scopes holding entries, a scope holding at most ``max_bytes / n``
-never loses an entry to another scope's puts, because step 2 runs only while the total
-is above ``max_bytes`` and takes from a scope holding at least the total's n-th part. So
-a tenant filling the tier evicts its own entries, and another's only where that one
-holds more than its share; and while fewer than ``max_bytes / scope_bytes`` scopes are
-full, step 2 never runs: no scope's puts evict another's, so eviction tells no tenant
-anything of another's traffic. An entry larger than ``scope_bytes`` is not stored (it
-would evict the whole scope and then itself); a bound of 0 holds nothing.
-
-The largest scope is read from a heap of (-bytes, name) items, one pushed whenever a
-scope's bytes change; an item whose bytes are no longer its scope's is dropped when it
-reaches the top, and the heap is rebuilt once such stale items outnumber the scopes.
-
-Synchronous and called on the event loop, so it is kept to dict operations (what a key
-costs: docs/benchmarks.md#figures-the-design-rests-on).
+The largest scope is the top of a heap of (-bytes, name) items, one pushed on every change;
+stale items are dropped at the top and the heap rebuilt once they outnumber the scopes. On the
+event loop, so kept to dict operations (docs/benchmarks.md, "Figures the design rests on").
 """
 
 from __future__ import annotations

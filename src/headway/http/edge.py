@@ -1,39 +1,21 @@
 """The outermost layer: every request is answered, and every answer counted and timed.
 
-``Edge`` sits around the router, as Starlette's ``ServerErrorMiddleware`` sits
-outside all else. In order, for each request:
+``Edge`` sits around the router, as Starlette's ``ServerErrorMiddleware`` sits outside all else,
+and its order is the contract. A request gets our id, never the client's; an unknown path or
+method is an answer like any other. From the headers alone, before a byte of the body is read,
+come the route's ``auth`` (a ``Check``, whose answer, ``request.caller``, the handler does not
+check again), ``accepts`` (415) and a declared length past the limit (413): a stranger's upload
+costs its headers. Then the body (413 past ``max_body_bytes``, unless the route streams it) and
+the handler, cancelled if the client disconnects first. A ``HeadwayError`` is answered through
+the one table in ``errors.py`` (or the route's ``render_error``, same status); anything else as
+a bare 500 ``internal_error`` and a log line with the traceback, never the exception's text (it
+may quote the input). Every answer carries the request id, ``traceresponse`` and the headers the
+handler set, and is reported to the ``AnswerObserver``; one given before the body was read whole
+closes the connection, so the rest is never read. A client that disconnected gets nothing but is
+still reported, as 499 (nginx's "client closed request").
 
-1. give it a request id (ours, never the client's);
-2. find its route and its path parameters — an unknown path (404) or method (405) is an
-   answer like any other;
-3. from the headers alone, before a byte of the body is read: who is calling (the route's
-   ``auth``, a ``Check`` — 401, 403, 429 for too many failed keys — whose answer becomes
-   ``request.caller``: the handler checks nothing again), the body's media type (the
-   route's ``accepts``: 415) and a declared length past the route's limit (413); so a
-   stranger's upload costs its headers;
-4. read the body, refusing past ``max_body_bytes`` (413), unless the route streams it
-   (``Route.streams_body``: its handler reads it as it arrives);
-5. run the route's handler, cancelled if the client disconnects first;
-6. turn what came out into the response: a ``HeadwayError`` through the one table in
-   ``errors.py`` (JSON ``{"error": {"type", "message"}}``, ``Retry-After`` where it has
-   one), anything else into a bare 500 ``internal_error`` and one log line with the
-   request id and traceback, never the exception's text to the client (it may quote
-   the input); a route that speaks another API's error format (``Route.render_error``:
-   TEI's) writes both its own way, with the same status;
-7. add the request id, the trace (``traceresponse``) and the headers the handler set for
-   every answer; an answer given before the body was read whole closes the connection
-   (``Connection: close``), so the rest of it is never read;
-8. report it to the ``AnswerObserver``: route name, status, seconds, error type; and, where
-   access logging is on, one log line of it.
-
-All of it runs inside the request's SERVER span (``tracing.spans``): named ``{method}
-{route template}`` once the route is known, with the stable HTTP semantic conventions,
-continuing the caller's ``traceparent`` (probes, ``PROBES``, are never recorded); and
-with the request as the log context, so every line logged while serving it carries its
-id, route, tenant and trace id.
-
-A client that disconnected gets nothing (nobody is listening) but is still
-reported, with status 499 (nginx's "client closed request").
+All of it runs inside the request's SERVER span, continuing the caller's ``traceparent``
+(``PROBES`` are never recorded), with the request as the log context.
 """
 
 from __future__ import annotations

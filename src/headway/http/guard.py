@@ -1,58 +1,38 @@
-"""The edge defends itself: uvicorn's httptools protocol with a TLS handshake, header and body
-timeouts, an idle timeout, a header size bound, and caps on open connections per process
-and per client address.
+"""The edge defends itself: uvicorn's httptools protocol with a TLS handshake, header, body and
+idle timeouts, a header size bound, and caps on open connections per process and per client.
 
-uvicorn times a connection out only between requests (keep-alive): one that connects and
-sends nothing, or sends half a request line or half its headers, or half its body, is held
-for ever, so a few thousand of them from one client use up the process's descriptors. Here
-each connection is always in one phase, and each phase but one runs a timer:
+uvicorn times a connection out only between requests, so one that sends nothing, or half a
+request, is held for ever, and a few thousand from one client use up the descriptors. Here a
+connection is always in one phase (handshake, headers, body, busy, idle, then headers again at
+idle's first byte), and every phase but ``busy`` (the request's own deadline) runs a timer:
 
-    connected ─▶ [handshake] ─▶ headers ──▶ body ──(body in)──▶ busy ──(response sent)──▶ idle ─┐
-                 └─ header_timeout_s, from connecting ─┘  pace     no timer: the request's      │
-                    ▲                                      rule    own deadline governs          │
-                    └──────────────────────(first byte)──── idle_timeout_s ◀─────────────────────┘
+- **handshake** (TLS) and **headers**: ``header_timeout_s`` from connecting, or from the first
+  byte after idle, never restarted by a byte, so a client dripping a byte a second goes as
+  surely as a silent one (``on_header_timeout``). A connection is admitted and timed before its
+  handshake, so one that never sends its ClientHello counts against the caps and is not held
+  for asyncio's 60 s.
+- **body**: the pace rule of ``request_limits.py``; late, it is answered 408 (unless the app
+  has begun its answer) and closed. Its clock restarts while the server has stopped reading or
+  still owes ``100 Continue``: only the client's slowness counts.
+- **idle**: uvicorn's keep-alive timer at ``idle_timeout_s``; closed without a word.
 
-- **handshake** (with TLS): the connection is admitted and timed from its first moment,
-  before the handshake (``tls_handshake.py``), so a client that never sends its ClientHello
-  is counted by the caps and dropped with the header timer, not held for asyncio's 60 s.
-- **headers**: from connecting, or from the first byte after an idle spell, until the
-  request's headers are all in. The clock is not restarted by each byte, so a client
-  dripping one byte a second is dropped as surely as a silent one. On expiry see
-  ``on_header_timeout``.
-- **body**: from the headers until the body is in, the pace rule of ``request_limits.py``
-  (``body_timeout_s`` plus a second per ``body_min_rate_bytes_s`` bytes); a late body is
-  answered 408 (unless the app has begun its answer) and the connection closed. While the
-  server itself has stopped reading (the app has not taken what came), or still owes the
-  client its ``100 Continue``, the body's clock starts again: only the client's slowness
-  counts.
-- **idle**: uvicorn's own keep-alive timer, set to ``idle_timeout_s``; on expiry the
-  connection is closed without a word (a client reusing it will open another).
-- A request line and headers past ``max_header_bytes`` (httptools sets no bound), every
-  byte counted whatever the reads' boundaries, are answered 431 and the connection closed
-  before anything of them is parsed; a pipelined request's headers, begun in the read that
-  ended the one before, are bounded by what the parser hands over (names, values, URL).
-- An answer sent before the request's body was all received (refused from its headers)
-  closes the connection, but lingers first (``_LingeringTransport``): the write side is
-  shut, and what the client still sends is read and dropped, unparsed, for at most
-  ``linger_s`` and ``linger_bytes``, so a client that reads only once it has sent its whole
-  body reads the answer rather than a reset; then the connection closes.
-- A client that disconnects while its request is being served has that request's task
-  cancelled here, its ``Disconnect`` (the scope's ``DISCONNECT_EXTENSION``) marked first,
-  so the app needs no watcher task per request to learn of it (``http/asgi.py``).
-- Over TLS with ``callers`` set, a client certificate that names none of them (another
-  role's, signed by the same CA; ``loopback_callers`` pass from loopback only) is refused
-  as the handshake ends (``tls_identity``):
-  closed before a byte of it is read. The names a connection's certificate carries are in
-  each request's scope (``tls/identity.PEER_EXTENSION``), for routes of one caller.
-- A connection over a cap (``ConnectionCaps``) is answered 503 with ``Connection: close``
-  and a JSON error (over TLS: closed, a TLS client cannot read a plain answer) and closed at
-  once, before anything it sends is read: it costs an accept, a protocol object and a
-  write; no timer is armed and nothing is parsed. Clients are counted by
-  ``client_address`` (an IPv6 client by its /64); a trusted proxy only against the process.
+A request line and headers past ``max_header_bytes`` (httptools sets no bound), counted whatever
+the reads' boundaries, get 431 and a close before they are parsed; a pipelined request's
+headers, begun in the read that ended the one before, are bounded by what the parser hands over.
+An answer sent before the body is all in lingers (``_LingeringTransport``): the write side is
+shut and the rest dropped unparsed, within ``linger_s`` and ``linger_bytes``, so a client that
+reads only once it has sent its body reads the answer, not a reset. A client that leaves
+mid-request has its request's task cancelled, its ``Disconnect`` marked first, so the app needs
+no watcher task per request (``http/asgi.py``).
 
-One ``EdgeGuard`` per process holds the caps and the observer every connection shares
-(all on the event loop's thread, so no locks); ``guarded_protocol`` binds it into the
-protocol class uvicorn instantiates per connection.
+Over TLS with ``callers`` set, a certificate naming none of them (another role's, signed by the
+same CA; ``loopback_callers`` pass from loopback only) is closed as the handshake ends, before a
+byte is read; its names are in each request's scope (``tls/identity.PEER_EXTENSION``). A
+connection over a cap (``ConnectionCaps``) gets 503 and a JSON error and is closed (over TLS
+only closed: a TLS client cannot read a plain answer) before anything it sends is read; no timer
+is armed. Clients are counted by ``client_address`` (IPv6 by its /64), a trusted proxy only
+against the process. One ``EdgeGuard`` per process holds what every connection shares, all on
+the event loop's thread, so no locks.
 """
 
 from __future__ import annotations

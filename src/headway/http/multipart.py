@@ -1,34 +1,18 @@
 """A strict multipart/form-data parser that reads a body as it arrives (``POST /v1/files``).
 
-The body (RFC 7578 over RFC 2046) is a run of parts between boundary lines::
+A part's data (RFC 7578 over RFC 2046) ends at the first CRLF ``--BOUNDARY`` that a real
+boundary line follows (``--`` or optional blanks, then CRLF), so data may hold CRLF, ``--`` and
+even the boundary text mid-line. Data is handed on as it comes: only the few bytes that might
+begin a boundary wait for the next chunk, so an upload is never held. Lines must end in CRLF,
+as RFC 7578 and every encoder write them; a bare-LF body is refused by name rather than guessed
+at, since an LF-only reading would move every part's last byte.
 
-    --BOUNDARY\\r\\n
-    Content-Disposition: form-data; name="file"; filename="in.jsonl"\\r\\n
-    Content-Type: application/jsonl\\r\\n
-    \\r\\n
-    <bytes>\\r\\n
-    --BOUNDARY--\\r\\n
-
-A part's data ends at the first CRLF ``--BOUNDARY`` that a real boundary line follows
-(``--`` or optional blanks then CRLF), so data may hold CRLF, ``--`` and even the
-boundary text mid-line. ``FormReader`` takes the body a chunk at a time and hands each
-part's data on as it comes (a 200 MB upload is never held: only the few bytes that might
-begin a boundary wait for the next chunk); ``parse_form`` is the same over a whole body.
-Lines must end in CRLF, as RFC 7578 and every encoder (browsers, curl,
-httpx, aiohttp, requests) write them; a bare-LF body is refused by name rather than
-guessed at, since a LF-only reading would move every part's last byte.
-
-Parameters may be tokens or quoted strings (backslash escapes undone) and may come in
-RFC 5987 form (``filename*=UTF-8''%e2%82%ac.jsonl``, which wins over ``filename``;
-aiohttp sends ``name*`` for a non-ASCII name). Header names are case-insensitive; header
-bytes are read as UTF-8 (browsers send raw UTF-8 filenames), else Latin-1. Filenames
-are kept as sent: httpx writes ``"`` as ``%22`` and aiohttp percent-encodes the whole
-filename, and nothing in the body says which, so none of it is undone.
-
-Refusals say what is wrong: ``UnsupportedMediaType`` for another content type, and
-``InvalidRequest`` for a missing boundary, a malformed or truncated body, a part
-without ``Content-Disposition`` or name, a NUL in a name or filename (a filename is kept,
-and Postgres cannot store one), a field given twice, or too many parts.
+Parameters may be tokens, quoted strings (escapes undone) or RFC 5987 (``filename*``, which
+wins over ``filename``; aiohttp sends ``name*`` for a non-ASCII name). Header bytes are read as
+UTF-8 (browsers send raw UTF-8 filenames), else Latin-1. Filenames are kept as sent: httpx
+writes ``"`` as ``%22`` and aiohttp percent-encodes the whole filename, and nothing in the body
+says which, so none of it is undone. A NUL in a name or filename is refused (a filename is
+kept, and Postgres cannot store one).
 """
 
 from __future__ import annotations
@@ -83,15 +67,12 @@ _PREAMBLE, _BOUNDARY_LINE, _HEADERS, _DATA, _DONE = range(5)
 
 
 class FormReader:
-    """The body of a ``multipart/form-data`` request read as it arrives: ``feed`` each
-    chunk, get back what it completed (``PartStart``, ``PartData``, ``PartEnd``, in order),
-    then ``close`` at the end of the body. Memory is the bytes that might still be the start
-    of a boundary, or an unfinished header block (``MAX_HEADER_BYTES``): never a part's
-    data, which leaves in ``PartData`` as it comes. A problem raises (``InvalidRequest``)
-    as soon as the bytes show it; the reader is then of no further use.
-
-    The content type is checked when the reader is made (``UnsupportedMediaType``,
-    ``InvalidRequest`` for its boundary), before any byte of the body is read.
+    """A ``multipart/form-data`` body read as it arrives: ``feed`` each chunk and get back
+    what it completed (``PartStart``, ``PartData``, ``PartEnd``, in order); ``close`` at its end.
+    Memory is the bytes that might still begin a boundary, or an unfinished header block
+    (``MAX_HEADER_BYTES``), never a part's data. A problem raises ``InvalidRequest`` as soon
+    as the bytes show it, and the reader is then of no further use. The content type is
+    checked when the reader is made, before any byte of the body is read.
     """
 
     def __init__(self, content_type: str, *, max_parts: int = 16) -> None:

@@ -1,31 +1,21 @@
 """Spans exported in batches over OTLP/HTTP with the JSON encoding.
 
-``OtlpExporter`` is the tracer's ``SpanSink``. ``export`` gets a request's spans as its
-SERVER span ends and encodes them at once (``encode_spans``: one loop over spans still
-hot in the cache, freed right after) into OTLP/JSON bytes, which wait in a bounded
-buffer: a full buffer drops them and counts them, so tracing never blocks or fails a
-request. A task on the process's event loop (``start``), every ``interval_s`` or sooner
-once ``batch_spans`` are waiting, joins the waiting bytes into an
-``ExportTraceServiceRequest`` (ids in hex, as the OTLP spec says for JSON; an
-OpenTelemetry Collector, Jaeger or Tempo accepts it) and posts it to the collector's
-``/v1/traces`` through a ``Transport`` (the keep-alive HTTP/1.1 one the gateway calls
-its workers with).
+``OtlpExporter`` is the tracer's ``SpanSink``. ``export`` encodes a request's spans into
+OTLP/JSON bytes as its SERVER span ends, while they are hot in the cache, and the bytes wait in
+a bounded buffer: a full buffer drops and counts them, so tracing never blocks or fails a
+request. A task on the event loop joins the waiting bytes every ``interval_s``, or sooner once
+``batch_spans`` wait, into one ``ExportTraceServiceRequest`` (ids in hex, as the OTLP spec says
+for JSON) posted to the collector's ``/v1/traces`` through a ``Transport``.
 
-Failures are handled as the OTLP/HTTP spec asks of a client:
-
-- a refused or broken connection, a timeout, or 429, 502, 503 or 504 is retried with
-  exponential backoff (``backoff_s`` doubling up to ``max_backoff_s``, full jitter), or
-  after the collector's ``Retry-After`` when it sends one, up to ``max_attempts`` posts;
-  new spans keep buffering meanwhile (within the bound);
-- any other answer (400: the collector will never take it) drops the batch at once;
-- a 200 that reports a partial success counts its ``rejectedSpans`` as dropped.
-
-Every drop is counted by reason; failures are logged once a minute at most. ``close``
-lets a post in flight finish, cuts a backoff short, and posts what is left, each batch
-once more: a batch taken from the buffer is always posted or counted as dropped.
-
-Encoding as a request ends and posting from the event loop, not a thread, are the
-cheaper choices measured (docs/DESIGN.md, "Decisions").
+Failures are handled as the OTLP/HTTP spec asks of a client: a refused or broken connection, a
+timeout, or 429, 502, 503 or 504 is retried with exponential backoff and full jitter (or after
+the collector's ``Retry-After``) up to ``max_attempts`` posts, new spans buffering meanwhile;
+any other answer drops the batch at once; a partial success counts its ``rejectedSpans`` as
+dropped. Every drop is counted by reason; failures are logged once a minute at most. ``close``
+lets a post in flight finish, cuts a backoff short, and posts what is left, each batch once
+more: a batch taken from the buffer is always posted or counted as dropped. Encoding as a
+request ends, and posting from the event loop rather than a thread, are the cheaper choices
+(docs/DESIGN.md, "Decisions").
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
 """A TLS context that follows its files: rotate a certificate on disk, no restart.
 
-``ContextSource.current()`` answers the context to use for the next connection.
-``ReloadingContext`` builds one from its files at start (a file that cannot be used
-then is an error) and, when asked and at least ``interval_s`` after its last look,
-stats the files (mtime, size, inode: a Kubernetes secret swaps a symlink). Only if
-they changed does it read them; only if their bytes changed does it build a fresh
-context, and swaps it in. A change it cannot load keeps the previous context and
-logs one warning for that state of the files; the next change is tried again.
+``ContextSource.current()`` is the context for the next connection. ``ReloadingContext`` builds
+one at start (a file it cannot use then is an error); asked again at least ``interval_s`` after
+its last look, it stats the files (mtime, size, inode: a Kubernetes secret swaps a symlink),
+reads them only if changed, and builds and swaps in a context only if their bytes changed. A
+change it cannot load keeps the previous context and is warned of once per state of the files.
 
-The look happens on use, in the thread that asks (no watcher thread, nothing read by
-an idle process). Servers and clients take the latest context differently:
-
-- a server is handed ``serving()`` once, a context whose ``sni_callback`` sets each
-  new handshake's ``ssl_object.context`` to ``current()`` (OpenSSL calls it on every
-  ClientHello, with or without a server name): new connections get the new
-  certificate and CA, connections already open keep theirs;
-- a client asks ``current()`` for each request: its connection pool keys connections
-  by context, so new connections use the new one and idle ones age out.
+The look happens on use, in the thread that asks: no watcher thread, nothing read by an idle
+process. A server is handed ``serving()`` once, whose ``sni_callback`` sets each handshake's
+context to ``current()`` (OpenSSL calls it on every ClientHello, with or without a server
+name): new connections get the new certificate and CA, open ones keep theirs. A client asks
+``current()`` for each request, and its pool keys connections by context.
 """
 
 from __future__ import annotations

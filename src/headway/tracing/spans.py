@@ -1,29 +1,20 @@
 """Spans of the request being served, in the context of the task that serves it.
 
-One ``Tracer`` per process. The edge opens the request's SERVER span with
-``Tracer.server``; anything the request runs opens a child with ``span(name)``, which
-finds its parent in a context variable (asyncio copies it into every task the request
-starts, so a chunk's attempts are children of the request's span without being handed
-it). A span ends when its ``with`` block does; the request's spans go to the tracer's
-``SpanSink`` (the OTLP exporter) together, when the request's own span ends.
+One ``Tracer`` per process. The edge opens the request's SERVER span (``Tracer.server``);
+``span(name)`` opens a child of the span in a context variable, which asyncio copies into every
+task the request starts, so a chunk's attempts are children without being handed it. The
+request's spans go to the tracer's ``SpanSink`` together, when its own span ends.
 
-Whether anything is recorded is decided once per trace, at the SERVER span:
+Sampling is decided once per trace, at the SERVER span: a caller's sampled flag is followed; a
+new trace is sampled when the low 64 bits of its id fall under ``sample_ratio`` (as
+OpenTelemetry's ``TraceIdRatioBased``), so every process decides the same for one trace id. A
+trace not recorded still has a trace id, which every log line carries and every call to a
+worker passes on: as it came when not sampled, unsampled when tracing is off (no sink). Its
+``span`` is ``NOOP``, one context-variable read.
 
-- tracing off (no sink): nothing is recorded, but the request still has a trace id (the
-  caller's, from ``traceparent``, or a new one), which every log line carries and every
-  call to a worker passes on, unsampled;
-- on: a caller's sampled flag is followed (parent-based); a new trace is sampled when
-  the low 64 bits of its id fall under ``sample_ratio`` (as OpenTelemetry's
-  ``TraceIdRatioBased``), so every process decides the same for one trace id;
-- a trace not sampled is passed on as it came, and ``span`` returns ``NOOP``.
-
-So a child span costs one context-variable read when nothing is recorded; recorded, a
-few microseconds (its id is drawn and its clock read once each; the trace id is
-formatted in hex once a trace, where the traceparent, the logs and the export all read
-it). The spans
-follow OpenTelemetry's data model (ids, kinds, status, attributes) and are exported as
-OTLP; the OpenTelemetry SDK itself is not used on the request path: it cost as much
-CPU again as the whole gateway spends on a request (docs/DESIGN.md, "Decisions").
+Spans follow OpenTelemetry's data model and are exported as OTLP; a trace id is formatted in hex
+once a trace, where the traceparent, the logs and the export read it. The OpenTelemetry SDK is
+not used on the request path, for its CPU cost (docs/DESIGN.md, "Decisions").
 """
 
 from __future__ import annotations

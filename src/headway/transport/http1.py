@@ -1,23 +1,19 @@
 """The real transport: HTTP/1.1 keep-alive connections to every replica, on asyncio protocols.
 
-Each call takes an idle connection to its replica (or opens one), writes the request
-in one ``write``, and waits for the response, which the connection parses in place
-as the bytes arrive (``transport.connection``, the parser the load generator drives
-too). No streams, no per-call timer objects beyond one ``call_later`` (what aiohttp's
-and httpx's clients cost a call: docs/DESIGN.md, "Decisions").
+A call writes its request in one ``write`` on an idle connection to its replica (or a new one),
+which parses the response in place as the bytes arrive (``transport.connection``, the parser the
+load generator drives too): no streams, no timer object but one ``call_later``, cheaper than
+aiohttp's and httpx's clients (docs/DESIGN.md, "Decisions").
 
-A connection carries one call at a time. A call that times out, or whose caller is
-cancelled (a hedge's loser, a client that left), aborts its connection: the late
-response could not be told apart from the next call's. Idle connections are kept per
-replica and dropped once idle longer than ``keepalive_s`` (below the workers' own
-idle timeout, so a connection is rarely reused just as the server closes it) or made
-with a TLS context that has since been replaced.
+A connection carries one call at a time. A call that times out or whose caller is cancelled (a
+hedge's loser, a client that left) aborts its connection: the late response could not be told
+apart from the next call's. An idle connection is dropped past ``keepalive_s``, which is below
+the workers' own idle timeout so that one is rarely reused just as the server closes it.
 
-An https:// replica is called with ``tls``'s latest context (mutual TLS: the internal
-CA, this process's certificate) and ``server_hostname`` as the name its certificate
-must carry, whatever address the replica was found at; without ``tls``, the system's
-default verification of the URL's host. A new context (a certificate rotated on disk)
-is used by new connections; idle ones made with the old context are closed.
+An https:// replica is called with ``tls``'s latest context (mutual TLS: the internal CA) and
+``server_hostname`` as the name its certificate must carry, whatever address it was found at;
+without ``tls``, the system's default verification of the URL's host. A new context (a
+certificate rotated on disk) is used by new connections; idle ones made with the old are closed.
 """
 
 from __future__ import annotations
