@@ -1,22 +1,16 @@
 """Every background loop of a process, supervised so that none dies silently.
 
-Two kinds, as TEI's background tasks either carry on or ``.expect()`` loudly:
+``every`` runs a periodic step: one that raises is logged with its traceback and counted
+(``on_failure``), and the loop carries on at the next interval, since one failed poll must not
+freeze a pool's readiness for the rest of the process's life. ``essential`` runs a task the
+process cannot serve without (the worker's batcher): if it ever returns or raises, that is a
+bug, logged as critical, and ``on_fatal`` stops the process (by default at once, exit status
+70), so an orchestrator restarts it instead of it answering nothing while looking alive.
 
-- ``every(name, interval_s, step)``: a periodic step (poll replicas, follow DNS,
-  reload the registry, announce this gateway). A step that raises is logged with
-  its traceback and counted (``on_failure(name)``, for a metric), and the loop
-  carries on at the next interval: one failed poll must not freeze a pool's
-  readiness for the rest of the process's life.
-- ``essential(name, run)``: a task the process cannot serve without (the worker's
-  batcher, which owns its queue). If it ever returns or raises, that is a bug: it
-  is logged as critical and ``on_fatal(name)`` stops the process (by default at
-  once, exit status 70), so a supervisor or orchestrator restarts it instead of
-  it answering nothing while looking alive.
-
-``stop()`` cancels them all and waits for them; it is the only way they end. A loop
-whose step swallowed the cancellation, or turned it into an error (``cancellation.py``:
-Python 3.11's ``wait_for``, nats-py), still ends: each loop checks after its step whether
-it was asked to stop.
+``stop()`` cancels them all and waits for them; it is the only way they end. A step that
+swallowed the cancellation or turned it into an error (``cancellation.py``: Python 3.11's
+``wait_for``, nats-py) still ends its loop, which checks after each step whether it was asked
+to stop.
 """
 
 from __future__ import annotations

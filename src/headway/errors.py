@@ -1,36 +1,10 @@
 """One exception tree for everything a client can be told, and one table to HTTP.
 
-    HeadwayError
-    ├── InvalidRequest          400  body is not JSON / not an object
-    ├── StorageLimitReached     400  the tenant keeps as many files (or bytes) as it may
-    ├── Unauthorized            401  missing or unknown API key
-    ├── Forbidden               403  key is valid but not allowed here
-    ├── NotFound                404  unknown route or model
-    ├── MethodNotAllowed        405
-    ├── ModelMismatch           409  a chunk names a version its worker does not serve
-    ├── Conflict                409  the write clashes with what exists (a duplicate, a rollout)
-    ├── LineNotLive             409  a batch line whose batch runs no more lines (the executor's)
-    ├── PayloadTooLarge         413  body bytes over the limit
-    ├── UnsupportedMediaType    415  body is not JSON
-    ├── RangeNotSatisfiable     416  a Range past the end of the file (carries Content-Range)
-    ├── ValidationFailed        422  JSON is well-formed but breaks the schema or a limit
-    ├── QuotaExceeded           429  the tenant's token bucket is empty (carries retry_after_s)
-    ├── LimitReached            429  a bound on work in progress (open batches, uploads at once)
-    ├── AuthThrottled           429  too many failed key checks from the address or key prefix
-    ├── Overloaded              503  no capacity now (carries retry_after_s)
-    ├── UpstreamFailed          502  every replica that was tried failed
-    ├── NoReplicas              503  no ready replica in the pool
-    ├── MeteringUnavailable     503  the usage outbox is full or failing: work could not be billed
-    ├── UsageUnavailable        503  the usage ledger cannot be read now
-    ├── RegistryUnavailable     503  the registry's database cannot be had now (admin API)
-    ├── StoreUnavailable        503  the batch store's database cannot be had now (Batch API)
-    └── DeadlineExceeded        504  the request's deadline passed
-
-Dependency errors are translated where they happen (``raise X from exc``);
-the HTTP edge (``http/edge.py``) turns a ``HeadwayError`` into
-``{"error": {"type", "message"}}`` and anything else into a bare 500
-``internal_error`` with no detail. The OpenAPI document lists each route's
-errors from these classes (status, type and docstring).
+Each ``HeadwayError`` subclass carries its ``status`` and ``type``, and its docstring is what
+the OpenAPI document says of it on each route that raises it. Dependency errors are translated
+where they happen (``raise X from exc``); the HTTP edge (``http/edge.py``) turns a
+``HeadwayError`` into ``{"error": {"type", "message"}}`` and anything else into a bare 500
+``internal_error`` with no detail.
 """
 
 from __future__ import annotations

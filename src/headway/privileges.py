@@ -1,28 +1,17 @@
 """Least privilege on Postgres: one login role per component, with only its grants.
 
-In shared mode every component reaches one Postgres database. The owner (the role that
-runs ``headway db migrate`` / ``headway db roles``, and the admin CLI) owns the tables;
-each component connects as its own role, ``<prefix>_<component>``, holding only what
-``GRANTS`` lists here, so a component that is broken into can do at most what its code
-does:
+In shared mode every component reaches one Postgres database. The owner (the role that runs
+``headway db migrate`` / ``headway db roles``, and the admin CLI) owns the tables; each
+component connects as its own role, ``<prefix>_<component>``, holding only what ``GRANTS``
+lists, so a component that is broken into can do at most what its code does. Row-level security
+on ``api_keys`` (``KEY_POLICIES``) lets the gateway create and rotate tenant keys only, and
+change an admin key only into a revoked one: an admin key is the owner's to make.
 
-- gateway: the registry (its admin API writes tenants, keys, models, splits, rollouts),
-  the batch store (the Batch API front), quality references; the ledger read-only
-  (``/v1/usage``). Row-level security on ``api_keys`` lets it create and rotate tenant
-  keys only, and change an admin key only into a revoked one: an admin key is the owner's
-  to make (the admin CLI).
-- worker: the model rows it resolves (models, aliases, splits, rollouts); nothing else.
-- billing: the ledger, and of the registry only the tenants' customers at the provider
-  (the export's mapping); nothing of the batch store.
-- executor: batch rows (results and output files in, status moves, expired files out),
-  tenants read-only
-  (a line's burst bound); nothing of keys or the ledger.
-
-The table is the one place the grants are written; ``role_statements`` turns it into
-SQL (``headway db roles --sql`` prints it), re-applied whole each time: every privilege
-on the known tables is revoked first, so a grant removed here is removed there too.
-A table a migration adds must be listed here (``tests/service/test_privileges.py``
-fails on one that is not). Pure: nothing here touches a database.
+``GRANTS`` is the one place the grants are written; ``role_statements`` turns it into SQL
+(``headway db roles --sql``), re-applied whole each time: every privilege on the known tables is
+revoked first, so a grant removed here is removed there too. A table a migration adds must be
+listed here (``tests/service/test_privileges.py`` fails on one that is not). Pure: nothing here
+touches a database.
 """
 
 from __future__ import annotations

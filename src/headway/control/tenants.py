@@ -1,28 +1,21 @@
-"""What a deleted tenant leaves outside the registry, deleted after it: its files (inputs
-and outputs, their bytes where no one else's file names them), its batches with their
-line results, and its cache entries (its own scope's and its shared group's).
+"""What a deleted tenant leaves outside the registry, deleted after it.
 
-The registry deletes the tenant, its keys and its pins in one transaction, and records
-the deletion there (``TenantDeletion``). Everything here is keyed by the tenant's id,
-which no later tenant gets, so a tenant created with the name at once (even before this
-finishes) finds none of it. ``finish`` does the rest in steps, each one harmless to
-repeat, so that a process that dies at any point leaves a deletion the next ``finish``
-completes:
+The registry deletes the tenant, its keys and pins in one transaction and records the deletion
+(``TenantDeletion``). Everything here is keyed by the tenant's id, which no later tenant gets, so
+a tenant created at once with the name finds none of it. ``finish`` works in steps, each harmless
+to repeat, so a process that dies at any point leaves a deletion the next ``finish`` completes:
 
-0. adopt the name's rows from before tenant ids (``legacy.py``): they are this tenant's
-   when its deletion is the name's oldest unfinished one, and must go with it;
-1. list the contents the tenant's files name, and record the list with the deletion
-   (the first list recorded stays: a later one, made after step 2, would be empty);
+0. adopt the name's rows from before tenant ids (``legacy.py``): they are this tenant's when
+   its deletion is the name's oldest unfinished one;
+1. record with the deletion the contents its files name (the first list recorded stays: one
+   made after step 2 would be empty);
 2. delete its batches, their results and its file records (one batch-store transaction);
-3. delete each listed content that no file record names any more;
+3. delete each listed content (its bytes) that no file record names any more;
 4. forget its cache entries (its own scope, by id, and its shared group's);
 5. mark the deletion finished.
 
-``finish_pending`` adopts every name's legacy rows, then finishes every deletion not yet
-finished: each gateway runs it every ``FINISH_EVERY_S`` (the background loop
-``tenant_deletions``; ``adopt_legacy`` alone at start), and ``headway tenants
-finish-deletions`` does it by hand. Queued lines of the deleted batches are dropped by
-the executors as they come (their batch is gone).
+Gateways run ``finish_pending`` every ``FINISH_EVERY_S`` (``adopt_legacy`` alone at start), and
+``headway tenants finish-deletions`` by hand. Executors drop the deleted batches' queued lines.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """What the registry raises: each rule a write can break its own error, and the two
-ways its database can fail it.
+ways its database can fail it (``RegistryUnavailable``, ``SchemaTooNew``).
 
-    RegistryError
-    ├── RegistryUnavailable  the database cannot be reached, or is locked past the timeout
-    ├── SchemaTooNew         the database was migrated by newer code than this
-    ├── InvalidTenant        a value no tenant may have
-    │   ├── UnknownTier      a tier other than interactive or batch
-    │   ├── InvalidQuota     a rate or burst that is not a positive, finite number
-    │   └── InvalidLimit     a Batch API bound that is not a whole number from 0, or unknown
-    ├── DuplicateTenant      a tenant of that name exists already
-    ├── UnknownTenant        no tenant has that name
-    ├── DuplicateKey         the API key is some tenant's or the operator's already
-    ├── UnknownKey           no key has that id
-    ├── InvalidOverlap       a rotation overlap that is negative or not finite
-    ├── LastAdminKey         revoking it would leave no live admin key
-    ├── UnknownModelKind     a model kind other than embedding or cross-encoder
-    ├── UnknownModel         no version has that hash, or no alias that name
-    ├── InvalidSplit         weights, pins or shadow that no split may have
-    ├── UnknownRollout       no rollout has that id
-    ├── InvalidRollout       a plan no rollout may have, or a move its state forbids
-    └── RolloutActive        the alias is in a rollout, which owns its split
-
-The registry checks each rule before it writes, inside the write's transaction;
-the schema's own constraints stay as a backstop, and one that fails anyway (two
-writers adding the same name at once) is reported as the rule it guards, never
-as ``sqlite3.IntegrityError``.
+The registry checks each rule before it writes, inside the write's transaction; the schema's
+own constraints stay as a backstop, and one that fails anyway (two writers adding the same name
+at once) is reported as the rule it guards, never as ``sqlite3.IntegrityError``.
 """
 
 from __future__ import annotations

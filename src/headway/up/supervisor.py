@@ -1,26 +1,21 @@
 """``headway up``: the whole system as child processes of one foreground process.
 
-The supervisor binds every listening socket itself and hands each child its own (no race
-for free ports): workers, the billing consumer, the gateways (a client port, and an
-operations listener on a free port of ``gateway.ops_host``, ``app/ops.py``, their only
-/metrics) and a batch executor, which shares a token made for this run with the gateways
-(in the run's settings file, readable by this user only). Once all are started it writes
-``<data_dir>/run/prometheus-targets.json`` (``file_sd``); a restarted child keeps its
-addresses, so the file stays true.
+The supervisor binds every listening socket itself and hands each child its own (no race for
+free ports): workers, the billing consumer, the gateways (a client port, and an operations
+listener, their only /metrics: ``app/ops.py``) and a batch executor, which shares a token made
+for this run with the gateways (in the run's settings file, readable by this user only). A
+restarted child keeps its addresses, so ``<data_dir>/run/prometheus-targets.json`` stays true.
 
-Children run in their own process group (Ctrl-C reaches only the supervisor, which
-signals each once) and get SIGTERM if it dies. On SIGINT or SIGTERM it stops the gateways
-first (they finish in-flight requests), then the workers. A child that exits is started
-again on its addresses; one that keeps exiting right after starting stops everything, and
-``up`` exits non-zero.
+Children run in their own process group (Ctrl-C reaches only the supervisor, which signals each
+once) and get SIGTERM if it dies. On SIGINT or SIGTERM it stops the gateways first (they finish
+in-flight requests), then the workers. A child that exits is started again; one that keeps
+exiting right after starting stops everything, and ``up`` exits non-zero.
 
-Scale to zero (docs/scale-to-zero.md): the supervisor serves ``wake_endpoint.py`` on
-127.0.0.1 (``gateway.wake_url``). With ``up.prewarm`` off a worker's port is held, bound
-but refusing connections, until a gateway wakes its pool; the pool's first worker starts,
-the rest once it is ready. With ``up.idle_stop_s`` an idle pool's workers (``pool_idle.py``)
-are stopped (SIGTERM: drained), which is not a death: no restart, started again on a wake.
-With ``tls`` every child reads the same files: workers serve mutual TLS, and with
-``tls.public_cert`` the gateways serve https, which the readiness checks trust (docs/tls.md).
+Scale to zero (docs/scale-to-zero.md): the supervisor serves ``wake_endpoint.py`` on 127.0.0.1.
+With ``up.prewarm`` off a worker's port is held, bound but refusing, until a gateway wakes its
+pool: its first worker starts, the rest once it is ready. Workers of a pool idle past
+``up.idle_stop_s`` are stopped, drained: not a death, no restart. With ``tls`` workers serve
+mutual TLS, and gateways https with ``tls.public_cert``, trusted by the readiness checks.
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """``/v1/files``: a tenant's JSONL batch inputs and the outputs its batches wrote.
 
-An upload is ``multipart/form-data`` with ``purpose`` (``batch``: the only purpose
-here) and ``file``, and optionally OpenAI's ``expires_after[anchor]`` (``created_at``)
-and ``expires_after[seconds]`` (an hour to 30 days); without them a file lives
-``batches.file_retention_s``.
-
-An upload is streamed, never held. In order: the key is checked from the headers (a
-stranger's 150 MB costs one 401), then the content type and the declared length, then
-the tenant's uploads in progress and this gateway's (``uploads.UploadSlots``: 429), then
-what the tenant keeps (``bounds``: files and bytes). Only then is the body read, as it
-arrives (``FormReader``): the file part goes to a temporary file in the file store's
-directory, hashed as it is written, its lines checked as they complete (``jsonl.
-UploadCheck``, with the executor's own reading of each line and the strict parser of its
-url); the byte limits (``batches.max_file_bytes``, the tenant's room left) are enforced
-at the chunk that passes them. The first problem answers at once (4xx) and the temporary
-file is removed, as when the client disconnects mid-upload. A file fully checked is
-fsynced, then moved into place by its digest inside the transaction that records it (the
-tenant's bounds checked again there, the content's lock held): the 200 comes after both
-are durable. Memory is a megabyte or two per upload whatever the file's size.
+An upload is ``multipart/form-data`` with ``purpose`` (``batch``) and ``file``, and optionally
+OpenAI's ``expires_after[anchor]`` (``created_at``) and ``expires_after[seconds]`` (an hour to
+30 days; without them, ``batches.file_retention_s``). It is streamed, never held, and refused as
+early as it can be: the key from the headers (a stranger's upload costs one 401), the content
+type and declared length, the tenant's and this gateway's uploads in progress
+(``uploads.UploadSlots``: 429), what the tenant keeps (``bounds``). Only then is the body read
+(``FormReader``) into a temporary file in the file store's directory, hashed and its lines
+checked as they come (``jsonl.UploadCheck``, the executor's own reading), the byte limits
+enforced at the chunk that passes them. The first problem answers at once and removes the
+temporary file, as a disconnect does. A checked file is fsynced, then moved into place by its
+digest inside the transaction that records it (the bounds checked again, the content's lock
+held): the 200 comes after both are durable.
 
 Every route reads only the caller's own files: another tenant's id is a 404, exactly as an
-unknown one. A download is sent from the file a chunk at a time (``FileResponse``). A file
-still read by a batch that has not finished cannot be deleted (409).
+unknown one. A file still read by an unfinished batch cannot be deleted (409).
 """
 
 from __future__ import annotations

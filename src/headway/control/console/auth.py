@@ -1,37 +1,21 @@
 """Signing in and out of the console, and the guard in front of everything else.
 
-``POST /console/login`` takes an admin API key (form field ``key``), checks it as the
-API does (``authenticate``: digest, constant-time compare, expiry) and answers a
-session cookie: ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other
-site's page sends it), ``Path=/console``, ``Max-Age`` the session's life, and
-``Secure`` when the request came over https (``scope["scheme"]``: uvicorn sets it
-from TLS, or from ``X-Forwarded-Proto`` of a proxy it trusts, 127.0.0.1 by default).
-A tenant key (403) or a wrong one (401) gets the form again and no cookie.
+``POST /console/login`` checks an admin API key as the API does (``authenticate``: digest,
+constant-time compare, expiry) and answers a session cookie that is ``HttpOnly``,
+``SameSite=Strict``, ``Path=/console``, and ``Secure`` when the request came over https (TLS, or
+a trusted proxy's ``X-Forwarded-Proto``); a tenant key (403) or a wrong one (401) gets no
+cookie. The key goes through the gateway's one failed-key limiter (``gateway/auth/``), per
+client address and per key prefix, never for the whole gateway, so a flood of wrong keys from
+elsewhere never locks an operator out; refused, it gets 429 before its key is checked, and the
+limiter logs the lockout once, with the address, never the key.
 
-A sign-in's key goes through the gateway's one failed-key limiter (``gateway/auth/``), as
-every key does: per client address (behind a trusted proxy, the address it forwarded) and
-per key prefix, never for the whole gateway, so a flood of wrong keys from anywhere else
-never locks an operator out. Refused, a sign-in gets 429 with ``Retry-After`` and the form
-again (a fresh login token, no session), before its key is checked. Every answer of
-``POST /console/login`` is counted by outcome; each lockout is logged once, by the limiter
-(the address, never the key).
-
-Every other console route declares ``console_session``: the edge runs ``session`` before
-the body is read, which sets the security headers (they reach error answers too, through
-``response_headers``) and refuses a request without a valid session (401 JSON; a page's
-401 is written as a 303 to the sign-in form, ``sign_in_first``). The handler is wrapped
-by one of three guards, which take the session the edge found:
-
-- ``page``, ``api``: hand it to the handler;
-- ``write``: first, the request must not come from another site (``same_origin``:
-  ``Sec-Fetch-Site``, ``Origin``) and its CSRF token (``X-CSRF-Token``, or a ``csrf`` form
-  field) must be the session's → 403.
-
-A session is valid while its signature checks, it has not expired, and its key id is
-a live admin key of the current registry snapshot: revoking the key ends every
-session opened with it at once (on this gateway at the snapshot reload its revoke
-makes; on the others within ``registry_poll_s``). Signing out clears the cookie; a
-copy of the value would stay good until it expires (there is no session table).
+Every other console route declares ``console_session``: the edge runs ``session`` before the
+body is read, which sets the security headers (error answers get them too) and refuses a
+request without a valid session; ``write`` also requires a same-site request (``same_origin``)
+and the session's CSRF token (403). A session is valid while its signature checks, it has not
+expired, and its key id is a live admin key of the current registry snapshot: revoking the key
+ends its sessions (here at the snapshot reload, on other gateways within ``registry_poll_s``).
+There is no session table: signing out clears the cookie; a copy stays good until it expires.
 """
 
 from __future__ import annotations

@@ -1,24 +1,19 @@
 """Console sessions and CSRF tokens: signed values, no server-side table (pure).
 
-A session is the string ``<key id>.<expires>.<nonce>.<mac>``: the admin key it was
-opened with (its id, never the key), the unix second it ends, 128 random bits, and
-``HMAC-SHA256(secret, "session" | key id | expires | nonce)`` in URL-safe base64.
-Whoever holds the secret can check one; any gateway given the same secret accepts
-the sessions of the others, and none keeps a list. Changing any character changes
-the MAC, which is compared in constant time; an expired value is refused even with a
-good MAC. A signature proves only that this secret issued the value: whether its key
-is still a live admin key is the caller's check (``auth.py``), on every request.
+A session is ``<key id>.<expires>.<nonce>.<mac>``: the admin key's id (never the key), the unix
+second it ends, 128 random bits, and ``HMAC-SHA256(secret, "session" | key id | expires |
+nonce)`` in URL-safe base64. Any gateway given the same secret accepts the others' sessions,
+and none keeps a list. The MAC is compared in constant time; an expired value is refused even
+with a good one. A signature proves only that this secret issued the value: whether its key is
+still a live admin key is the caller's check (``auth.py``), on every request.
 
-The CSRF token of a session is ``HMAC-SHA256(secret, "csrf" | nonce)``: derived, so
-nothing is stored, and different for every session. A page carries it; every write
-must send it back. A cross-site form can make the browser send the cookie, never
-read the page, so it cannot know the token.
-
-Signing in has its own token (login CSRF: a site that signs a victim in to the
-attacker's session): ``GET /console/login`` sets a short-lived signed *login* value
-``<nonce>.<expires>.<mac>`` in a cookie and puts ``HMAC(secret, "login" | nonce)`` in
-the form; ``POST`` needs both, matching. Every MAC names its purpose, so no value of
-one kind passes for another.
+A session's CSRF token is ``HMAC-SHA256(secret, "csrf" | nonce)``: derived, so nothing is
+stored, and different for every session. A cross-site form can make the browser send the
+cookie, never read the page, so it cannot know the token. Signing in has its own token (login
+CSRF: a site that signs a victim in to the attacker's session): a short-lived signed login
+value ``<nonce>.<expires>.<mac>`` in a cookie and ``HMAC(secret, "login" | nonce)`` in the
+form, both needed by ``POST``. Every MAC names its purpose, so no value of one kind passes for
+another.
 """
 
 from __future__ import annotations
