@@ -1,22 +1,19 @@
 """The usage event: one per request that did work on our side, keyed by our request id.
 
-It is the one record billing trusts. The gateway writes it to its outbox before the
-answer leaves (``outbox.py``), the relay carries it to NATS JetStream with
-``Nats-Msg-Id`` = ``request_id``, and the consumer writes it to the ledger once per
-``request_id`` (``billing/``). Encoded as JSON (``encode``/``decode``), so that an
-operator can read a stream or a dead letter with any tool.
+It is the one record billing trusts: the gateway writes it to its outbox before the answer
+leaves (``outbox.py``), the relay carries it to JetStream with ``Nats-Msg-Id`` =
+``request_id``, and the consumer writes it to the ledger once per ``request_id``
+(``billing/``). JSON, so that an operator can read a stream or a dead letter with any tool.
 
-``billable`` is False for work we refunded: our failure (5xx), shed after the quota
-was charged, our deadline. Those events still reach the ledger (an operator sees
-the work we did and gave back) but never its aggregates, nor an invoice.
+``billable`` is False for work we refunded (our 5xx, shed after the quota was charged, our
+deadline): such an event reaches the ledger, where an operator sees the work given back,
+but never its aggregates nor an invoice.
 
-The tenant is ``tenant_id``, its registry id: immutable and never given to another
-tenant, so a tenant created with a deleted one's name starts with no usage. ``tenant``
-is its name, for display. Events of schema 1 (written before events carried the id,
-still in an outbox or the stream while a deployment upgrades) decode with
-``tenant_id`` = ``LEGACY_TENANT_ID``: they are billed, under their name, like the
-ledger rows written then (``billing/ledger/migrations.py`` says how an operator
-assigns them to a tenant id). Nothing of an old event is dropped, nor guessed.
+Usage is keyed by ``tenant_id``, the registry's id, never given to another tenant (one
+created with a deleted one's name starts with no usage); ``tenant`` is the name, for display.
+A schema 1 event (no id; still in an outbox or the stream while a deployment upgrades)
+decodes with ``LEGACY_TENANT_ID`` and is billed under its name, like the ledger's legacy
+rows (``billing/ledger/migrations.py``): nothing of an old event is dropped, nor guessed.
 """
 
 from __future__ import annotations

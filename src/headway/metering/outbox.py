@@ -1,37 +1,21 @@
 """The gateway's usage outbox: an SQLite file where an event is durable before the 200.
 
-One file per gateway (``<gateway id>.sqlite3``), in WAL mode with
-``synchronous=FULL``: a commit has reached the disk when it returns, so a gateway
-killed, or a machine losing power, after ``record`` returned still has the event.
+One file per gateway (``<gateway id>.sqlite3``), WAL with ``synchronous=FULL``: once
+``record`` returns, the event survives a killed gateway or a power loss.
 
 **Group commit.** One writer thread owns the write connection and the depth. ``record``
-puts the encoded event and a future on a queue and awaits the future; the writer takes
-everything waiting (up to ``max_group``), writes it in one ``BEGIN IMMEDIATE`` …
-``COMMIT``, and only then settles every future of the group, through
-``loop.call_soon_threadsafe``. Requests arriving together share one fsync; one
-arriving alone pays one. The queue is an ``_Inbox``: a command is appended to a deque
-and the writer woken only if it is waiting, so a burst of events costs one wake-up
-(a futex and a handoff of the GIL) rather than one per event. A commit that fails
-settles every future of its group with ``OutboxError``: no waiter hangs, and none is
-told its event is durable when it is not. ``remove`` goes through the same queue, so
-the gateway's own relay never competes with the request path for SQLite's write lock
-(it would wait in SQLite's busy handler, whose sleeps start at milliseconds).
+queues the event and awaits a future the writer settles only after the commit that holds it
+(up to ``max_group`` writes in one ``BEGIN IMMEDIATE`` … ``COMMIT``): requests arriving
+together share one fsync, and a failed commit raises ``OutboxError`` in each of its waiters,
+none left hanging and none told its event is durable. ``remove`` takes the same queue, so
+the relay never competes with the request path for SQLite's write lock.
 
-**Depth** is the number of events not yet removed. The writer keeps it exactly for its
-own inserts and removals, and re-reads it from the file at most every ``refresh_s``
-(and after each of its own removals), because in embedded mode the billing consumer
-removes rows from another process (``OutboxFile``). The re-read is
-``max(id) - min(id) + 1``: two B-tree descents, microseconds at a million rows, where
-``count(*)`` would read every page. Rows leave in id order (the relay and the consumer
-both remove what they read, oldest first), so the span is the count; a hole left by a
-partly failed batch makes it an overestimate until the hole is retried, which errs
-toward refusing work early, never toward serving work that cannot be billed.
-``full`` is ``depth >= max_events`` until depth is below 90% of it again; the writer
-logs one line when it becomes full and one when it has room again, never one per request.
-
-Reading (``read``, ``remove``) needs no writer: ``OutboxFile`` opens an existing outbox
-on its own connection (WAL lets it read while the writer commits), in this process or
-another, and does its SQLite work in a thread, never on the event loop.
+**Depth**, the events not yet removed, is exact for the writer's own writes and re-read at
+most every ``refresh_s`` (and after each removal), since the embedded billing consumer
+removes rows from another process (``OutboxFile``). The re-read is the id span, two B-tree
+descents where ``count(*)`` reads every page: rows leave in id order, so the span is the
+count, and a hole left by a partly failed batch only overestimates it, which errs toward
+refusing work early, never toward serving work that cannot be billed.
 """
 
 from __future__ import annotations
@@ -118,9 +102,10 @@ def span(conn: sqlite3.Connection) -> int:
 
 
 class OutboxFile:
-    """An existing outbox file, read and trimmed on its own connection, without a writer
-    thread: the relay's view of its gateway's outbox, or the embedded consumer's view of
-    every gateway's. Opened on first use; one SQLite call at a time, in a thread."""
+    """An existing outbox file, read and trimmed on its own connection (WAL lets it read while
+    the writer commits), without a writer thread: the relay's view of its gateway's outbox, or
+    the embedded consumer's view of every gateway's. Opened on first use; one SQLite call at a
+    time, in a thread."""
 
     def __init__(self, path: Path, *, busy_timeout_s: float = 10.0) -> None:
         self.path = path
@@ -198,12 +183,12 @@ _STOP = None  # put last by close(): the writer commits what came before it and 
 
 
 class _Inbox:
-    """Commands from the event loop to the writer thread (see the module docstring).
+    """Commands from the event loop to the writer thread, a burst of them for one wake-up (a
+    futex and a handoff of the GIL) rather than one each.
 
-    ``put`` appends to a deque (atomic) and sets an event, which wakes the writer only
-    if it waits on it. The writer clears the event before it takes, so a command put
-    while it takes either is taken now or sets the event again: none is left behind,
-    at worst a wake-up finds nothing."""
+    ``put`` appends to a deque (atomic) and sets an event, which wakes the writer only if it
+    waits on it. The writer clears the event before it takes, so a command put while it takes
+    is taken now or sets the event again: none is left behind, at worst a wake-up finds nothing."""
 
     def __init__(self) -> None:
         self._items: deque[_Command | None] = deque()

@@ -1,40 +1,22 @@
 """The relay: carries a gateway's outbox to NATS JetStream, oldest event first.
 
-One task, one loop: read up to ``batch`` rows after the cursor, publish them all at once
-(``publish_async``: every message is on the wire before the first PubAck is awaited),
-wait for their PubAcks (giving up on the rest when none has come for
-``publish_timeout_s``), remove the acknowledged rows from the outbox, move on. A
-PubAck means the server has stored the event (fsynced, with ``sync_interval:
-always``); only then does its row leave the outbox, so an event is always in the
-outbox, the stream, or both. Each message carries ``Nats-Msg-Id`` = its
-request id, so publishing a row again (its PubAck was lost: NATS restarted mid-batch,
-the relay was killed before removing it) stores it once.
+A row leaves the outbox only after its PubAck (the server has fsynced it: ``sync_interval:
+always``), so an event is always in the outbox, the stream, or both; a row published again
+after a lost PubAck is stored once, by its ``Nats-Msg-Id`` (the request id). A batch goes
+out whole (``publish_async``) before its PubAcks are awaited, and the wait gives up only once
+none has come for ``publish_timeout_s``. A batch not fully acknowledged sends the cursor back
+to the oldest row left, after a backoff doubling from ``backoff_s`` to ``max_backoff_s``.
 
-When a batch is not fully acknowledged, the cursor goes back to the start: the next
-read begins at the oldest row still there, and everything unacknowledged is published
-again, after a backoff that doubles from ``backoff_s`` to ``max_backoff_s``. While NATS
-is away the connection retries on its own (``stream.connect``) and the relay waits for
-it; nothing of this reaches the request path, which only writes the outbox (and is
-refused with 503 when the outbox is full). A failing streak is logged once when it
-starts and once when publishing succeeds again; every failure is counted by reason.
+Outages stay here: the request path only writes the outbox (503 once it is full), and
+``stream.connect`` reconnects on its own. ``run`` returns only when cancelled; any other
+exception is a bug, and a stream refused at set-up (``StreamConfigError``,
+``StreamDurabilityError``) is one that no retry mends: ``Background.essential`` stops the
+process for either.
 
-Run it under ``headway.background.Background``: ``background.essential("usage-relay",
-relay.run)``. ``run`` returns only when cancelled (``Background.stop()``), and closes
-its connection on the way out; an exception other than the outages it handles is a
-bug, and ``essential`` stops the process for it. So is a stream refused at set-up
-(``StreamConfigError``, ``StreamDurabilityError``: its limits differ from the
-settings, or its storage would not keep a PubAck): no retry mends that.
-
-**The last flush.** A gateway that stops (SIGTERM: a rolling update, a scale-in) has
-finished its requests when ``run`` is cancelled, but the events of its last
-milliseconds may still be in the outbox. ``flush(timeout_s)`` relays them on a fresh
-connection (none when the outbox is already empty, the usual case), with the same steps
-(and retries) as ``run``, until the outbox is empty or ``timeout_s`` has passed,
-whichever is first: a NATS that is away, or a stream that never acknowledges, holds the
-stop no longer than that. Whatever is left stays in the outbox
-file, and the next ``run`` on that file (the same gateway id, the same volume) starts
-from its oldest row: nothing is lost, and an event published twice (its PubAck lost when
-the flush gave up) is stored once by ``Nats-Msg-Id`` and billed once by the ledger's key.
+``flush(timeout_s)``, after ``run`` is cancelled on stop, relays what is left the same way
+until the outbox is empty or the deadline passes, so an absent NATS holds the stop no longer.
+What remains is relayed by the next ``run`` on that file (same gateway id, same volume); an
+event published twice is stored once by ``Nats-Msg-Id`` and billed once by the ledger's key.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """The JetStream side of usage events, shared by the relay (publisher) and the billing
 source (consumer): where the stream is, what it is, and how to stay connected to it.
 
-The stream keeps every event on disk (``storage`` FILE; the servers in production and
-tests run with ``sync_interval: always``, so a PubAck means fsynced: ``ensure_stream``
-checks both, ``stream_guard.py``) and drops a
-re-published event whose ``Nats-Msg-Id`` (our request id) it has seen within
-``duplicate_window_s``: the relay may publish a row twice (its PubAck was lost in an
-outage) and the stream still holds it once. Beyond the window the consumer's ledger
-deduplicates by request id.
-
-The stream is bounded (``max_age_s``, ``max_bytes``, ``max_msg_size``) and refuses a
-publish once full (``discard`` NEW): the event then stays in the gateway's outbox, and
-a full outbox makes the gateway answer 503 ``metering_unavailable``, so billing refuses
-work rather than dropping unbilled events. Its retention is LIMITS: billed events stay
-until ``max_age_s``, which is what bounds how long the consumer may be away.
+The stream keeps every event on disk (``ensure_stream`` checks its storage and the servers'
+fsync, ``stream_guard.py``) and drops a re-published event whose ``Nats-Msg-Id`` (our
+request id) it has seen within ``duplicate_window_s``; beyond the window the consumer's
+ledger deduplicates by request id. It is bounded and refuses a publish once full
+(``discard`` NEW): the event stays in the gateway's outbox, and a full outbox answers 503
+``metering_unavailable``, so billing refuses work rather than drop unbilled events. Its
+retention is LIMITS: ``max_age_s`` is what bounds how long the consumer may be away.
 
 ``connect`` reconnects forever, every ``reconnect_wait_s``: an outage of NATS is a wait,
-never a crash. nats-py calls its error callback once per failed attempt; here that is
-counted, and logged once per outage (and once on recovery), not twice a second.
+never a crash, logged once when it starts and once on recovery, not per failed attempt.
 """
 
 from __future__ import annotations

@@ -1,23 +1,19 @@
 """What start-up checks before it uses a JetStream stream: that a PubAck means what the
 exactly-once argument needs, and that the stream is the one the settings describe.
 
-**Durability.** A PubAck lets the relay delete an event from the gateway's outbox (and
-the executor forget a put), so it must mean "on disk": the stream's ``storage`` is
-``file`` and every server of the cluster runs with ``sync_interval: always`` (otherwise
-an acknowledged event lives in the page cache for up to two minutes, and a power loss
-takes it). NATS does not tell clients its fsync setting, so each server's monitoring
-endpoint (``/varz``: ``jetstream.config.sync_always``) is read. Servers that do not
-answer are logged and skipped as long as one does (they share one configuration; a
-restart must not keep the gateways down); none answering, or one answering without
-``sync_always``, is a ``StreamDurabilityError``, unless ``allow_volatile`` says this is
-a dev server whose losses are acceptable.
+**Durability.** A PubAck lets the relay delete an event from its outbox (and the executor
+forget a put), so it must mean "on disk": ``storage`` is ``file`` and every server runs with
+``sync_interval: always`` (otherwise an acknowledged event lives in the page cache for up to
+two minutes, and a power loss takes it). NATS does not tell clients its fsync setting, so
+each server's ``/varz`` (``jetstream.config.sync_always``) is read. Servers that do not
+answer are logged and skipped while one does (they share one configuration; a restart must
+not keep the gateways down); none answering, or one without ``sync_always``, is a
+``StreamDurabilityError``, unless ``allow_volatile`` says losses are acceptable (dev).
 
-**Limits, never silently overwritten.** ``reconcile`` creates a missing stream with the
-settings' configuration. A stream that exists is compared field by field on what the
-settings own (``differences``, a pure function); every difference is logged, and then
-it is refused (``StreamConfigError``, naming the setting and both values) unless
-``update_existing`` is set, in which case only those fields are changed and whatever
-else an operator set (``max_msgs``, a description) is kept. Storage and retention can
+**Limits, never silently overwritten.** A missing stream is created from the settings. An
+existing one that differs on a field the settings own is logged and refused
+(``StreamConfigError``, naming the setting and both values) unless ``update_existing``, which
+changes only those fields and keeps whatever else an operator set. Storage and retention
 never change on a live stream: those are refused either way.
 """
 
