@@ -1,34 +1,24 @@
 """Report each closed hour's usage to the billing provider (Stripe meter events), once.
 
-The ledger plans: ``plan_exports`` records, in one transaction, an intent per
-(tenant id, closed hour, meter) whose total exceeds what earlier intents report, with
-the difference as its quantity and ``id={tenant_id}:{hour}:{meter}:{revision}`` as its
-key (``ExportIntent``: legacy rows by a hash of their name; every key at most 100
-ASCII characters). The provider's customer is the one the registry maps the tenant id
-to (``headway tenants set NAME --billing-customer cus_…``, ``Customers``): a tenant
-created with a deleted one's name has an id, and so a mapping, of its own. An intent
-whose tenant has no mapping is refused, logged once per tenant and counted
-(``unmapped``), and left unsent for a later run; other tenants go on. With
-``billing.export_unmapped = "tenant_name"`` it goes under the tenant's name instead,
-as before the mapping.
-This module delivers: each unsent intent is sent under that key (as both the
-``Idempotency-Key`` and the event's ``identifier``) and marked sent only after the
-provider accepted it. An intent is never changed, so a send that failed or whose
-answer was lost goes again, next time, with the same key and the same quantity, and
-the provider counts it once: the provider's sum per (tenant, meter) is the ledger's.
+The ledger plans (``plan_exports``): an intent per (tenant id, closed hour, meter) whose
+total exceeds what earlier intents report, the difference as its quantity, under a key of at
+most 100 ASCII characters (``ExportIntent``). This module delivers: each unsent intent goes
+under its key (as the ``Idempotency-Key`` and the event's ``identifier``) and is marked sent
+only once the provider accepted it. An intent never changes, so one whose send failed or
+whose answer was lost goes again with the same key and quantity and is counted once: the
+provider's sum per (tenant, meter) is the ledger's.
 
-What becomes of an intent in a run (``ExportReport``):
+The customer is the registry's mapping of the tenant id (``Customers``), so a tenant created
+with a deleted one's name has its own. An unmapped tenant's intents wait for a later run,
+logged once per tenant and counted (``unmapped``); other tenants go on. With
+``billing.export_unmapped = "tenant_name"`` they go under the tenant's name instead.
 
-- accepted: marked sent (``sent``);
-- the provider already had it (an idempotent replay, or the identifier already
-  exists: we sent it before and crashed or lost the answer before marking it):
-  marked sent (``already_sent``);
-- refused with a 4xx that retrying cannot cure: logged as an error, left unsent, and
-  counted (``rejected``); every run tries it again until someone fixes the cause;
-- the provider unreachable or failing (5xx, 429, 409, timeouts) through the client's
-  retries: left unsent (``failed``). After ``give_up_after`` such failures in a row
-  the run stops, the rest left for the next run (``deferred``): a provider that is
-  down costs one client's retry budget a few times, not once per intent.
+An intent the provider already had (a replayed answer, or its identifier exists) is marked
+sent. One refused with a 4xx that retrying cannot cure stays unsent, logged as an error
+(``rejected``), and is tried every run until its cause is fixed. A provider unreachable or
+failing (5xx, 429, 409, timeouts) through the client's retries leaves it unsent (``failed``);
+after ``give_up_after`` of those in a row the run stops (``deferred``), so a provider that is
+down costs one client's retry budget a few times, not once per intent.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Invoices: a tenant's UTC month of hourly usage, priced by the price book.
 
-One invoice per tenant with usage in the month (or exactly one, possibly empty, when a
-tenant is asked for). A tenant is its id: a tenant created with a deleted
-one's name gets invoices of its own; the name is printed beside the id. Legacy rows
-(``LEGACY_TENANT_ID``, recorded before tenant ids) are invoiced per name. An invoice's
-lines are one per (alias, tier, unit price): versions and endpoints of an alias share
-a line, and a price that changes mid-month makes two. A line's quantity is what its
-price is charged on (texts or tokens); its period runs from the start of its first
-hour of usage to the end of its last.
+One invoice per tenant id with usage in the month (exactly one, possibly empty, for a tenant
+asked for): a tenant created with a deleted one's name gets its own, its name printed beside
+the id; legacy rows (``LEGACY_TENANT_ID``) are invoiced per name. A line is one (alias,
+tier, unit price): versions and endpoints share it, and a price that changes mid-month makes
+two.
 
-The rounding rule: a line's amount is ``quantity × amount / per`` computed exactly
-(rational arithmetic), then rounded to the currency's minor unit (ISO 4217: two
-decimals for most, none for JPY, three for KWD…) with ``ROUND_HALF_EVEN``. The
-subtotal is the sum of the rounded lines; the total is the subtotal (tax and credits
-are the billing provider's). So the total is always the sum of the lines printed.
-
-Usage that the book has no price for raises ``UnpricedUsage``: never free by
-omission. The same rows and book always give the same invoices, and ``render_json``
-and ``render_csv`` the same bytes.
-
-::
-
-    InvoiceError
-    ├── BadMonth        the month is not YYYY-MM
-    └── UnpricedUsage   billable usage in an hour with no price
+The rounding rule: a line's amount is ``quantity × amount / per`` computed exactly, then
+rounded to the currency's minor unit (ISO 4217) with ``ROUND_HALF_EVEN``. The subtotal is
+the sum of the rounded lines and the total is the subtotal (tax and credits are the billing
+provider's), so the total is always the sum of the lines printed. Usage that the book has
+no price for raises ``UnpricedUsage``: never free by omission. The same rows and book always
+give the same invoices, and ``render_json`` and ``render_csv`` the same bytes.
 """
 
 from __future__ import annotations

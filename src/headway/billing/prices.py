@@ -1,29 +1,24 @@
 """The price book: what a unit of work costs, per model alias and tier, over time.
 
-A TOML file; every amount is a decimal *string* and every date a TOML date (UTC)::
+A TOML file; every amount is a decimal *string* (a float is an error) and every date a TOML
+date, meaning 00:00 UTC::
 
     currency = "USD"            # ISO 4217: three upper-case letters; required
     batch_discount = "0.50"     # optional, default "0": the fraction off the interactive
                                 # price for batch work in an hour with no batch price
-
     [[price]]
     alias = "all-MiniLM-L6-v2"  # the model name clients ask for (the event's alias)
-    unit = "tokens"             # "tokens" or "texts": what the amount is charged on
-    per = 1000                  # the amount is per this many units (a positive integer)
-    amount = "0.0100"           # a decimal string, >= 0; a float here is an error
+    unit = "tokens"             # or "texts": what the amount is charged on
+    per = 1000                  # the amount is per this many units
+    amount = "0.0100"
     tier = "interactive"        # optional: "interactive" (the default) or "batch"
-    effective_from = 2026-01-01 # inclusive, 00:00 UTC
+    effective_from = 2026-01-01 # inclusive
     effective_until = 2026-12-01  # optional, exclusive; omitted: until further notice
 
-Parsing is strict, and every error names the file and the entry (``PriceBookError``):
-unknown keys, a missing key, a float, a negative amount, an unknown unit or tier, a bad
-currency code, a period that ends before it starts, and two periods of one
-``(alias, tier)`` that overlap. Gaps between periods are allowed: usage in one is
-unpriced, which the invoice refuses (``invoice.UnpricedUsage``), never free.
-
-``price_for(alias, tier, hour)`` is the price listed for that tier in effect at the
-hour; batch work in an hour with no batch price of its own pays the interactive price
-less ``batch_discount``, computed exactly. Money is ``decimal.Decimal`` throughout.
+Parsing is strict, and every error names the file and the entry (``PriceBookError``); two
+periods of one ``(alias, tier)`` must not overlap. Usage in a gap between periods is
+unpriced, which the invoice refuses (``invoice.UnpricedUsage``), never free. Money is
+``decimal.Decimal`` throughout, and a batch price derived from the discount is exact.
 """
 
 from __future__ import annotations

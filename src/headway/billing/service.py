@@ -1,22 +1,15 @@
 """``headway billing run``: the consumer process, its background loops and its HTTP face.
 
-    consumer   source → ledger, once per request id (``consumer.py``); essential
-    export     every ``export_interval_s``: closed hours → the billing provider (when
-               ``billing.export_url`` is set)
-    stream     every ``STREAM_INTERVAL_S`` (shared mode): the usage stream's fill and
-               limits, for ``/metrics`` (``metering/stream_metrics.py``)
+Its loops: the consumer (source → ledger, once per request id, ``consumer.py``; essential),
+the export of closed hours every ``EXPORT_INTERVAL_S`` when ``billing.export_url`` is set,
+and in shared mode the usage stream's fill and limits, for ``/metrics``, every
+``STREAM_INTERVAL_S``. The source is JetStream's durable consumer when ``nats_url`` is set,
+else the gateways' outboxes in the data dir (embedded mode, what ``headway up`` runs); the
+ledger is Postgres when ``postgres_url`` is set, else SQLite in the data dir.
 
-The source is JetStream's durable consumer when ``nats_url`` is set, else the
-gateways' outboxes in the data dir (embedded mode, what ``headway up`` runs); the
-ledger is Postgres when ``postgres_url`` is set, else SQLite in the data dir. It
-serves ``/healthz``, ``/readyz`` (the ledger and the source are open) and
-``/metrics`` on its own port.
-
-The ledger may be unreachable when the process starts (Postgres not up yet, or
-restarting): the consumer task waits for it with capped, jittered backoff
-(``ledger_link.py``), logging once when it starts waiting and once when it got through,
-while ``/healthz`` answers and ``/readyz`` says 503; a connection lost later is waited
-out the same way, batch held, nothing acked. ``headway_billing_ledger_up`` tells which.
+A ledger unreachable at start or lost later (Postgres not up yet, or restarting) is waited
+out with capped, jittered backoff (``ledger_link.py``), the batch held and nothing acked,
+while ``/healthz`` answers and ``/readyz`` says 503; ``headway_billing_ledger_up`` tells which.
 """
 
 from __future__ import annotations

@@ -1,39 +1,24 @@
 """Per version, served or shadowed, are its outputs still distributed as when it went live?
 
-Two halves, one owner: everything runs on the gateway's event loop except the store
-calls and the statistics, which get copies of the samples in a thread.
+Everything runs on the gateway's event loop but the store calls and the statistics, which
+get copies of the samples in a thread. The request path (``observe_embeddings``,
+``observe_scores``) only samples rows into the version's ``VersionSample`` and histogram: no
+I/O, no statistics. A shadow copy's rows go into the candidate version's sample like served
+ones, so a candidate's reference is its outputs when it first ran as a shadow.
 
-- On the request path, ``observe_embeddings`` / ``observe_scores`` hand a request's
-  rows to the version's ``VersionSample`` (a share ``sample_share`` of the rows is
-  taken; a request none of whose rows is taken costs a dict look-up and a comparison).
-  A taken row is also observed in the norm / score histogram. No I/O, no statistics.
-  Rows of a shadow copy (``shadow=True``) are sampled like served ones, into the same
-  sample of the candidate's version: a candidate's reference is its outputs when it
-  first ran as a shadow. Which traffic a version's rows came from, served, shadow or
-  both, is kept for the console (``VersionQuality.traffic``).
-- In the background, ``evaluate`` (every ``interval_s``, by the gateway's
-  ``Background``), for each version:
+``evaluate`` (every ``interval_s``, under ``Background``) settles each version's reference:
+the first time, one found in the store (taken before a restart, or by another gateway)
+replaces the local one, whose rows move into the window; a full local one with none found is
+stored with ``save_if_absent``, and what the store returns is adopted (another gateway may
+have been first). With a full reference and two window rows it measures (the MMD permutation
+test for embeddings, the KS test for scores); a version is *drifting* once its window holds
+``window_size`` rows and the p-value is below ``p_value_threshold``. A store failure leaves
+that reference unsaved until the next round (the local one is used meanwhile); the round
+finishes the other versions, then raises the failure for ``Background`` to log and count.
 
-  1. the first time, asks the store for a reference taken earlier (by this gateway
-     before a restart, or by another); one found replaces the local one, whose rows
-     move into the window;
-  2. once the local reference is full and none was found, stores it with
-     ``save_if_absent`` and adopts what the store returns (another gateway may have
-     been first);
-  3. with a full reference and at least two window rows, computes in a thread: for
-     embeddings the window's mean norm, the centroid drift and the MMD permutation
-     test; for rerank scores their mean and the KS test;
-  4. updates the gauges. A version is *drifting* when its window holds
-     ``window_size`` rows and the p-value is below ``p_value_threshold``.
-
-  A store that fails leaves that version's reference unsaved (it is retried the next
-  round, and the statistics still use the local reference); the round finishes the
-  other versions, then raises the failure for ``Background`` to log and count.
-
-Gauges of a version exist from the moment its reference is full (the statistics at
-0, p-values at 1, drift 0), so Prometheus sees each series before it moves. The
-``version`` label is the version's first 12 hex characters; the number of versions is
-bounded by what the registry serves.
+A version's gauges exist once its reference is full (statistics 0, p-values 1), so
+Prometheus sees each series before it moves. The ``version`` label is the version's first 12
+hex characters, its values bounded by the versions the registry serves.
 """
 
 from __future__ import annotations
@@ -206,7 +191,7 @@ class QualityMonitor:
             "headway_quality_evaluations", "Rounds of drift evaluation.", registry=registry
         )
 
-    # the request path: microseconds, no I/O ----------------------------------------
+    # the request path: sampling only, no I/O ---------------------------------------
 
     def observe_embeddings(
         self, version: str, rows: npt.NDArray[np.float32], *, shadow: bool = False

@@ -2,23 +2,17 @@
 one first, and kept, so that a restart or a second gateway compares with the version's
 outputs when it went live, never with a reference retaken from drifted traffic.
 
-``save_if_absent`` is first writer wins: one statement, ``INSERT … ON CONFLICT (version,
-kind) DO NOTHING``, then the stored row is read back in the same transaction and
-returned, whoever wrote it; a caller adopts what it gets. On SQLite the write holds the
-file's write lock (``BEGIN IMMEDIATE``) throughout; on Postgres (READ COMMITTED) a
-second insert waits for the first's row, finds the conflict, and its read, a new
-statement, sees the first's committed row.
+``save_if_absent`` is first writer wins: ``INSERT … ON CONFLICT (version, kind) DO
+NOTHING``, then the stored row is read back in the same transaction and returned, whoever
+wrote it; a caller adopts what it gets. On SQLite the write holds the file's write lock
+(``BEGIN IMMEDIATE``) throughout; on Postgres (READ COMMITTED) a second insert waits for the
+first's row, finds the conflict, and its read, a new statement, sees the first's committed row.
 
-One implementation, ``SqlReferenceStore``, on the storage layer's ``Dialect``: a SQLite file
-(``quality.sqlite3`` in the data dir) or, in shared mode, the Postgres database of
-``postgres_url``, with migrations recorded in ``quality_migrations``. The sample is a
-BLOB/BYTEA of float32 little-endian, ``rows × dims`` row-major. Calls are synchronous
-and do I/O: callers on an event loop run them in a thread (``asyncio.to_thread``).
-``MemoryReferenceStore`` is the fake beside it.
-
-    QualityStoreError             the database refused the call, or a row is corrupt
-    ├── QualityStoreUnavailable   the database cannot be had now (retry later)
-    └── QualitySchemaTooNew       the database was migrated by newer code
+``SqlReferenceStore`` runs on the storage layer's ``Dialect``: ``quality.sqlite3`` in the
+data dir or, in shared mode, the Postgres database of ``postgres_url``, with migrations
+recorded in ``quality_migrations``. The sample is a BLOB/BYTEA of float32 little-endian,
+``rows × dims`` row-major. Calls are synchronous and do I/O: callers on an event loop run
+them in a thread (``asyncio.to_thread``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,20 @@
 """Two-sample statistics: is a window of recent outputs distributed as the reference?
 
-Pure functions of their samples (numpy only; no scipy), in float64 whatever comes in.
+Pure functions (numpy only, no scipy), in float64 whatever comes in. ``mmd2_rbf`` is the
+unbiased squared Maximum Mean Discrepancy (Gretton et al., JMLR 2012, eq. 3) with the
+Gaussian kernel k(a, b) = exp(−‖a − b‖² / 2σ²)::
 
-- ``centroid_drift``: 1 − cos(mean of the reference, mean of the window). 0 when the
-  centroids point the same way; cheap, but blind to a change that keeps the mean.
-- ``mmd2_rbf``: the unbiased squared Maximum Mean Discrepancy (Gretton et al., JMLR
-  2012, eq. 3) with the Gaussian kernel k(a, b) = exp(−‖a − b‖² / 2σ²)::
+    MMD²ᵤ = Σ_{i≠j} k(xᵢ, xⱼ) / m(m−1) + Σ_{i≠j} k(yᵢ, yⱼ) / n(n−1) − 2 Σ k(xᵢ, yⱼ) / mn
 
-      MMD²ᵤ = Σ_{i≠j} k(xᵢ, xⱼ) / m(m−1) + Σ_{i≠j} k(yᵢ, yⱼ) / n(n−1) − 2 Σ k(xᵢ, yⱼ) / mn
-
-  Its expectation is 0 exactly when the two distributions are equal (the kernel is
-  characteristic), so a value near 0 — it may be slightly negative — means no
-  detectable difference. σ comes from ``median_bandwidth``: the median pairwise
-  distance over the pooled sample (the median heuristic).
-- ``mmd_test``: a permutation test of MMD²ᵤ. Under the null hypothesis the labels
-  "reference" / "window" are exchangeable, so the statistic of random relabellings of
-  the pooled sample is its null distribution; p = (1 + #{permuted ≥ observed}) /
-  (1 + permutations), never 0 (Phipson & Smyth 2010). The kernel matrix of the pooled
-  sample is computed once; a relabelling is a 0/1 row a, and with K₀ the kernel matrix
-  with a zero diagonal, r = K₀·1 and T = 1ᵀK₀1, its sums are sₓₓ = aᵀK₀a,
-  sₓᵧ = aᵀr − sₓₓ, sᵧᵧ = T − sₓₓ − 2sₓᵧ: every permutation of a block is one matrix
-  product, no Python loop over rows.
-- ``ks_test``: the two-sample Kolmogorov–Smirnov statistic D = sup |F₁ − F₂| of two
-  sets of scores, and its asymptotic p-value Q_KS((√nₑ + 0.12 + 0.11/√nₑ)·D) with
-  nₑ = n₁n₂/(n₁+n₂) (Stephens' correction, as in Numerical Recipes), where Q_KS is
-  the Kolmogorov distribution's survival function, summed as a series.
+Its expectation is 0 exactly when the two distributions are equal (the kernel is
+characteristic), so a value near 0 (it may be slightly negative) means no detectable
+difference. σ is the median pairwise distance over the pooled sample (``median_bandwidth``,
+the median heuristic). ``mmd_test`` relabels the pooled sample at random, the labels being
+exchangeable under the null hypothesis: p = (1 + #{permuted ≥ observed}) / (1 +
+permutations), never 0 (Phipson & Smyth 2010). The kernel matrix is computed once, and a
+block of relabellings is one matrix product, no Python loop over rows. ``ks_test``'s
+asymptotic p-value is Q_KS((√nₑ + 0.12 + 0.11/√nₑ)·D) with nₑ = n₁n₂/(n₁+n₂) (Stephens'
+correction, as in Numerical Recipes).
 """
 
 from __future__ import annotations
@@ -73,8 +63,9 @@ def row_norms(rows: Array) -> _F64:
 
 
 def centroid_drift(reference: Array, window: Array) -> float:
-    """1 − cosine between the mean rows of the two samples, in [0, 2]. Two zero means
-    have drifted by 0; one zero mean against another mean, by 1 (cosine 0)."""
+    """1 − cosine between the mean rows of the two samples, in [0, 2]: cheap, but blind to a
+    change that keeps the mean. Two zero means have drifted by 0; one zero mean against another
+    mean, by 1 (cosine 0)."""
     a = np.asarray(reference, dtype=np.float64).mean(axis=0)
     b = np.asarray(window, dtype=np.float64).mean(axis=0)
     norm_a, norm_b = float(np.linalg.norm(a)), float(np.linalg.norm(b))
@@ -204,8 +195,9 @@ def _kernel(squared: _F64, bandwidth: float) -> _F64:
 
 
 def _mmd2_of_labels(kernel: _F64, labels: _F64, m: int, n: int) -> _F64:
-    """MMD²ᵤ for each row of ``labels`` (1: the row is in x, 0: in y), ``kernel`` with a
-    zero diagonal."""
+    """MMD²ᵤ for each row of ``labels`` (1: the row is in x, 0: in y), ``kernel`` K₀ with a
+    zero diagonal. With a a row of labels, r = K₀·1 and T = 1ᵀK₀1: sₓₓ = aᵀK₀a,
+    sₓᵧ = aᵀr − sₓₓ, sᵧᵧ = T − sₓₓ − 2sₓᵧ, for a whole block in one matrix product."""
     row_sums = kernel.sum(axis=1)
     total = float(row_sums.sum())
     s_xx = np.einsum("pn,pn->p", labels @ kernel, labels)

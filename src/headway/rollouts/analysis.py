@@ -1,25 +1,20 @@
 """Judging one step of a rollout on its counts, and choosing the move that follows.
 
-``judge`` reads the counts every gateway recorded for the step's interval, summed
-(``stats.merged``), and answers pass, fail or halt:
+``judge`` reads every gateway's counts for the step's interval, summed (``stats.merged``),
+and answers pass, fail or halt. Too little traffic halts, never passes: a check that passes
+on an empty interval promotes a candidate nobody called. A shadow step fails on the shadow
+copies' error rate, or on mean agreement with the primary's answers below
+``min_agreement``; its latency is not judged, since shadow copies run below the batch tier
+and their p95 says how busy the pool was, not how fast the candidate is. A weighted step
+fails on the candidate's error rate, or on its p95 over the primary's above
+``max_latency_ratio`` when both served enough requests to tell (at 100%, with no primary
+traffic left, on errors only). Error rates are judged once there are ``min_requests``
+requests, before the count of comparisons, so a candidate whose every shadow copy fails is
+rolled back rather than halted for want of answers to compare.
 
-- too little traffic to judge halts the rollout; it never passes on no data (a check
-  that passes on an empty interval promotes a candidate nobody called);
-- a shadow step fails on the shadow copies' error rate or on mean agreement with the
-  primary's answers below ``min_agreement``. Its latency is not judged: shadow copies
-  run below the batch tier, so they wait behind every real request and their p95 says
-  how busy the pool was, not how fast the candidate is;
-- a weighted step fails on the candidate's error rate, or on its p95 over the
-  primary's above ``max_latency_ratio`` when both served enough requests to tell. At
-  100% there is no primary traffic left to compare with: errors only.
-
-Error rates are judged once there are ``min_requests`` requests, before the count of
-comparisons, so a candidate whose every shadow copy fails is rolled back rather than
-halted for want of answers to compare.
-
-``next_move`` turns a verdict into the ``Move`` the store makes: pass advances (or
-waits for approval before 100%, or promotes after the last step), fail rolls back to
-the primary, halt keeps traffic as it is and waits for an operator.
+``next_move`` turns a verdict into the ``Move`` the store makes: pass advances (or waits for
+approval before 100%, or promotes after the last step), fail rolls back to the primary, halt
+keeps traffic as it is and waits for an operator.
 """
 
 from __future__ import annotations

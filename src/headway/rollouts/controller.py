@@ -1,22 +1,18 @@
 """The automated rollout loop, run by every gateway every ``rollout_tick_s``.
 
-Each tick, for every active rollout: this gateway's counts since the last tick (from
-its ``VersionRecorder``) are added to the step they belong to and written as its
-``Observation`` rows (candidate, primary, shadow); then, for a running rollout:
+Each tick adds this gateway's counts since the last one (``VersionRecorder``) to the step
+they belong to, written as its ``Observation`` rows (candidate, primary, shadow). A running
+rollout's interval begins once some replica serves the candidate (``rollout.watch``); a
+candidate no replica serves for ``NOT_SERVED_INTERVALS`` intervals halts the rollout. Once
+the interval has passed, every gateway's observations for the step are summed and judged
+(``analysis.judge``), and the move (``analysis.next_move``) is written with ``transition``,
+compare-and-set on the (state, step) it was judged in: every gateway may judge, the first
+write wins and the others find the rollout moved, so each step happens once, with no leader
+to elect. Other gateways' last tick of counts (under ``rollout_tick_s``) may miss the
+judgement.
 
-- its step's interval has not begun (just started, or resumed): it begins once some
-  replica serves the candidate (``rollout.watch``); a candidate no replica serves
-  for ``NOT_SERVED_INTERVALS`` intervals halts the rollout;
-- its interval has passed: every gateway's observations for the step are summed and
-  judged (``analysis.judge``), and the move (``analysis.next_move``: advance, await
-  approval, promote, roll back, halt) is written with ``transition``, compare-and-set
-  on the (state, step) it was judged in. Every gateway may judge; the first write
-  wins and the others find the rollout moved, so each step happens once, with no
-  leader to elect. Other gateways' last tick of counts (under ``rollout_tick_s``)
-  may miss the judgement.
-
-A move takes effect on this gateway at once (``on_change`` reloads the snapshot), on
-the others through the registry's change counter.
+A move takes effect on this gateway at once (``on_change`` reloads the snapshot), on the
+others through the registry's change counter.
 """
 
 from __future__ import annotations

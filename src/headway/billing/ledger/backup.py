@@ -1,28 +1,19 @@
 """Backing up and restoring the embedded (SQLite) ledger, safe while the consumer writes.
 
-``backup`` uses SQLite's online backup API: one read transaction copies every page, so
-the copy is the ledger as of one commit, whatever the consumer commits meanwhile (in
-WAL mode a reader blocks no writer). The copy is written to a temporary file beside
-the target, checked (``PRAGMA integrity_check``, the schema versions, and every
-aggregate against its events), fsynced and only then renamed into place: a backup
-that exists is whole.
+``backup`` copies with SQLite's online backup API in one read transaction, so the copy is
+the ledger as of one commit, whatever the consumer commits meanwhile (in WAL mode a reader
+blocks no writer). It is written beside the target, checked (``PRAGMA integrity_check``,
+the schema versions, every aggregate against its events), fsynced and only then renamed
+into place: a backup that exists is whole.
 
-``restore`` refuses, unless ``force``:
-
-- a ledger in use: every ``SQLiteLedger`` holds a shared ``flock`` on
-  ``<ledger>.lock`` while it is open (the consumer, ``headway billing invoice``, …);
-  restore needs it exclusively, so it never swaps a ledger under a running consumer
-  (``force`` does not override this one: stop the consumer);
-- a ledger newer than the backup (it holds writes after the backup's last one:
-  events, export intents, sent marks): restoring would forget them, and forgotten
-  sent marks send reports again after the provider's 24 h idempotency window;
-- a backup that fails its checks, or holds schema versions this code does not know
-  (never overridden).
-
-What it replaces is never lost: the current ledger is first backed up to
-``<keep_dir>/ledger-replaced-<time>.sqlite3``. The backup is then copied into the
-ledger's file by the same backup API (one transaction: the ledger is the old one or
-the restored one, never a mix), and the result checked again.
+``restore`` never swaps a ledger in use: every open ``SQLiteLedger`` holds a shared
+``flock`` on ``<ledger>.lock``, and restore needs it exclusively (``force`` does not override
+that: stop the consumer). Nor does it restore a backup that fails its checks or holds schema
+versions this code does not know. Unless ``force``, it refuses a ledger newer than the
+backup: restoring would forget the writes since, and forgotten sent marks send reports
+again after the provider's 24 h idempotency window. What it replaces is first backed up to
+``<keep_dir>/ledger-replaced-<time>.sqlite3``; the copy into the ledger is one transaction
+(the old ledger or the restored one, never a mix), checked again.
 
 Postgres is backed up with its own tools (``pg_dump``/``pg_restore``, docs/billing.md).
 """

@@ -1,35 +1,23 @@
 """The ledger's schema as an ordered list of migrations, for SQLite and Postgres.
 
-A database records the versions it has in ``schema_migrations(version, applied_at)``.
-Opening a ledger applies the missing ones in order, each in the same transaction as
-its record, under a lock held from before the versions are read (``BEGIN IMMEDIATE``
-in SQLite, ``pg_advisory_xact_lock`` in Postgres): two processes opening one database
-at once apply each migration once. A database holding a version this code does not
-know raises ``SchemaTooNew`` rather than being written by older code.
+Opening a ledger applies the versions missing from ``schema_migrations`` in order, each in
+the transaction that records it, under a lock taken before the versions are read (``BEGIN
+IMMEDIATE``; ``pg_advisory_xact_lock``): two processes opening at once apply each one once.
+An unknown version raises ``SchemaTooNew``, so older code never writes a newer ledger.
+Released migrations are never edited: a change is a new version at the end.
 
-Migrations are never edited once released: a change is a new version at the end.
+Migration 2 keys usage by the registry's tenant id (never reused). Rows written before it
+cannot be attributed (the registry is another database, and a name may have been deleted
+and created again), so they get the **legacy marker** ``tenant_id`` 0 (``LEGACY_TENANT_ID``),
+keep their name, and are billed and exported under it until the operator gives them to a
+tenant in one transaction (``headway billing adopt-legacy``: ``Ledger.adopt_legacy``). Their
+intents keep their keys (``{tenant}:{hour}:{meter}:{revision}``); new ones are
+``id={tenant_id}:…``, a revision counted per key owner (``memory.new_intents``).
 
-Migration 2 keys usage by tenant id (the registry's, never reused), no longer by
-name: ``processed_requests``, ``hourly_usage`` and ``export_intents`` gain
-``tenant_id``, part of the aggregate's key. The ledger cannot know which tenant a row
-written before it belonged to (the registry is another database, and a name may have
-been deleted and created again since), so those rows get the **legacy marker**,
-``tenant_id`` 0 (``LEGACY_TENANT_ID``; registry ids start at 1), keep their name, and
-stay billed and exported under it, apart from every id. The mapping step is the
-operator's, once every gateway writes tenant ids: ``headway billing adopt-legacy
---tenant NAME`` gives a name's legacy rows to the registry's tenant of that name (or
-to ``--tenant-id``), in one transaction (``Ledger.adopt_legacy``). Export intents
-recorded before keep their keys (``{tenant}:{hour}:{meter}:{revision}``); new ones of
-an id are ``id={tenant_id}:…``. The unique (tenant, hour, meter, revision) goes: a
-revision is now counted per key owner (``memory.new_intents``), and the key stays the
-primary key.
-
-Migration 3 gives export planning a **watermark**: ``export_watermark`` (one row) holds
-``planned_before``, an hour boundary below which every hour was planned, and
-``export_late_hours`` the hours below it that a later ``apply`` added to (a late
-event). ``plan_exports`` reads only the hours from the watermark on and the late ones,
-then moves the watermark up and clears them, where it used to rescan every closed hour.
-An existing ledger starts at 0: its first plan scans everything once, as before.
+Migration 3 gives export planning a **watermark**: ``planned_before``, an hour below which
+every hour was planned, and ``export_late_hours``, those below it that a later ``apply``
+added to. A plan reads only the hours from the watermark on and the late ones; an existing
+ledger starts at 0, so its first plan scans everything once.
 """
 
 from __future__ import annotations

@@ -1,35 +1,24 @@
 """The ledger on PostgreSQL (asyncpg): shared mode, consumers on several machines.
 
-``apply`` is one transaction of at most three statements, whatever the batch size,
-each taking whole columns as array parameters (``unnest``):
+``apply`` is one transaction of a few statements whatever the batch size, each taking whole
+columns as array parameters (``unnest``): ``ON CONFLICT (request_id) DO NOTHING RETURNING``
+on ``processed_requests`` names exactly the new events, and one upsert adds their billable
+sums to ``hourly_usage`` (``DO UPDATE`` adds to the stored row).
 
-1. the batch, reduced to the first event of each request id (``first_of_each``) and
-   sorted by it, goes into ``processed_requests`` with ``ON CONFLICT (request_id) DO
-   NOTHING RETURNING request_id``: the ids returned are exactly the new events;
-2. the new billable ones, summed per aggregate key in Python (``hourly_sums``, keys
-   sorted), are added to ``hourly_usage`` by one upsert whose ``DO UPDATE`` adds to
-   the stored row (``requests = hourly_usage.requests + EXCLUDED.requests``);
-3. the dead letters are inserted;
-4. when new aggregates fall in hours export planning already passed (below the
-   watermark, read ``FOR SHARE``), those hours are recorded as late.
+READ COMMITTED is enough, and is what ``plan_exports`` needs. No decision in ``apply`` rests
+on a snapshot: the primary key's index makes an insert of an id that another open
+transaction inserted wait for its commit (then do nothing) or rollback (then insert), and
+``DO UPDATE`` locks the row and adds to its latest committed values, so concurrent batches
+never lose an increment. Both kinds of lock are taken in sorted order (ids, then aggregate
+keys), so two writers cannot deadlock. ``plan_exports`` serializes planners with an advisory
+lock and must then *see* the previous planner's intents: each READ COMMITTED statement takes
+a fresh snapshot after the lock was granted, where REPEATABLE READ would keep the one taken
+when the transaction began waiting.
 
-READ COMMITTED is enough, and is what ``plan_exports`` needs. No decision in
-``apply`` rests on a snapshot: whether an id is new is decided by the primary key's
-index, which makes an insert of an id that another open transaction inserted wait
-for it to commit (then do nothing) or roll back (then insert); and an upsert's
-``DO UPDATE`` locks the row and adds to its latest committed values, so concurrent
-batches never lose an increment. Both kinds of lock are taken in sorted order (ids,
-then aggregate keys), so two writers cannot deadlock. ``plan_exports`` serializes
-planners with an advisory lock and must then *see* the previous planner's intents:
-each READ COMMITTED statement takes a fresh snapshot after the lock was granted,
-where REPEATABLE READ would keep the one taken when the transaction began waiting.
-
-The watermark row is the fence between the two: ``plan_exports`` locks it ``FOR
-UPDATE`` before it reads the totals, and ``apply`` reads it ``FOR SHARE`` after adding
-to them. An ``apply`` that locked it first commits before the plan reads (the plan
-sees its rows); one that comes after waits for the plan's commit and then reads the
-moved watermark (the latest committed row, under READ COMMITTED), so it marks its hour
-late. Either way no addition to an hour falls between a plan and the next.
+The watermark row fences the two: ``plan_exports`` locks it ``FOR UPDATE`` before it reads
+the totals, ``apply`` reads it ``FOR SHARE`` after adding to them. An ``apply`` that locked
+it first commits before the plan reads; one that comes after waits for the plan's commit,
+reads the moved watermark, and marks its hour late: no addition falls between two plans.
 """
 
 from __future__ import annotations

@@ -1,26 +1,21 @@
 """Usage events from NATS JetStream: the billing consumer's source in shared mode.
 
-A durable pull consumer (``config.durable``) on the usage stream: explicit acks, every
-event from the first (deliver all), redelivery of what is not acknowledged within
-``ack_wait_s``, at most ``max_ack_pending`` events out at once. Its position lives in
-the server, so a restarted consumer carries on where the last one acknowledged.
+A durable pull consumer (``config.durable``): explicit acks, every event from the first,
+redelivery of what is not acknowledged within ``ack_wait_s``, at most ``max_ack_pending``
+out at once. Its position lives in the server, so a restarted consumer carries on where the
+last one acknowledged.
 
-``ack`` publishes an ack for every delivery but the last without waiting, and waits
-for the server's answer to the last (``ack_sync``). The server handles one
-connection's messages in order, and a consumer's acks in the order they arrive, so when
-the last is answered all of them are recorded: a consumer killed right after ``ack``
-returned gets none of those events again (``tests/metering`` checks this).
+``ack`` publishes an ack for every delivery but the last without waiting, and waits for the
+server's answer to the last (``ack_sync``). The server handles one connection's messages,
+and a consumer's acks, in order, so once the last is answered all are recorded: a consumer
+killed right after ``ack`` returned gets none of those events again (``tests/metering``).
 
-NATS away (an outage, a restart): the connection reconnects on its own
-(``stream.connect``), and meanwhile ``fetch`` returns no events once ``timeout_s`` has
-passed, as if the stream were empty; it never raises for an outage, so the consumer's
-loop just asks again. ``ack`` raises ``JetStreamUnavailable``: the ledger has committed,
-the events will be delivered again after ``ack_wait_s`` and the ledger's primary key
-drops them. ``pending`` answers None. The first fetch connects, creates the stream
-and the consumer if they are missing (or brings them to ``config``), and binds the pull
-subscription, in a task of its own: a fetch waits for it at most its own timeout. If the
-server loses the consumer (a new store), the next failed fetch or ``pending`` sets it up
-again.
+NATS away: ``fetch`` never raises for an outage but returns no events once ``timeout_s`` has
+passed, as if the stream were empty, while the connection reconnects on its own. ``ack``
+raises ``JetStreamUnavailable``: the ledger has committed, the events come again after
+``ack_wait_s``, and its primary key drops them. ``pending`` answers None. Set-up (connect,
+stream, consumer, bind) runs in a task of its own, which a fetch waits for at most its own
+timeout; a fetch or ``pending`` that finds the consumer lost (a new store) starts it again.
 """
 
 from __future__ import annotations
