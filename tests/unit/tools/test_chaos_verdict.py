@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,10 @@ from headway_tools.bench.chaos_verdict import (
     chaos_plan,
     deadline_share,
     line_verdict,
+    local_periods,
     quota_allowance,
     quota_verdict,
+    seconds_outside,
     timeline,
 )
 from headway_tools.bench.host import Machine
@@ -326,3 +329,35 @@ def test_the_section_shows_the_verdict_the_checks_and_the_plan_to_replay() -> No
     failed = chaos_report.render(_report(lost=("l1",)), machine, "headway bench chaos")
     assert "Verdict: **did not hold**: lost 200s: 1" in failed
     assert "| every 200 billed (lost) | 4 200s (lines included) | **1** |" in failed
+
+
+def test_seconds_a_gateway_limits_locally_while_redis_answers_widen_the_allowance() -> None:
+    assert quota_allowance(100, 200, 10.0, 1, 0, 2, local_while_up_s=1.5) == (
+        1200,
+        1200 + 400 + 75,
+    )
+
+
+GATEWAY_LOG = """\
+2026-12-04 14:40:50,000 INFO headway.access[11]: POST /v1/embeddings 200
+2026-12-04 14:40:56,000 WARNING quota[11]: quota store unavailable (x); limiting locally
+2026-12-04 14:40:57,500 INFO quota[11]: quota store is back; limiting through Redis
+2026-12-04 14:40:58,000 WARNING quota[11]: quota store unavailable (closed); limiting locally
+2026-12-04 14:40:58,250 INFO headway.access[11]: POST /v1/embeddings 200
+2026-12-04 14:41:00,000 INFO headway.serve[12]: gateway on 127.0.0.1:9000
+2026-12-04 14:41:05,000 WARNING quota[12]: quota store unavailable (y); limiting locally
+"""
+
+
+def test_local_periods_end_where_the_gateway_leaves_local_mode_dies_or_the_run_ends() -> None:
+    def at(clock: str) -> float:
+        return datetime.strptime(f"2026-12-04 14:{clock}", "%Y-%m-%d %H:%M:%S").timestamp()
+
+    periods = local_periods(GATEWAY_LOG, end=at("41:06"))
+    assert periods == [
+        (at("40:56"), at("40:57") + 0.5),  # left local mode
+        (at("40:58"), at("41:00")),  # killed while local: its next life's first line
+        (at("41:05"), at("41:06")),  # still local at the end
+    ]
+    # Redis away 56.0-57.0: of the 4.5 s local, 3.5 s were while Redis answered.
+    assert seconds_outside(periods, [(at("40:56"), at("40:57"))]) == pytest.approx(3.5)

@@ -14,8 +14,10 @@ buckets (each at most ``b/N``, refilling at ``r/N``, full at first whatever was 
 grant at most ``b + r x T``; the untouched Redis bucket refills meanwhile by ``min(b, r x T)``
 (or is simply full, if Redis restarted empty: the same bound). The local buckets refill only
 while local, so an outage that flaps (a restart whose dead pooled connections fail one after
-another) counts once, with T the time spent local, instead of one burst per flip; a later outage
-finds them as left, less than a burst: the safe side. The bound needs N right: with gateways
+another) counts once instead of one burst per flip; a later outage finds them as left, less
+than a burst: the safe side. Each second a gateway is still local while Redis answers again
+(until its next probe, ``probe_interval_s`` after each failure it meets) adds ``r/N``, since
+the Redis bucket grants meanwhile too. The bound needs N right: with gateways
 added since the last heartbeat the local part scales by ``actual / N``, and a tenant whose
 traffic reaches fewer than N gateways gets less than its share, not more.
 

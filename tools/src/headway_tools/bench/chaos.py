@@ -75,7 +75,9 @@ from headway_tools.bench.chaos_verdict import (
     chaos_plan,
     deadline_share,
     line_verdict,
+    local_periods,
     quota_verdict,
+    seconds_outside,
     timeline,
 )
 from headway_tools.bench.checker import _HTTP_ERRORS, _NATS_ERRORS, DURABLE, STREAM, _Process, tail
@@ -318,6 +320,8 @@ class _Run:
         self.steps_done: Counter[str] = Counter()
         self.unexpected: list[str] = []
         self.redis_outages = 0
+        self.redis_away: list[tuple[float, float]] = []
+        """(stopped, started again) in wall-clock time, each time Redis was taken down."""
         self.outbox_left: list[tuple[str, str, int]] = []
         """(kill or restart, gateway, events its outbox held once it was down)."""
         self.gateway_starts_in_outage = 0
@@ -662,11 +666,14 @@ class _Run:
             target.down = True
             if target.name == "redis":
                 self.redis_outages += 1
+            away = time.time()
             stop = target.server.kill if step.action == "kill" else target.server.stop
             await asyncio.to_thread(stop)
             await asyncio.sleep(step.down_s)  # the chaos: how long it stays down
             await asyncio.to_thread(target.server.start)
             target.down = False
+            if target.name == "redis":
+                self.redis_away.append((away, time.time()))
 
     async def _process_step(self, process: _Process, step: ChaosStep) -> None:
         async with process.lock:
@@ -874,6 +881,19 @@ class _Run:
             self.redis_outages,
             self.gateway_starts_in_outage,
             len(GATEWAYS),
+            self._local_while_redis_answered_s(),
+        )
+
+    def _local_while_redis_answered_s(self) -> float:
+        """The seconds, summed over the gateways, that one limited locally while Redis
+        answered: after Redis came back, until its next probe (a pooled connection the
+        restart broke can also send it local again)."""
+        now = time.time()
+        return sum(
+            seconds_outside(
+                local_periods(_read(self.processes[name].log_path), now), self.redis_away
+            )
+            for name in GATEWAYS
         )
 
     async def _ledger_rows(self) -> list[LedgerRow]:
@@ -910,3 +930,7 @@ __all__ = [
     "ChaosSpec",
     "run_chaos",
 ]
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""

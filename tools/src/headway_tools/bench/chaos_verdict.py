@@ -15,7 +15,9 @@ ledger, the output file and the quota's settings say (``bench/chaos.py`` gathers
                  plus two bursts per Redis outage (the gateways' local shares start full,
                  and a Redis that restarts empty holds full buckets), plus ``burst / N``
                  for each gateway that starts while Redis is away (its local share starts
-                 full too).
+                 full too), plus ``rate / N`` for each second a gateway limited locally
+                 while Redis answered (after it came back, until the gateway's next probe;
+                 read from the gateways' logs: ``local_periods``).
     deadline     the share of each interactive tenant's requests answered 200 within
                  its deadline, its own quota's 429s left out (they are the contract).
 """
@@ -23,9 +25,11 @@ ledger, the output file and the quota's settings say (``bench/chaos.py`` gathers
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 
@@ -175,11 +179,52 @@ def quota_allowance(
     redis_outages: int,
     gateway_starts_in_outage: int,
     gateways: int,
+    local_while_up_s: float = 0.0,
 ) -> tuple[float, float]:
     """(contract, allowance) in texts over ``window_s`` (the module docstring)."""
     contract = burst_texts + rate_texts_per_s * window_s
     extra = 2 * burst_texts * redis_outages + burst_texts / gateways * gateway_starts_in_outage
+    extra += rate_texts_per_s / gateways * local_while_up_s
     return contract, contract + extra
+
+
+LOCAL_ENTERED = "quota store unavailable"
+LOCAL_LEFT = "quota store is back"
+_QUOTA_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+\[(\d+)\]: (.*)$", re.MULTILINE
+)
+
+
+def local_periods(log: str, end: float) -> list[tuple[float, float]]:
+    """The (start, end) wall-clock times a gateway limited locally, from its log (text
+    format, every life of the gateway appended): from a line saying it entered local mode
+    to the next saying it left, or to the first line of its next life (a kill), or to
+    ``end`` (still local when the run ended)."""
+    periods: list[tuple[float, float]] = []
+    entered: tuple[str, float] | None = None  # (pid, since)
+    for match in _QUOTA_LINE.finditer(log):
+        stamp, pid, message = match.groups()
+        at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if entered is not None and (pid != entered[0] or message.startswith(LOCAL_LEFT)):
+            periods.append((entered[1], at))
+            entered = None
+        if entered is None and message.startswith(LOCAL_ENTERED):
+            entered = (pid, at)
+    if entered is not None:
+        periods.append((entered[1], max(end, entered[1])))
+    return periods
+
+
+def seconds_outside(
+    periods: Sequence[tuple[float, float]], away: Sequence[tuple[float, float]]
+) -> float:
+    """How long ``periods`` last outside every one of ``away`` (disjoint): the seconds a
+    gateway limited locally while Redis answered."""
+    total = 0.0
+    for start, end in periods:
+        overlap = sum(max(0.0, min(end, a_end) - max(start, a_start)) for a_start, a_end in away)
+        total += end - start - overlap
+    return total
 
 
 def quota_verdict(
@@ -192,6 +237,7 @@ def quota_verdict(
     redis_outages: int,
     gateway_starts_in_outage: int,
     gateways: int,
+    local_while_up_s: float = 0.0,
 ) -> QuotaVerdict:
     contract, allowance = quota_allowance(
         rate_texts_per_s,
@@ -200,6 +246,7 @@ def quota_verdict(
         redis_outages,
         gateway_starts_in_outage,
         gateways,
+        local_while_up_s,
     )
     return QuotaVerdict(tenant, granted_texts, contract, allowance, refused)
 
@@ -341,7 +388,9 @@ __all__ = [
     "chaos_plan",
     "deadline_share",
     "line_verdict",
+    "local_periods",
     "quota_allowance",
     "quota_verdict",
+    "seconds_outside",
     "timeline",
 ]
