@@ -147,7 +147,7 @@ class OtlpExporter:
         self._stopping.set()
         self._due.set()
         if self._task is not None:
-            await self._task
+            await asyncio.wait([self._task])  # however it ends (never raises its error here)
             self._task = None
         await self._drain()
         await self._transport.close()
