@@ -49,9 +49,8 @@ def main(tree: Path) -> None:
     print(f"gateway/: {lines(gateway):,} lines in {len(gateway)} files")
     print(f"docstrings: {docstrings:,} lines, {docstrings / total:.1%}")
     product = total - lines(tooling)
-    print(
-        f"docstrings of the product alone: {product_docstrings:,} lines, {product_docstrings / product:.1%}"
-    )
+    share = product_docstrings / product
+    print(f"docstrings of the product alone: {product_docstrings:,} lines, {share:.1%}")
     print(f"widest __init__: {widest[0]} parameters ({widest[1]})")
 
 
