@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.builders import TINY_MAX_POSITIONS, build_tiny_cross_encoder
+from tests.builders import TINY_MAX_POSITIONS, build_tiny_transformer
 from tests.e2e.conftest import start_up
 from tests.e2e.test_up import HEADWAY, SUPPORT_BOT
 
@@ -30,7 +30,7 @@ def test_rerank_uses_the_cross_encoder_when_one_is_imported(model_data_dir, tmp_
 
     data_dir = tmp_path / "data"
     shutil.copytree(model_data_dir, data_dir)
-    checkpoint = build_tiny_cross_encoder(tmp_path / "tiny-ce")
+    checkpoint = build_tiny_transformer(tmp_path / "tiny-ce", "bert", cross_encoder=True)
     command = ["models", "import", "--cross-encoder", str(checkpoint), "--alias", "rerank"]
     imported = subprocess.run(
         [*HEADWAY, *command, "--data-dir", str(data_dir)],

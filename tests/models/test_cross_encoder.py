@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headway.models.importer import import_hf_bert
+from headway.models.folder import read_folder
+from headway.models.importer import import_folder
 from headway.models.store import ModelStore, StoredModel
 from headway.worker.backends.onnx import OnnxBackend
 from tests.builders import TINY_MAX_POSITIONS as MAX_POSITIONS
-from tests.builders import build_tiny_cross_encoder
+from tests.builders import build_tiny_transformer
 
 QUERY = "how do batching and admission control keep latency predictable?"
 DOCUMENTS = (
@@ -33,16 +34,16 @@ DOCUMENTS = (
 
 @pytest.fixture(scope="module")
 def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory, offline: None) -> Path:
-    directory = build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))
+    directory = build_tiny_transformer(
+        tmp_path_factory.mktemp("tiny-cross-encoder"), "bert", cross_encoder=True
+    )
     assert (directory / "model.safetensors").is_file()  # transformers 5 always writes it
     return directory
 
 
 @pytest.fixture(scope="module")
 def cross_encoder_model(checkpoint_dir: Path, model_store: ModelStore) -> StoredModel:
-    return import_hf_bert(
-        model_store, checkpoint_dir, kind="cross-encoder", name="tiny-ce", source="test"
-    )
+    return import_folder(model_store, read_folder(checkpoint_dir), name="tiny-ce", source="test")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from headway.models.errors import ModelImportError
-from headway.models.importer import default_model_dir, import_default, import_hf_bert
+from headway.models.folder import read_folder
+from headway.models.importer import default_model_dir, import_default, import_folder
 from headway.models.store import ModelStore, StoredModel
 
 
@@ -53,35 +54,34 @@ def _copy_checkpoint(tmp_path: Path) -> Path:
     return directory
 
 
-def test_not_a_bert_checkpoint(tmp_path: Path) -> None:
-    directory = _copy_checkpoint(tmp_path)
+def _import(tmp_path: Path, directory: Path) -> StoredModel:
+    return import_folder(ModelStore(tmp_path / "s"), read_folder(directory))
+
+
+def _edit_config(directory: Path, **changes: object) -> None:
     config = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, "model_type": "roberta"}))
-    with pytest.raises(ModelImportError, match="roberta"):
-        import_hf_bert(
-            ModelStore(tmp_path / "s"), directory, kind="embedding", name="x", source="t"
-        )
+    (directory / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+def test_an_architecture_without_a_builder_or_an_export(tmp_path: Path) -> None:
+    directory = _copy_checkpoint(tmp_path)
+    _edit_config(directory, model_type="gpt2")
+    with pytest.raises(ModelImportError, match="gpt2"):
+        _import(tmp_path, directory)
 
 
 def test_cross_encoder_needs_a_classifier(tmp_path: Path) -> None:
     directory = _copy_checkpoint(tmp_path)  # an embedding checkpoint has no classifier
+    _edit_config(directory, architectures=["BertForSequenceClassification"])
     with pytest.raises(ModelImportError, match="classifier"):
-        import_hf_bert(
-            ModelStore(tmp_path / "s"), directory, kind="cross-encoder", name="x", source="t"
-        )
+        _import(tmp_path, directory)
 
 
 def test_max_tokens_cannot_exceed_position_embeddings(tmp_path: Path) -> None:
     directory = _copy_checkpoint(tmp_path)
-    with pytest.raises(ModelImportError, match="position embeddings"):
-        import_hf_bert(
-            ModelStore(tmp_path / "s"),
-            directory,
-            kind="embedding",
-            name="x",
-            source="t",
-            max_tokens=513,
-        )
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 513}))
+    with pytest.raises(ModelImportError, match="exceeds"):
+        _import(tmp_path, directory)
 
 
 def test_failed_import_leaves_no_staging_behind(tmp_path: Path) -> None:
@@ -89,5 +89,5 @@ def test_failed_import_leaves_no_staging_behind(tmp_path: Path) -> None:
     directory = _copy_checkpoint(tmp_path)
     (directory / "tokenizer.json").write_text("{not a tokenizer")  # fails after staging began
     with pytest.raises(ModelImportError, match="tokenizer"):
-        import_hf_bert(store, directory, kind="embedding", name="x", source="t")
+        import_folder(store, read_folder(directory))
     assert list(store.root.iterdir()) == []

@@ -77,7 +77,8 @@ class UnpricedUsage(InvoiceError):
     def __init__(self, tenant: str, alias: str, tier: str, hour: int, source: str) -> None:
         super().__init__(
             f"tenant {tenant!r} used {alias!r} (tier {tier}) in the hour starting "
-            f"{rfc3339(hour)}, and {source} has no price for it then; add one"
+            f"{rfc3339(hour)}, and {source} has no price for it then; add a [[price]] with "
+            f"alias = {alias!r} covering that hour to the price book (billing.price_book)"
         )
         self.tenant = tenant
         self.alias = alias

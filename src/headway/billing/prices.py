@@ -160,6 +160,31 @@ def load_prices(path: Path) -> PriceBook:
     return parse_prices(text, str(path))
 
 
+def configured_prices(path: Path | None) -> PriceBook:
+    """The book at ``billing.price_book``, or the packaged one when it is not set."""
+    return load_prices(path) if path is not None else default_prices()
+
+
+def missing_prices(book: PriceBook, aliases: Sequence[str], now: float) -> list[str]:
+    """One message per alias the book has no interactive price for now, saying how to add
+    one: usage of such an alias is metered, but no invoice can be printed for it."""
+    hour = int(now) // 3600 * 3600
+    today = dt.datetime.fromtimestamp(now, dt.UTC).date().isoformat()
+    where = (
+        f"your price book (a copy of {book.source}, named by billing.price_book)"
+        if book.source.startswith("headway/")
+        else book.source
+    )
+    return [
+        f"alias {alias!r} has no price in {book.source}: its usage is metered, and no invoice "
+        f"can be printed for it until {where} has an entry such as\n"
+        f'  [[price]]\n  alias = "{alias}"\n  unit = "tokens"\n  per = 1000\n'
+        f'  amount = "0.0100"\n  effective_from = {today}'
+        for alias in aliases
+        if book.price_for(alias, "interactive", hour) is None
+    ]
+
+
 def default_prices() -> PriceBook:
     """The packaged example prices for the default models."""
     text = resources.files("headway.billing").joinpath(DEFAULT_PRICES).read_text(encoding="utf-8")

@@ -318,10 +318,9 @@ async def _adopt(settings: Settings, tenant: str, tenant_id: int) -> int:
 
 
 def _price_book(settings: Settings) -> PriceBook:
-    from headway.billing.prices import default_prices, load_prices
+    from headway.billing.prices import configured_prices
 
-    path = settings.billing.price_book
-    return load_prices(path) if path is not None else default_prices()
+    return configured_prices(settings.billing.price_book)
 
 
 async def _hours(

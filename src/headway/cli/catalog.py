@@ -44,6 +44,15 @@ BillingCustomerOpt = Annotated[
 
 @models_app.command("import")
 def models_import(
+    path: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A Hugging Face / sentence-transformers folder, or an .onnx graph (the "
+            "folder beside it, when there is one, says the rest). None: the packaged "
+            "all-MiniLM-L6-v2.",
+            exists=True,
+        ),
+    ] = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     quantize: Annotated[
@@ -51,26 +60,36 @@ def models_import(
     ] = False,
     cross_encoder: Annotated[
         Path | None,
-        typer.Option(help="Import a BERT cross-encoder checkpoint directory instead.", exists=True),
+        typer.Option(
+            help="A cross-encoder folder (the alias defaults to the rerank model).", exists=True
+        ),
     ] = None,
     onnx: Annotated[
         Path | None,
-        typer.Option(help="Import this ONNX graph instead (with --tokenizer).", exists=True),
+        typer.Option(help="An ONNX graph (the same as giving it as PATH).", exists=True),
     ] = None,
     tokenizer: Annotated[
-        Path | None, typer.Option(help="The tokenizer.json of --onnx.", exists=True)
+        Path | None,
+        typer.Option(help="The graph's tokenizer.json (default: the one beside it).", exists=True),
     ] = None,
     kind: Annotated[
-        Literal["embedding", "cross-encoder"], typer.Option(help="--onnx: what the model does.")
-    ] = "embedding",
+        Literal["embedding", "cross-encoder"] | None,
+        typer.Option(help="What the model does (default: as the folder says)."),
+    ] = None,
     pooling: Annotated[
-        Literal["none", "mean", "cls"],
-        typer.Option(help="--onnx: none (one row per text), mean or cls (token rows)."),
-    ] = "none",
+        Literal["none", "mean", "cls", "last"] | None,
+        typer.Option(
+            help="none (one row per text), mean, cls or last (token rows); default: as the "
+            "folder says, or none for a graph alone."
+        ),
+    ] = None,
     normalize: Annotated[
-        bool, typer.Option(help="--onnx: L2-normalise each row in the worker.")
-    ] = False,
-    max_tokens: Annotated[int, typer.Option(help="--onnx: truncate inputs to this.")] = 512,
+        bool | None,
+        typer.Option(help="L2-normalise each row (default: as the folder says)."),
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Truncate inputs to this (default: as the folder says).")
+    ] = None,
     matryoshka: Annotated[
         list[int] | None,
         typer.Option(
@@ -78,82 +97,94 @@ def models_import(
             "(Matryoshka), which requests may ask for; repeat for each."
         ),
     ] = None,
-    name: Annotated[str | None, typer.Option(help="--onnx: the model's name.")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The model's name (default: its folder's).")
+    ] = None,
     alias: Annotated[
-        list[str] | None, typer.Option(help="Alias(es) for the imported version.")
+        list[str] | None,
+        typer.Option(help="Alias(es) for the imported version (default: its name)."),
     ] = None,
     sign_key: Annotated[
         Path | None,
         typer.Option(help="Sign each imported version with this key (`models keygen`)."),
     ] = None,
 ) -> None:
-    """Build ONNX artifacts from packaged weights, a checkpoint or an ONNX graph into the
-    content-addressed store, and register them."""
+    """Build or take an ONNX artifact into the content-addressed store, and register it."""
     settings = settings_from(config, data_dir=data_dir)
     import getpass
 
-    from headway.catalog import DEFAULT_ALIASES, record_of
+    from headway.catalog import DEFAULT_ALIASES, register
     from headway.models.errors import ModelError
-    from headway.models.importer import (
-        import_default,
-        import_hf_bert,
-        import_onnx,
-        quantize_int8,
-    )
+    from headway.models.importer import import_default, quantize_int8
+    from headway.models.intake import ImportOptions, import_path
     from headway.models.store import ModelStore, StoredModel
     from headway.models.weights.signing import load_key, sign_artifact
     from headway.registry.model import Actor
     from headway.registry.open import open_registry
 
-    if onnx is not None and tokenizer is None:
-        typer.echo("--onnx needs --tokenizer", err=True)
+    sources = [p for p in (path, cross_encoder, onnx) if p is not None]
+    if len(sources) > 1:
+        typer.echo("give one of PATH, --onnx and --cross-encoder", err=True)
         raise typer.Exit(2)
     store = ModelStore(settings.model_root)
     registry = open_registry(settings)
     actor = Actor(f"cli:{getpass.getuser()}")
+    options = ImportOptions(
+        name=name,
+        kind="cross-encoder" if cross_encoder is not None else kind,
+        pooling=pooling,
+        normalize=normalize,
+        max_tokens=max_tokens,
+        tokenizer=tokenizer,
+        matryoshka_dimensions=tuple(matryoshka or ()),
+    )
 
-    def register(stored: StoredModel, aliases: tuple[str, ...]) -> None:
+    def add(stored: StoredModel, aliases: tuple[str, ...]) -> None:
         if signing_key is not None:
             sign_artifact(store, stored.version, signing_key)
-        registry.add_model(record_of(stored), aliases, actor=actor)
+        register(registry, stored, aliases, actor)
         names = ", ".join(aliases) or "-"
         signed = "  signed" if signing_key is not None else ""
         typer.echo(f"{stored.version}  {stored.manifest.name}  aliases: {names}{signed}")
 
     try:
         signing_key = load_key(sign_key) if sign_key is not None else None  # before the work
-        if onnx is not None and tokenizer is not None:
-            stored = import_onnx(
-                store,
-                onnx,
-                tokenizer,
-                kind=kind,
-                name=name or onnx.stem,
-                pooling=pooling,
-                normalize=normalize,
-                max_tokens=max_tokens,
-                source=str(onnx),
-                matryoshka_dimensions=tuple(matryoshka or ()),
-            )
-            aliases = tuple(alias or ())
-        elif cross_encoder is not None:
-            stored = import_hf_bert(
-                store,
-                cross_encoder,
-                kind="cross-encoder",
-                name=cross_encoder.name,
-                source=str(cross_encoder),
-            )
-            aliases = tuple(alias or [settings.rerank_model])
+        if sources:
+            imported = import_path(store, sources[0], options)
+            stored = imported.model
+            for note in imported.assumed:
+                typer.echo(f"assumed: {note}", err=True)
+            fallback = settings.rerank_model if cross_encoder is not None else stored.manifest.name
+            aliases = tuple(alias or [fallback])
         else:
             stored = import_default(store)
             aliases = tuple(alias or DEFAULT_ALIASES)
-        register(stored, aliases)
+        add(stored, aliases)
         if quantize:
-            register(quantize_int8(store, stored), tuple(f"{a}-int8" for a in aliases))
+            int8_aliases = tuple(f"{a}-int8" for a in aliases)
+            add(quantize_int8(store, stored), int8_aliases)
+            aliases += int8_aliases
     except ModelError as exc:
         typer.echo(f"import failed: {exc}", err=True)
         raise typer.Exit(1) from exc
+    _warn_unpriced(settings, aliases)
+
+
+def _warn_unpriced(settings: Settings, aliases: tuple[str, ...]) -> None:
+    """Say which aliases the price book cannot invoice, and how to add them."""
+    import time
+
+    from headway.billing.prices import PriceBookError, configured_prices, missing_prices
+
+    try:
+        book = configured_prices(settings.billing.price_book)
+    except PriceBookError as exc:
+        typer.echo(
+            f"warning: the price book cannot be read, so nothing can be invoiced: {exc}", err=True
+        )
+        return
+    for warning in missing_prices(book, aliases, time.time()):
+        typer.echo(f"warning: {warning}", err=True)
 
 
 @models_app.command("list")

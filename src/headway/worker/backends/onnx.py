@@ -30,7 +30,7 @@ from headway.models.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
-_PAD_TOKEN = "[PAD]"
+_PAD_TOKENS = ("[PAD]", "<pad>")  # WordPiece's, then BPE and SentencePiece vocabularies'
 CALL_OVERHEAD_TOKENS = 8
 
 
@@ -45,8 +45,8 @@ class OnnxBackend:
         self._manifest = manifest
         self._output_name: str = session.get_outputs()[0].name
         self._inputs = frozenset(i.name for i in session.get_inputs())
-        pad_id = tokenizer.token_to_id(_PAD_TOKEN)
-        self._pad_id = 0 if pad_id is None else pad_id
+        pad_ids = (tokenizer.token_to_id(token) for token in _PAD_TOKENS)
+        self._pad_id = next((i for i in pad_ids if i is not None), 0)
 
     @classmethod
     def load(
@@ -118,11 +118,15 @@ def _mapped_graph(model: StoredModel) -> Path:
 def pool(
     output: npt.NDArray[np.float32], mask: npt.NDArray[np.int64], manifest: ModelManifest
 ) -> npt.NDArray[np.float32]:
-    """One row per text: the output itself, its first token, or its mean over real tokens."""
+    """One row per text: the output itself, its first or last real token, or its mean over
+    real tokens."""
     if manifest.pooling == "none":
         return output
     if manifest.pooling == "cls":
         return output[:, 0, :]
+    if manifest.pooling == "last":
+        last = mask.sum(axis=1) - 1  # padded on the right
+        return output[np.arange(output.shape[0]), last, :]
     weights = mask[:, :, None].astype(np.float32)
     counts = np.maximum(weights.sum(axis=1), 1e-9)  # sentence-transformers' clamp
     means: npt.NDArray[np.float32] = ((output * weights).sum(axis=1) / counts).astype(np.float32)

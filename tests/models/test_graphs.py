@@ -9,10 +9,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from headway.models.bert_onnx import build_bert_graph
 from headway.models.errors import ModelImportError
+from headway.models.graphs.encoders import build_graph, relative_buckets
+from headway.models.graphs.heads import Classified, Pooled
 
 CONFIG: dict[str, Any] = {
+    "model_type": "bert",
     "hidden_size": 8,
     "num_attention_heads": 2,
     "num_hidden_layers": 2,
@@ -21,6 +23,7 @@ CONFIG: dict[str, Any] = {
     "hidden_act": "gelu",
 }
 VOCAB, POSITIONS, LABELS = 50, 16, 3
+MEAN_L2 = Pooled("mean", normalize=True)
 
 
 def tiny_weights(prefix: str = "", seed: int = 0) -> dict[str, np.ndarray]:
@@ -67,7 +70,7 @@ MASK = (np.arange(6) < np.array([[4], [6]])).astype(np.int64)
 
 
 def test_interface_is_opset_17_with_dynamic_batch_and_sequence() -> None:
-    model = build_bert_graph(CONFIG, tiny_weights(), "mean_pool_l2")
+    model = build_graph(CONFIG, tiny_weights(), MEAN_L2)
     assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [17]
     for value in model.graph.input:
         assert value.type.tensor_type.elem_type == onnx.TensorProto.INT64
@@ -77,7 +80,7 @@ def test_interface_is_opset_17_with_dynamic_batch_and_sequence() -> None:
 
 
 def test_embeddings_are_unit_rows_and_ignore_padding() -> None:
-    model = build_bert_graph(CONFIG, tiny_weights(), "mean_pool_l2")
+    model = build_graph(CONFIG, tiny_weights(), MEAN_L2)
     batch = run(model, IDS, MASK)
     assert batch.shape == (2, CONFIG["hidden_size"])
     np.testing.assert_allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-6)
@@ -86,13 +89,13 @@ def test_embeddings_are_unit_rows_and_ignore_padding() -> None:
 
 
 def test_bert_prefix_is_optional() -> None:
-    plain = run(build_bert_graph(CONFIG, tiny_weights(), "mean_pool_l2"), IDS, MASK)
-    prefixed = run(build_bert_graph(CONFIG, tiny_weights("bert."), "mean_pool_l2"), IDS, MASK)
+    plain = run(build_graph(CONFIG, tiny_weights(), MEAN_L2), IDS, MASK)
+    prefixed = run(build_graph(CONFIG, tiny_weights("bert."), MEAN_L2), IDS, MASK)
     np.testing.assert_array_equal(plain, prefixed)
 
 
 def test_classification_head_outputs_one_logit_per_label() -> None:
-    model = build_bert_graph(CONFIG, tiny_weights("bert."), "sequence_classification")
+    model = build_graph(CONFIG, tiny_weights("bert."), Classified())
     assert [v.name for v in model.graph.output] == ["logits"]
     logits = run(model, IDS, MASK)
     assert logits.shape == (2, LABELS)
@@ -103,13 +106,14 @@ def test_missing_tensor_is_an_import_error() -> None:
     weights = tiny_weights()
     del weights["encoder.layer.1.output.dense.bias"]
     with pytest.raises(ModelImportError, match=r"encoder\.layer\.1\.output\.dense\.bias"):
-        build_bert_graph(CONFIG, weights, "mean_pool_l2")
+        build_graph(CONFIG, weights, MEAN_L2)
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        {"hidden_act": "relu"},
+        {"hidden_act": "silu"},
+        {"model_type": "gpt2"},
         {"num_attention_heads": 3},
         {"position_embedding_type": "relative_key"},
         {"hidden_size": None},
@@ -117,4 +121,14 @@ def test_missing_tensor_is_an_import_error() -> None:
 )
 def test_unsupported_configs_are_import_errors(change: dict[str, Any]) -> None:
     with pytest.raises(ModelImportError):
-        build_bert_graph({**CONFIG, **change}, tiny_weights(), "mean_pool_l2")
+        build_graph({**CONFIG, **change}, tiny_weights(), MEAN_L2)
+
+
+def test_relative_buckets_are_mpnets_own(offline: None) -> None:
+    import torch
+    from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
+    positions = 514
+    offsets = torch.arange(-(positions - 1), positions)
+    expected = MPNetEncoder.relative_position_bucket(offsets).numpy()
+    np.testing.assert_array_equal(relative_buckets(positions), expected)
