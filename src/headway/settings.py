@@ -536,6 +536,13 @@ class WorkerSettings(_Section):
     registry_poll_s: float = Field(
         1.0, gt=0, description="How often the registry's change counter is read."
     )
+    memory_budget_mb: float | None = Field(
+        None,
+        gt=0,
+        description="Most megabytes of model artifacts a worker keeps loaded: loading a "
+        "version on demand beyond it unloads the least recently used idle ones loaded on "
+        "demand (the pool's own aliases always stay). None: no limit.",
+    )
     registry_retry_max_s: float = Field(
         5.0,
         gt=0,

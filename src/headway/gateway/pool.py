@@ -46,6 +46,9 @@ class ServedVersion(msgspec.Struct):
     version: str
     kind: str = ""
     dimensions: int = 0
+    loaded: bool = True
+    """False: served on demand, loaded when a chunk first asks for it (workers before
+    on-demand loading held every version they served)."""
 
 
 class ReadyState(msgspec.Struct):
@@ -59,6 +62,11 @@ class ReadyState(msgspec.Struct):
         if self.versions is None:
             return frozenset({self.model_version}) if self.model_version else frozenset()
         return frozenset(served.version for served in self.versions)
+
+    def loaded(self) -> frozenset[str]:
+        if self.versions is None:
+            return self.served()
+        return frozenset(served.version for served in self.versions if served.loaded)
 
 
 _ready_decoder = msgspec.json.Decoder(ReadyState)
@@ -94,6 +102,8 @@ class Replica:
     model_version: str = ""
     """The version a chunk naming none gets there (its first)."""
     versions: frozenset[str] = frozenset()
+    loaded: frozenset[str] = frozenset()
+    """Of ``versions``, those loaded now (the rest load when first asked for)."""
     kind: str = ""
     dimensions: int = 0
     outstanding_texts: int = 0
@@ -174,6 +184,7 @@ class ReplicaPool:
         if ready:
             replica.model_version = state.model_version
             replica.versions = state.served()
+            replica.loaded = state.loaded()
             replica.kind = state.kind
             replica.dimensions = state.dimensions
         self._set_ready(replica, ready)

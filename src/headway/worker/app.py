@@ -3,16 +3,21 @@
 A worker holds every version its ``ModelSource`` wants, each with its own loaded
 backend and ``Batcher`` (its own queue), all running on the worker's one inference
 thread: a replica is as fast with two versions as with one, and a shadow batch never
-runs beside real work on another core. Readiness comes only after each version is
-loaded and a warm-up batch has run; while the source cannot read the model registry
-(its Postgres away: ``RegistryUnavailable``), the start waits with backoff
-(``headway.dependency_link``, ``headway_worker_registry_up``) rather than exits. Every
-``registry_poll_s`` the worker reads the source's change counter; when it moved, it
-loads (in a thread, off the event loop) and warms up what is newly wanted before
-advertising it, stops taking chunks for what is no longer wanted, and unloads that once
-its queue is empty. A chunk is served by
-the version it names (``ModelMismatch`` if not held; none named: the first). Shadow
-chunks run only in spare capacity: taken only while the worker is idle (a batcher
+runs beside real work on another core. It also serves the source's ``on_demand``
+versions: the first chunk for one starts its load (in a thread, one load per version
+however many chunks ask) and waits for it within its deadline; beyond
+``memory_budget_bytes`` of artifacts, a load unloads the least recently used idle
+versions loaded on demand (never one wanted from the start).
+
+Readiness comes only after each wanted version is loaded and a warm-up batch has run;
+while the source cannot read the model registry (its Postgres away:
+``RegistryUnavailable``), the start waits with backoff (``headway.dependency_link``,
+``headway_worker_registry_up``) rather than exits. Every ``registry_poll_s`` the worker
+reads the source's change counter; when it moved, it loads (in a thread, off the event
+loop) and warms up what is newly wanted before advertising it, stops taking chunks for
+what is no longer served, and unloads that once its queue is empty. A chunk is served by
+the version it names (``ModelMismatch`` if not served; none named: the first wanted).
+Shadow chunks run only in spare capacity: taken only while the worker is idle (a batcher
 drains its queue into each batch, so an empty queue is not idleness), refused at once
 otherwise; a real chunk arriving meanwhile waits at most that one batch. On shutdown
 the worker turns unready first, then finishes its queues.
@@ -21,9 +26,10 @@ the worker turns unready first, then finishes its queues.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -59,7 +65,7 @@ from headway.worker.batcher import (
     Values,
 )
 from headway.worker.metrics import WorkerMetrics
-from headway.worker.sources import LoadedModel, ModelSource
+from headway.worker.sources import LoadedModel, ModelSource, VersionInfo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,6 +101,7 @@ class WorkerService:
         background: Background | None = None,
         registry_retry_max_s: float = 5.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        memory_budget_bytes: int | None = None,
     ) -> None:
         self.pool = pool
         self._source = source
@@ -113,9 +120,19 @@ class WorkerService:
             resumed="the worker follows it again",
         )
         self.held: dict[str, Held] = {}
-        """Versions served, the default first."""
+        """Versions loaded."""
+        self.default_version = ""
+        """What a chunk naming no version gets: the first wanted."""
+        self.wanted: tuple[str, ...] = ()
+        """Versions held from the start, never unloaded for the budget."""
+        self.on_demand: tuple[str, ...] = ()
+        """Versions served too, loaded when first asked for."""
+        self.info: Mapping[str, VersionInfo] = {}
         self.retiring: list[Held] = []
         """Versions no longer served, unloaded once their queue is empty."""
+        self._memory_budget_bytes = memory_budget_bytes
+        self._loading: dict[str, asyncio.Task[Held]] = {}
+        self._last_used: dict[str, float] = {}
         self._changes = -1
         self._inference = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         self._poll: asyncio.Task[None] | None = None
@@ -133,9 +150,10 @@ class WorkerService:
         self.ready = True
         self._poll = self._background.every("registry", self._registry_poll_s, self.refresh)
         log.info(
-            "worker ready: pool=%s versions=%s in %.1fs",
+            "worker ready: pool=%s versions=%s (%d more on demand) in %.1fs",
             self.pool,
             ",".join(version[:12] for version in self.held),
+            len(self.on_demand),
             time.perf_counter() - started,
         )
 
@@ -150,6 +168,8 @@ class WorkerService:
         self.draining = True
         if self._poll is not None:
             self._poll.cancel()
+        for task in self._loading.values():
+            task.cancel()
         for held in [*self.held.values(), *self.retiring]:
             await held.batcher.drained()
             await held.batcher.close()
@@ -169,25 +189,100 @@ class WorkerService:
         for held in [h for h in self.retiring if h.batcher.outstanding_texts == 0]:
             self.retiring.remove(held)
             await held.batcher.close()
+            self.metrics.model_unloaded("retired", len(self.held))
             log.info("worker unloaded version %s", held.model.version[:12])
 
     async def _sync(self) -> None:
         """Hold exactly the versions wanted now: new ones loaded and warmed before they are
-        served; if one fails to load, those loaded stay and the next poll tries again."""
+        served; if one fails to load, those loaded stay and the next poll tries again.
+        Versions loaded on demand stay loaded while they are still served."""
         wanted = await asyncio.to_thread(self._source.wanted)
         for version in wanted.versions:
-            if version in self.held:
-                continue
-            revived = [held for held in self.retiring if held.model.version == version]
-            if revived:  # wanted again before its queue emptied: it is still loaded
-                self.retiring.remove(revived[0])
-            self.held[version] = revived[0] if revived else await self._load(version)
-        retired = [held for version, held in self.held.items() if version not in wanted.versions]
-        self.held = {version: self.held[version] for version in wanted.versions}
-        self.retiring += retired
+            if version not in self.held:
+                self.held[version] = await self._revived(version) or await self._load(version)
+        served = {*wanted.versions, *wanted.on_demand}
+        self.retiring += [held for version, held in self.held.items() if version not in served]
+        self.held = {version: held for version, held in self.held.items() if version in served}
+        self.default_version = wanted.versions[0]
+        self.wanted, self.on_demand, self.info = wanted.versions, wanted.on_demand, wanted.info
         self._changes = wanted.changes
 
-    async def _load(self, version: str) -> Held:
+    async def _revived(self, version: str) -> Held | None:
+        """A retired version wanted again before its queue emptied: it is still loaded."""
+        for held in self.retiring:
+            if held.model.version == version:
+                self.retiring.remove(held)
+                return held
+        return None
+
+    async def _held_for(self, version: str, deadline: float) -> Held:
+        """The loaded ``version``, loading it first if it is served on demand; the wait
+        ends at ``deadline`` (the load goes on, for the chunks after)."""
+        while (held := self.held.get(version)) is None:
+            if version not in self.on_demand:
+                served = ", ".join(v[:12] for v in (*self.wanted, *self.on_demand))
+                raise ModelMismatch(f"this worker serves {served}, not {version}")
+            task = self._loading.get(version)
+            if task is None:
+                task = asyncio.create_task(self._load_on_demand(version))
+                self._loading[version] = task
+                task.add_done_callback(functools.partial(self._loaded, version))
+            try:
+                await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - self._clock()))
+            except TimeoutError:
+                raise DeadlineExceeded(f"version {version[:12]} is still loading") from None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the load's own error, logged once by ``_loaded``
+                raise NoReplicas(f"version {version[:12]} failed to load here: {exc}") from exc
+        self._last_used[version] = self._clock()
+        return held
+
+    def _loaded(self, version: str, task: asyncio.Task[Held]) -> None:
+        if self._loading.get(version) is task:
+            del self._loading[version]
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("worker could not load version %s: %s", version[:12], error)
+
+    async def _load_on_demand(self, version: str) -> Held:
+        held = await self._revived(version) or await self._load(version, trigger="demand")
+        if version not in (*self.wanted, *self.on_demand):  # no longer served meanwhile
+            self.retiring.append(held)
+            return held
+        self.held[version] = held
+        self._last_used[version] = self._clock()
+        await self._unload_beyond_budget(keep=version)
+        return held
+
+    async def _unload_beyond_budget(self, keep: str) -> None:
+        """Least recently used first, idle versions loaded on demand, until the loaded
+        artifacts fit ``memory_budget_bytes`` (or none is left to unload)."""
+        if self._memory_budget_bytes is None:
+            return
+
+        def size(version: str) -> int:
+            info = self.info.get(version)
+            return info.size_bytes if info is not None else 0
+
+        total = sum(size(version) for version in self.held)
+        idle = [
+            version
+            for version, held in self.held.items()
+            if version != keep
+            and version not in self.wanted
+            and held.batcher.outstanding_texts == 0
+        ]
+        for version in sorted(idle, key=lambda v: self._last_used.get(v, 0.0)):
+            if total <= self._memory_budget_bytes:
+                break
+            held = self.held.pop(version)
+            total -= size(version)
+            await held.batcher.close()
+            self.metrics.model_unloaded("budget", len(self.held))
+            log.info("worker unloaded version %s (memory budget)", version[:12])
+
+    async def _load(self, version: str, trigger: str = "start") -> Held:
+        started = time.perf_counter()
         model = await asyncio.to_thread(self._source.load, version)
         backend = model.backend
         batcher = Batcher(
@@ -203,27 +298,45 @@ class WorkerService:
             warmup = backend.encode_texts([WARMUP_TEXT] * min(8, self._limits.max_batch_size))
         await batcher.run_now(warmup)
         batcher.start(self._background)
-        log.info("worker loaded version %s (%s)", version[:12], backend.kind)
+        seconds = time.perf_counter() - started
+        self.metrics.model_loaded(trigger, seconds, len(self.held) + 1)
+        log.info("worker loaded version %s (%s) in %.2fs", version[:12], backend.kind, seconds)
         return Held(model, batcher)
 
     # requests ----------------------------------------------------------------
+
+    def served_versions(self) -> list[dict[str, object]]:
+        """Every version served, the default first, and whether it is loaded now."""
+        described: list[dict[str, object]] = []
+        for version in dict.fromkeys((*self.wanted, *self.held, *self.on_demand)):
+            held = self.held.get(version)
+            info = self.info.get(version)
+            kind: str
+            if held is not None:
+                kind, dimensions = held.model.backend.kind, held.model.backend.dimensions
+            elif info is not None:
+                kind, dimensions = info.kind, info.dimensions
+            else:
+                continue
+            described.append(
+                {"version": version, "kind": kind, "dimensions": dimensions, "loaded": bool(held)}
+            )
+        return described
 
     @property
     def outstanding_texts(self) -> int:
         return sum(h.batcher.outstanding_texts for h in [*self.held.values(), *self.retiring])
 
-    def _accept(self, chunk: wire.Chunk) -> Held:
-        """The version that serves ``chunk``, once it may run here; every refusal comes
-        before the chunk is tokenized (no work spent on what is refused)."""
+    async def _accept(self, chunk: wire.Chunk) -> Held:
+        """The version that serves ``chunk`` (loaded first if it is served on demand), once
+        it may run here; every refusal comes before the chunk is tokenized (no work spent
+        on what is refused)."""
         if not self.ready or not self.held:
             raise NoReplicas("worker is not ready")
         if chunk.timeout_ms <= 0:
             raise DeadlineExceeded("deadline passed before the chunk arrived")
-        requested = chunk.model_version
-        held = self.held.get(requested) if requested else next(iter(self.held.values()))
-        if held is None:
-            served = ", ".join(version[:12] for version in self.held)
-            raise ModelMismatch(f"this worker serves {served}, not {requested}")
+        deadline = self._clock() + chunk.timeout_ms / 1000
+        held = await self._held_for(chunk.model_version or self.default_version, deadline)
         busy = self.outstanding_texts
         if chunk.priority == wire.Priority.SHADOW and busy:
             raise Overloaded(
@@ -233,7 +346,7 @@ class WorkerService:
         return held
 
     async def embed(self, chunk: wire.EmbedChunk) -> wire.ChunkResult:
-        held = self._accept(chunk)
+        held = await self._accept(chunk)
         backend = held.model.backend
         if backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
@@ -247,7 +360,7 @@ class WorkerService:
         return self._result(held.model, values, encoded, timing, per_row=True)
 
     async def score(self, chunk: wire.ScoreChunk) -> wire.ChunkResult:
-        held = self._accept(chunk)
+        held = await self._accept(chunk)
         backend = held.model.backend
         timing = RunTiming()
         started = time.perf_counter()
@@ -361,14 +474,7 @@ def build_worker_app(
 
     async def readyz(request: Request) -> Response:
         body: dict[str, object] = {"ready": service.ready, "pool": service.pool}
-        versions = [
-            {
-                "version": version,
-                "kind": held.model.backend.kind,
-                "dimensions": held.model.backend.dimensions,
-            }
-            for version, held in service.held.items()
-        ]
+        versions = service.served_versions()
         if versions:
             first = versions[0]
             # workers before several versions answered only these three: old gateways read them

@@ -27,6 +27,9 @@ from headway.worker.sources import (
     RegistrySource,
 )
 
+POOL_KINDS = {"embed": "embedding", "rerank": "cross-encoder"}
+"""The kind of model each pool serves every alias of (on demand)."""
+
 
 def model_names_for(settings: Settings, registry: RegistryStore) -> tuple[str, ...]:
     """The worker's models: explicit, else the pool's alias (rerank falls back to embed)."""
@@ -90,7 +93,8 @@ def model_source(settings: Settings) -> ModelSource:
     # Resolved on the first question, from the worker's start (which waits for the
     # registry), not here: building a worker reads no database.
     names = functools.partial(model_names_for, settings, registry)
-    return RefusingSource(RegistrySource(registry, names, load_backend))
+    kind = None if settings.worker.models else POOL_KINDS[settings.worker.pool]
+    return RefusingSource(RegistrySource(registry, names, load_backend, kind))
 
 
 def build_worker(settings: Settings) -> tuple[App, WorkerService]:
@@ -113,5 +117,8 @@ def build_worker(settings: Settings) -> tuple[App, WorkerService]:
         registry_poll_s=worker.registry_poll_s,
         metrics=metrics,
         registry_retry_max_s=worker.registry_retry_max_s,
+        memory_budget_bytes=(
+            None if worker.memory_budget_mb is None else int(worker.memory_budget_mb * 1e6)
+        ),
     )
     return build_worker_app(service, tracing, access_log=observability.logging.access), service

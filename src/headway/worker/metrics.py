@@ -108,7 +108,43 @@ class WorkerMetrics:
             ["pool", "reason"],
             registry=self.registry,
         )
+        self._model_loads = Counter(
+            "headway_worker_model_loads_total",
+            "Model versions loaded: at start or when the registry named them (start), or "
+            "when a chunk first asked for one served on demand (demand).",
+            ["pool", "trigger"],
+            registry=self.registry,
+        )
+        self._model_unloads = Counter(
+            "headway_worker_model_unloads_total",
+            "Model versions unloaded: no longer named (retired), or least recently used "
+            "beyond worker.memory_budget_mb (budget).",
+            ["pool", "reason"],
+            registry=self.registry,
+        )
+        self._model_load_seconds = Histogram(
+            "headway_worker_model_load_seconds",
+            "Time to load and warm up one model version.",
+            ["pool"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+            registry=self.registry,
+        ).labels(**labels)
+        self._models_loaded = Gauge(
+            "headway_worker_models_loaded",
+            "Model versions loaded now.",
+            ["pool"],
+            registry=self.registry,
+        ).labels(**labels)
         self._pool = pool
+
+    def model_loaded(self, trigger: str, seconds: float, loaded: int) -> None:
+        self._model_loads.labels(pool=self._pool, trigger=trigger).inc()
+        self._model_load_seconds.observe(seconds)
+        self._models_loaded.set(loaded)
+
+    def model_unloaded(self, reason: str, loaded: int) -> None:
+        self._model_unloads.labels(pool=self._pool, reason=reason).inc()
+        self._models_loaded.set(loaded)
 
     def batch_done(self, batch: BatchRun) -> None:
         self._texts.inc(batch.texts)

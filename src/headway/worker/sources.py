@@ -1,15 +1,19 @@
-"""Which model versions a worker holds, and how it loads one.
+"""Which model versions a worker serves, and how it loads one.
 
 A ``ModelSource`` answers three blocking questions, always asked from a thread off
 the event loop: its change counter (cheap, polled every ``registry_poll_s``), the
 versions wanted now, and a loaded backend for one of them. The first version wanted
-is the one a chunk naming no version gets.
+is the one a chunk naming no version gets. Wanted versions are held from the start;
+``on_demand`` ones are served too, each loaded when a chunk first asks for it.
 
 - ``FixedSource``: one model, loaded once, never changes (the synthetic backend).
 - ``RegistrySource``: every version the registry names for the worker's aliases
   (``versions_for``): an alias's primary first, then what its split names (weights,
   pins, shadow), so a split or a rollout on the alias makes the worker load the
-  candidate, and dropping it from the split lets the worker unload it.
+  candidate, and dropping it from the split lets the worker unload it. With a ``kind``
+  (the pool's: no explicit ``worker.models``), every other alias of that kind, with its
+  split, is served on demand (``versions_of_kind``): an alias imported while the worker
+  runs is served within one poll, with no restart.
 - ``RefusingSource``: around another, drops a version whose artifact was refused
   (changed files, a bad or missing signature) from what is wanted, so the worker serves
   the rest and is never ready for that one.
@@ -19,8 +23,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from headway.models.backend import Backend
@@ -37,11 +41,24 @@ class LoadedModel:
 
 
 @dataclass(frozen=True, slots=True)
+class VersionInfo:
+    """What a worker says of a version before it has loaded it, and what holding it costs."""
+
+    kind: str
+    dimensions: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Wanted:
-    """The versions to hold, as of the source's change counter ``changes``."""
+    """The versions to hold, and those to load on demand, as of the source's change
+    counter ``changes``."""
 
     changes: int
     versions: tuple[str, ...]
+    on_demand: tuple[str, ...] = ()
+    info: Mapping[str, VersionInfo] = field(default_factory=dict)
+    """Of every version named here, where the source knows it (the registry's records)."""
 
 
 class ModelSource(Protocol):
@@ -97,12 +114,15 @@ class RegistrySource:
         registry: RegistryView,
         names: tuple[str, ...] | Callable[[], tuple[str, ...]],
         load_backend: Callable[[str], Backend],
+        kind: str | None = None,
     ) -> None:
         """``names``: or how to find them (a read of the registry: the rerank pool's
-        fallback), asked once, when first wanted."""
+        fallback), asked once, when first wanted. ``kind``: serve every alias of this kind
+        on demand (None: only ``names``)."""
         self._registry = registry
         self._names = names
         self._load_backend = load_backend
+        self._kind = kind
 
     def changes(self) -> int:
         return self._registry.changes()
@@ -111,7 +131,15 @@ class RegistrySource:
         if callable(self._names):
             self._names = self._names()
         snapshot = self._registry.model_snapshot()
-        return Wanted(snapshot.changes, versions_for(snapshot, self._names))
+        held = versions_for(snapshot, self._names)
+        on_demand = () if self._kind is None else versions_of_kind(snapshot, self._kind)
+        on_demand = tuple(v for v in on_demand if v not in held)
+        info = {
+            v: VersionInfo(record.kind, record.dimensions, record.size_bytes)
+            for v in (*held, *on_demand)
+            if (record := snapshot.resolve_model(v)) is not None
+        }
+        return Wanted(snapshot.changes, held, on_demand, info)
 
     def load(self, version: str) -> LoadedModel:
         return LoadedModel(self._load_backend(version), version)
@@ -129,6 +157,16 @@ def versions_for(snapshot: Snapshot, names: tuple[str, ...]) -> tuple[str, ...]:
             )
         ordered += [record.version, *sorted(snapshot.versions_of(name))]
     return tuple(dict.fromkeys(ordered))
+
+
+def versions_of_kind(snapshot: Snapshot, kind: str) -> tuple[str, ...]:
+    """Every version an alias of ``kind`` points to (its primary, and what its split
+    names), sorted; a version no alias names is not among them."""
+    named: set[str] = set()
+    for name, record in snapshot.models.items():
+        if name != record.version and record.kind == kind:
+            named |= snapshot.versions_of(name)
+    return tuple(sorted(named))
 
 
 class RefusingSource:
@@ -153,7 +191,8 @@ class RefusingSource:
     def wanted(self) -> Wanted:
         wanted = self._inner.wanted()
         kept = tuple(v for v in wanted.versions if v not in self.refused)
-        return Wanted(wanted.changes, kept or wanted.versions)
+        on_demand = tuple(v for v in wanted.on_demand if v not in self.refused)
+        return Wanted(wanted.changes, kept or wanted.versions, on_demand, wanted.info)
 
     def load(self, version: str) -> LoadedModel:
         refusal = self.refused.get(version)

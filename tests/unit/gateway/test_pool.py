@@ -187,3 +187,26 @@ async def test_a_replica_serving_several_versions_takes_chunks_of_each():
     assert pool.versions == {"v1", "v2"}
     assert pool.pick("v2").url == "http://multi"
     assert pool.pick("v3") is None
+
+
+async def test_a_version_served_on_demand_takes_chunks_before_it_is_loaded():
+    def readyz(request: UpstreamRequest) -> Reply:
+        served = [
+            {"version": "v1", "kind": "embedding", "dimensions": 4, "loaded": True},
+            {"version": "v2", "kind": "embedding", "dimensions": 4, "loaded": False},
+        ]
+        body = {"ready": True, "model_version": "v1", "versions": served}
+        return Reply(200, msgspec.json.encode(body), {})
+
+    pool = ReplicaPool(
+        "embed",
+        ("http://lazy",),
+        MockTransport(readyz),
+        health_interval_s=1,
+        admission=AdmissionConfig(),
+        rng=random.Random(7),
+    )
+    await pool.poll_once()
+    (replica,) = pool.replicas
+    assert (replica.versions, replica.loaded) == ({"v1", "v2"}, {"v1"})
+    assert pool.pick("v2").url == "http://lazy"

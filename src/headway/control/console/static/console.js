@@ -93,10 +93,10 @@
           el("h2", {}, `${pool.name}: ${pool.ready} of ${pool.size} ready · `,
             `${pool.replicas.filter((r) => r.state === "ejected").length} ejected now (${pool.ejections} so far) · `,
             `outstanding ${pool.outstanding} of ${pool.limit} texts`),
-          table(["replica", "state", "outstanding texts", "latency ms", "failures in a row", "ejections", "ejected for", "version"],
+          table(["replica", "state", "outstanding texts", "latency ms", "failures in a row", "ejections", "ejected for", "versions loaded", "on demand"],
             pool.replicas.map((r) =>
               row([r.url, r.reason ? el("span", {}, badge(r.state), ` ${r.reason}`) : badge(r.state), r.outstanding_texts, num(r.latency_ms), r.consecutive_failures, r.ejections,
-                r.ejected_for_s > 0 ? `${r.ejected_for_s} s` : "—", r.versions.join(", ") || "—"],
+                r.ejected_for_s > 0 ? `${r.ejected_for_s} s` : "—", r.versions.join(", ") || "—", r.on_demand.join(", ") || "—"],
                 { "data-replica": r.url, "data-state": r.state, "data-reason": r.reason })))),
       ),
     admission: (data) =>
