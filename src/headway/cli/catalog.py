@@ -167,10 +167,10 @@ def models_import(
     except ModelError as exc:
         typer.echo(f"import failed: {exc}", err=True)
         raise typer.Exit(1) from exc
-    _warn_unpriced(settings, aliases)
+    warn_unpriced(settings, aliases)
 
 
-def _warn_unpriced(settings: Settings, aliases: tuple[str, ...]) -> None:
+def warn_unpriced(settings: Settings, aliases: tuple[str, ...]) -> None:
     """Say which aliases the price book cannot invoice, and how to add them."""
     import time
 

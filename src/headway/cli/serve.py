@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -27,6 +28,8 @@ from headway.cli.options import (
 
 if TYPE_CHECKING:
     from headway.privileges import Component
+    from headway.registry.store import RegistryStore
+    from headway.settings import Settings
 
 log = logging.getLogger("headway")
 
@@ -90,6 +93,15 @@ def up(
     nats_url: NatsOpt = None,
     postgres_url: PostgresOpt = None,
     log_level: LogLevelOpt = None,
+    model: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--model",
+            help="Also serve this model folder or .onnx graph (imported once: the same "
+            "bytes are the same version), aliased by its name; repeat for each.",
+            exists=True,
+        ),
+    ] = None,
 ) -> None:
     """Run the whole system on this machine: gateway + workers, embedded defaults."""
     settings = settings_from(
@@ -127,6 +139,10 @@ def up(
     if settings.worker.backend == "onnx":
         record = ensure_default_model(settings, registry)
         log.info("model %s version %s", record.name, record.version[:12])
+        _bring_models(settings, registry, model or [])
+    elif model:
+        typer.echo("--model needs the onnx backend", err=True)
+        raise typer.Exit(2)
     else:  # known before any worker runs: without prewarm, a pool's first request starts it
         synthetic = settings.worker.synthetic
         registry.add_model(
@@ -146,6 +162,35 @@ def up(
     finally:
         run_config.unlink(missing_ok=True)
     raise typer.Exit(code)
+
+
+def _bring_models(settings: Settings, registry: RegistryStore, paths: list[Path]) -> None:
+    """Import each of ``paths`` (a no-op for bytes already stored) and alias it by its name;
+    say which alias to ask for, and what it lacks to be invoiced."""
+    from headway.catalog import register
+    from headway.cli.catalog import warn_unpriced
+    from headway.models.errors import ModelError
+    from headway.models.intake import ImportOptions, import_path
+    from headway.models.store import ModelStore
+    from headway.registry.model import Actor
+
+    store = ModelStore(settings.model_root)
+    for path in paths:
+        try:
+            imported = import_path(store, path, ImportOptions())
+        except ModelError as exc:
+            typer.echo(f"--model {path}: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        manifest = imported.model.manifest
+        register(registry, imported.model, (manifest.name,), Actor("cli:up"))
+        route = "/v1/rerank" if manifest.kind == "cross-encoder" else "/v1/embeddings"
+        typer.echo(
+            f"serving {path} as model {manifest.name!r} ({manifest.kind}, version "
+            f'{imported.model.version[:12]}): {route} with "model": "{manifest.name}"'
+        )
+        for note in imported.assumed:
+            typer.echo(f"assumed: {note}", err=True)
+        warn_unpriced(settings, (manifest.name,))
 
 
 def _component_roles(owner_url: str, prefix: str) -> dict[Component, str]:

@@ -1,0 +1,179 @@
+"""Your own models through real processes: folders in, served through `headway up --model`,
+checked with the OpenAI SDK against sentence-transformers on torch.
+
+One stack serves a random-weight model of every architecture, as an embedding model and as
+a cross-encoder (the embed and rerank workers each hold several, loaded on demand); a model
+imported while it runs is served with no restart; three models on a worker with a memory
+budget for two are all answered, loading and unloading as they take turns.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.builders import (
+    ARCHITECTURES,
+    build_tiny_sentence_transformer,
+    build_tiny_transformer,
+)
+from tests.e2e.conftest import start_up, wait_for
+from tests.e2e.test_up import HEADWAY, SEARCH_APP
+from tests.models.conftest import EVAL_TEXTS
+
+pytestmark = pytest.mark.e2e
+
+TEXTS = [*EVAL_TEXTS[:24], EVAL_TEXTS[-6]]  # and one past the 128-token limit
+QUERY = "how do batching and admission control keep latency predictable?"
+DOCUMENTS = [
+    "Admission control refuses work that cannot finish before its deadline.",
+    "Dynamic batching groups requests to amortise the cost of each model call.",
+    "The recipe calls for two cups of flour and a pinch of salt.",
+    "Latency stays flat when the queue is bounded and overload is shed early. " * 20,
+]
+POOLING = {"bert": "mean", "roberta": "cls", "xlm-roberta": "mean", "distilbert": "lasttoken"}
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bring")
+    made: dict[str, Path] = {}
+    for architecture in ARCHITECTURES:
+        embedder = root / f"tiny-{architecture}"
+        build_tiny_sentence_transformer(
+            embedder, architecture, pooling=POOLING.get(architecture, "mean"), corpus=EVAL_TEXTS
+        )
+        made[embedder.name] = embedder
+        reranker = root / f"tiny-{architecture}-reranker"
+        build_tiny_transformer(reranker, architecture, cross_encoder=True, corpus=EVAL_TEXTS)
+        made[reranker.name] = reranker
+    return made
+
+
+def test_every_architecture_served_through_up_matches_torch(
+    folders: dict[str, Path], model_data_dir: Path, tmp_path: Path
+) -> None:
+    import openai
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    data_dir = tmp_path / "data"
+    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    args = [arg for folder in folders.values() for arg in ("--model", str(folder))]
+    up = start_up(data_dir, "--rerank-replicas", "1", *args, timeout_s=240)
+    try:
+        served_lines = [line for line in up.lines if line.startswith("serving ")]
+        assert len(served_lines) == len(folders)
+        client = openai.OpenAI(
+            base_url=up.url + "/v1", api_key=SEARCH_APP["authorization"][7:], max_retries=0
+        )
+        report = {}
+        for name, folder in folders.items():
+            assert any(f"as model '{name}'" in line for line in served_lines)
+            if name.endswith("-reranker"):
+                expected = CrossEncoder(str(folder), device="cpu").predict(
+                    [(QUERY, d) for d in DOCUMENTS]
+                )
+                with up.client() as http:
+                    answer = http.post(
+                        "/v1/rerank",
+                        headers=SEARCH_APP,
+                        json={"model": name, "query": QUERY, "documents": DOCUMENTS},
+                    )
+                assert answer.status_code == 200, answer.text
+                scores = {r["index"]: r["relevance_score"] for r in answer.json()["results"]}
+                served = np.array([scores[i] for i in range(len(DOCUMENTS))])
+                report[name] = float(np.abs(served - expected).max())
+                np.testing.assert_allclose(served, expected, rtol=0, atol=1e-5)
+            else:
+                expected = SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
+                answer = client.embeddings.create(model=name, input=TEXTS)
+                served = np.array([row.embedding for row in answer.data])
+                report[name] = float(cosines(served, expected).min())
+                assert report[name] >= 0.99999, name
+        print("served against torch (min cosine / max score difference):", report)
+    finally:
+        assert up.stop(signal.SIGTERM) == 0
+
+
+def test_a_model_imported_while_running_is_served_without_a_restart(
+    folders: dict[str, Path], model_data_dir: Path, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    up = start_up(data_dir, "--rerank-replicas", "0")
+    try:
+        command = ["models", "import", str(folders["tiny-mpnet"]), "--alias", "hot"]
+        subprocess.run([*HEADWAY, *command, "--data-dir", str(data_dir)], check=True)
+        imported = time.monotonic()
+        body = {"model": "hot", "input": ["served without a restart"]}
+        with up.client() as http:
+            wait_for(
+                lambda: (
+                    http.post("/v1/embeddings", headers=SEARCH_APP, json=body).status_code == 200
+                ),
+                timeout_s=5,
+                what="the imported alias served",
+                interval_s=0.1,
+            )
+        print(f"imported alias served {time.monotonic() - imported:.2f} s after the import")
+    finally:
+        assert up.stop(signal.SIGTERM) == 0
+
+
+def test_three_models_on_a_worker_with_room_for_two_are_all_answered(
+    folders: dict[str, Path], model_data_dir: Path, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    names = ["tiny-roberta", "tiny-xlm-roberta", "tiny-mpnet"]  # about the same size
+    versions = []
+    for name in names:
+        imported = subprocess.run(
+            [*HEADWAY, "models", "import", str(folders[name]), "--data-dir", str(data_dir)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        versions.append(imported.stdout.split()[0])
+    size = {v: sum(f.stat().st_size for f in (data_dir / "models" / v).iterdir()) for v in versions}
+    default = next(d for d in (data_dir / "models").iterdir() if d.name.startswith("ca23"))
+    room = sum(f.stat().st_size for f in default.iterdir()) + 2.5 * max(size.values())
+    assert 2.5 * max(size.values()) < sum(size.values()), "room for two, not three"
+    budget = room / 1e6
+    env = {"HEADWAY_WORKER__MEMORY_BUDGET_MB": f"{budget:.3f}"}
+    up = start_up(data_dir, "--rerank-replicas", "0", env=env)
+    try:
+        loading: list[float] = []
+        with up.client() as http:
+            for turn in range(12):
+                name = names[turn % 3]
+                started = time.perf_counter()
+                answer = http.post(
+                    "/v1/embeddings",
+                    headers=SEARCH_APP,
+                    json={"model": name, "input": [f"turn {turn}"]},  # never a cached text
+                )
+                assert answer.status_code == 200, answer.text
+                loading.append(time.perf_counter() - started)
+    finally:
+        assert up.stop(signal.SIGTERM) == 0  # and the worker's log is all read
+    loads = sum("worker loaded version" in line for line in up.lines)
+    unloads = sum("(memory budget)" in line for line in up.lines)
+    # every turn's model is the least recently used one: each loads (the first, the default,
+    # at start), and each from the third on unloads another
+    assert (loads, unloads) == (13, 10), "".join(up.lines[-40:])
+    p50, p99 = (np.percentile(loading, q) * 1000 for q in (50, 99))
+    print(
+        f"12 requests over 3 models, budget for 2: {loads - 1} loads, {unloads} unloads; "
+        f"a request with a load: p50 {p50:.0f} ms, p99 {p99:.0f} ms"
+    )
