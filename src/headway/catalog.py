@@ -31,6 +31,8 @@ def record_of(model: StoredModel) -> ModelRecord:
         size_bytes=size_bytes,
         max_tokens=manifest.max_tokens,
         matryoshka_dimensions=manifest.matryoshka_dimensions,
+        prompts=manifest.prompts,
+        default_prompt_name=manifest.default_prompt_name,
     )
 
 

@@ -177,3 +177,63 @@ def test_three_models_on_a_worker_with_room_for_two_are_all_answered(
         f"12 requests over 3 models, budget for 2: {loads - 1} loads, {unloads} unloads; "
         f"a request with a load: p50 {p50:.0f} ms, p99 {p99:.0f} ms"
     )
+
+
+def test_prompts_follow_the_request_as_sentence_transformers_applies_them(
+    model_data_dir: Path, tmp_path: Path
+) -> None:
+    """An E5-style model (``query: ``/``passage: ``, no default) as the default embedding
+    model: Cohere's ``input_type`` and TEI's ``prompt_name`` choose the prompt, OpenAI's
+    request gets none; vectors and billed tokens are sentence-transformers' own."""
+    import cohere
+    import openai
+    from huggingface_hub import InferenceClient
+    from huggingface_hub.errors import HfHubHTTPError
+
+    folder = tmp_path / "tiny-e5"
+    prompts = {"query": "query: ", "passage": "passage: "}
+    reference = build_tiny_sentence_transformer(
+        folder, "xlm-roberta", prompts=prompts, corpus=EVAL_TEXTS
+    )
+    data_dir = tmp_path / "data"
+    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    env = {"HEADWAY_EMBED_MODEL": "tiny-e5"}  # TEI's /embed serves the default model
+    up = start_up(data_dir, "--rerank-replicas", "0", "--model", str(folder), env=env)
+    key = SEARCH_APP["authorization"][7:]
+    texts = TEXTS[:8]
+
+    def expected(prompt_name: str | None) -> np.ndarray:
+        return np.asarray(reference.encode(texts, prompt_name=prompt_name))
+
+    def tokens(prompt: str) -> int:
+        features = reference.preprocess([prompt + t for t in texts])
+        return int(features["attention_mask"].sum())
+
+    try:
+        with cohere.ClientV2(api_key=key, base_url=up.url) as co:
+            query = co.embed(model="tiny-e5", texts=texts, input_type="search_query")
+            document = co.embed(model="tiny-e5", texts=texts, input_type="search_document")
+        assert cosines(np.asarray(query.embeddings.float_), expected("query")).min() >= 0.99999
+        # sentence-transformers saves a "document" prompt ("") beside the ones it was given:
+        # search_document takes it, as its encode_document does
+        assert reference.prompts["document"] == ""
+        served_documents = np.asarray(document.embeddings.float_)
+        assert cosines(served_documents, expected("document")).min() >= 0.99999
+        assert query.meta.billed_units.input_tokens == tokens("query: ")  # type: ignore[union-attr]
+
+        with InferenceClient(base_url=up.url, api_key=key) as tei:
+            passage = tei.feature_extraction(texts, prompt_name="passage")
+            with pytest.raises(
+                HfHubHTTPError, match=r"has no such prompt \(it has document, passage, query\)"
+            ):
+                tei.feature_extraction(texts, prompt_name="instruction")
+        assert cosines(np.asarray(passage), expected("passage")).min() >= 0.99999
+
+        client = openai.OpenAI(base_url=up.url + "/v1", api_key=key, max_retries=0)
+        plain = client.embeddings.create(model="tiny-e5", input=texts)
+        served = np.array([row.embedding for row in plain.data])
+        assert cosines(served, expected(None)).min() >= 0.99999
+        assert plain.usage.prompt_tokens == tokens("")
+        assert cosines(served, expected("query")).min() < 0.9999, "the prompt changes the vector"
+    finally:
+        assert up.stop(signal.SIGTERM) == 0

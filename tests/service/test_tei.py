@@ -43,7 +43,7 @@ async def test_embed_answers_one_row_per_text_equal_to_the_native_route(stack, p
         ({"normalize": False}, "`normalize: false` is not served"),
         ({"truncate": False}, "send `truncate: true` or omit it"),
         ({"truncation_direction": "Left"}, "send `Right` or omit it"),
-        ({"prompt_name": "query"}, "no model here has named prompts"),
+        ({"prompt_name": "query"}, "has no such prompt (it has none)"),
         ({"dimensions": 4}, "not trained to be truncated"),
         ({"inputs": []}, "`inputs` must not be empty"),
         ({"encoding_format": "float"}, "unknown field `encoding_format`"),

@@ -241,7 +241,7 @@ def _state_compat_limits(
             "inputs": {"anyOf": [text, texts]},
             "truncate": only_true,
             "truncation_direction": right,
-            "prompt_name": {"type": "null", "default": None},
+            "prompt_name": {"type": ["string", "null"], "default": None},
             "normalize": {"const": True, "default": True},
             "dimensions": width,
         },

@@ -115,7 +115,7 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
         await hold_for_replica(cold, ctx, work.texts, parts.metrics.refused)
         target = resolve(work.models, snapshot, parts.pools, tenant_name, work.user)
         version = target.record.version
-        work.check(target.record)
+        work = work.for_model(target.record)
         async with UsageMeter(parts.meter, ctx, caller, target, work.texts, started) as meter:
             async with QuotaCharge(parts.quota, ctx, work.texts, parts.empty_buckets):
                 cached = await parts.cache.look_up(work, tenant, target.record)

@@ -31,8 +31,8 @@ class CohereEmbedRequest(msgspec.Struct, forbid_unknown_fields=True):
     model: str
     texts: list[str]
     input_type: InputType
-    """Cohere's models embed queries and documents differently; headway's models have one
-    embedding for a text, so every text type gives the same vectors (``image`` is refused)."""
+    """Chooses the model's prompt for the kind of text (a model without prompts embeds every
+    kind alike; ``image`` is refused)."""
     embedding_types: list[EmbeddingType] | None = None
     """None: ``["float"]``."""
     truncate: Literal["NONE", "START", "END"] | None = None
@@ -117,7 +117,7 @@ class TeiEmbedRequest(msgspec.Struct, forbid_unknown_fields=True):
     """None or true: truncate at the model's limit; false (refuse long texts) is not served."""
     truncation_direction: TruncationDirection = "Right"
     prompt_name: str | None = None
-    """No model here has named prompts: only None is served."""
+    """One of the model's prompts, put before each input; None: its default prompt."""
     normalize: bool = True
     """True: unit-length rows. False (the pooled rows as they are) is not served: headway's
     models may normalise inside their graph."""

@@ -92,8 +92,9 @@ def key_json(key: ApiKey) -> JsonDict:
 
 MODEL_COLUMNS = (
     "version, name, kind, dimensions, quantization, size_bytes, created_at, max_tokens,"
-    " matryoshka_dimensions"
+    " matryoshka_dimensions, prompts, default_prompt"
 )
+MODEL_PLACEHOLDERS = ", ".join("?" * (MODEL_COLUMNS.count(",") + 1))
 
 
 def model_of(row: Row) -> ModelRecord:
@@ -107,6 +108,8 @@ def model_of(row: Row) -> ModelRecord:
         float(row[6]),
         int(row[7]),
         tuple(int(width) for width in json.loads(row[8])),
+        tuple(sorted((str(k), str(v)) for k, v in json.loads(row[9]).items())),
+        row[10],
     )
 
 
@@ -122,6 +125,8 @@ def model_row(record: ModelRecord) -> tuple[Any, ...]:
         record.created_at,
         record.max_tokens,
         json.dumps(list(record.matryoshka_dimensions)),
+        json.dumps(dict(record.prompts), sort_keys=True),
+        record.default_prompt_name,
     )
 
 

@@ -231,6 +231,15 @@ def _billing_customers(t: _Types) -> tuple[str, ...]:
     )
 
 
+def _model_prompts() -> tuple[str, ...]:
+    """Versions registered before have none. The prompts are a JSON object in a TEXT column
+    on both dialects (read by one ``codec.model_of``)."""
+    return (
+        "ALTER TABLE models ADD COLUMN prompts TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE models ADD COLUMN default_prompt TEXT",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -285,6 +294,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "each tenant id's customer at the billing provider (the usage export's mapping)",
         sqlite=_billing_customers(SQLITE),
         postgres=_billing_customers(POSTGRES),
+    ),
+    Migration(
+        10,
+        "each model's prompts (a text put before an input, by name) and its default prompt",
+        sqlite=_model_prompts(),
+        postgres=_model_prompts(),
     ),
 )
 

@@ -130,6 +130,11 @@ class ModelRecord:
     matryoshka_dimensions: tuple[int, ...] = ()
     """Narrower widths the model was trained to be truncated to (Matryoshka representation
     learning): a request may ask for one of them. Empty: only ``dimensions``."""
+    prompts: tuple[tuple[str, str], ...] = ()
+    """(name, text) pairs, sorted by name: the text the gateway puts before each input of a
+    request that asks for the prompt (the manifest's, sentence-transformers')."""
+    default_prompt_name: str | None = None
+    """The prompt a request asking for none gets; None: no prompt."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from headway.registry.codec import (
     KEY_COLUMNS,
     LIVE_KEY,
     MODEL_COLUMNS,
+    MODEL_PLACEHOLDERS,
     OBSERVATION_COLUMNS,
     JsonDict,
     api_key_of,
@@ -372,7 +373,7 @@ class SqlRegistry(RegistryReads):
             stored = existing or replace(record, created_at=record.created_at or now)
             if existing is None:
                 tx.execute(
-                    f"INSERT INTO models ({MODEL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO models ({MODEL_COLUMNS}) VALUES ({MODEL_PLACEHOLDERS})",
                     model_row(stored),
                 )
             moved: dict[str, str | None] = {}

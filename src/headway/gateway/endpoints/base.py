@@ -41,8 +41,9 @@ class ModelRequest(Protocol):
     def only(self, indices: Sequence[int]) -> ModelRequest:
         """The same request for just these texts, in this order (the cache's misses)."""
 
-    def check(self, record: ModelRecord) -> None:
-        """``ValidationFailed`` if the resolved model cannot serve this request."""
+    def for_model(self, record: ModelRecord) -> ModelRequest:
+        """This request as the resolved model serves it (an embedding request's inputs
+        behind the model's prompt); ``ValidationFailed`` if the model cannot."""
 
     def chunk(self, part: slice, header: ChunkHeader) -> wire.Chunk: ...
 

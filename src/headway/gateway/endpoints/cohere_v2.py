@@ -10,9 +10,10 @@ request id (``X-Request-Id``).
 
 ``model`` is required, as in Cohere's API. ``output_dimension`` asks for a narrower width
 and ``max_tokens`` / ``max_tokens_per_doc`` for a token limit (``endpoints/fit.py``:
-only what the model can give). ``input_type`` is required as Cohere requires it; the
-models here embed every text type alike, and ``image`` (like ``images`` and ``inputs``,
-which are not fields here) is refused. ``truncate`` ``END`` (the default) is what the
+only what the model can give). ``input_type`` is required as Cohere requires it; it
+chooses the model's prompt for that kind of text (``endpoints/prompts.py``: a model with
+none embeds every type alike), and ``image`` (like ``images`` and ``inputs``, which are not
+fields here) is refused. ``truncate`` ``END`` (the default) is what the
 model does; ``NONE`` and ``START`` are refused with what to send. Errors are headway's
 JSON, as on ``/v1/rerank`` (cohere-python keeps any error body as the exception's
 ``body``).
@@ -27,6 +28,7 @@ from headway.errors import ValidationFailed
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.cohere_types import embeddings_by_type
 from headway.gateway.endpoints.fit import Rows
+from headway.gateway.endpoints.prompts import PromptAsk
 from headway.gateway.endpoints.work import Asked, EmbedWork, RankWork, Scores
 from headway.http.asgi import Response, json_response
 from headway.protocols import compat as cohere
@@ -59,7 +61,10 @@ class CohereEmbed:
         width = whole_number(parsed.output_dimension, "output_dimension")
         max_tokens = whole_number(parsed.max_tokens, "max_tokens")
         whole_number(parsed.priority, "priority")
-        return EmbedWork((parsed.model,), parsed.texts, None, answer, width, max_tokens, EMBED)
+        prompt = PromptAsk(input_type=parsed.input_type)
+        return EmbedWork(
+            (parsed.model,), parsed.texts, None, answer, width, max_tokens, EMBED, prompt
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,11 @@ the bearer key of every route (TEI's ``--api-key`` sends it so), and each reques
 of ``/v1/embeddings`` (``endpoints/work.py``).
 
 What TEI offers and headway cannot do is refused with what to send instead, never ignored:
-``truncate: false``, ``truncation_direction: Left``, a ``prompt_name``, ``normalize: false`` (a
-model may normalise inside its graph, so the rows as pooled are not there to give), token ids as
-``inputs``. ``normalize: true`` gives unit-length rows: as computed where they already are (so
-they equal ``/v1/embeddings``'), scaled where they are not.
+``truncate: false``, ``truncation_direction: Left``, a ``prompt_name`` the model lacks,
+``normalize: false`` (a model may normalise inside its graph, so the rows as pooled are not
+there to give), token ids as ``inputs``. ``normalize: true`` gives unit-length rows: as
+computed where they already are (so they equal ``/v1/embeddings``'), scaled where they are
+not.
 
 Errors are TEI's body and ``ErrorType`` (as serde writes it) at headway's status (``errors.py``):
 a refused request is ``Validation``, a full pool or an empty quota ``Overloaded``, no ready
@@ -30,6 +31,7 @@ from headway import __version__
 from headway.errors import HeadwayError, NotFound, Overloaded, QuotaExceeded, ValidationFailed
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.fit import Rows
+from headway.gateway.endpoints.prompts import PromptAsk
 from headway.gateway.endpoints.work import Asked, EmbedWork, RankWork, Scores
 from headway.gateway.pools import Pools
 from headway.gateway.snapshots import Snapshots
@@ -84,18 +86,16 @@ class TeiEmbed:
         inputs = texts_of(parsed.inputs, "inputs")
         check_texts(inputs, limits, "inputs")
         check_truncation(parsed.truncate, parsed.truncation_direction)
-        if parsed.prompt_name is not None:
-            raise ValidationFailed(
-                f"`prompt_name` {parsed.prompt_name[:40]!r}: no model here has named prompts; "
-                "omit it (and put the prompt's text in front of each input)"
-            )
         if not parsed.normalize:
             raise ValidationFailed(
                 "`normalize: false` is not served: headway's models may normalise inside "
                 "their graph, so rows as pooled are not there to give; omit it"
             )
         width = whole_number(parsed.dimensions, "dimensions")
-        return EmbedWork(self.default_models, inputs, None, embed_answer, width, None, ASKED)
+        prompt = PromptAsk(name=parsed.prompt_name)
+        return EmbedWork(
+            self.default_models, inputs, None, embed_answer, width, None, ASKED, prompt
+        )
 
 
 def unit_rows(rows: Rows) -> Rows:

@@ -23,6 +23,7 @@ from headway import wire
 from headway.errors import ValidationFailed
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.fit import Rows, check_max_tokens, check_width, narrowed
+from headway.gateway.endpoints.prompts import DEFAULT, PromptAsk, prompt_for
 from headway.gateway.stages.merge import Merged
 from headway.gateway.stages.plan import ChunkHeader
 from headway.http.asgi import Response
@@ -61,6 +62,7 @@ class EmbedWork:
     """A narrower width asked for (None: the model's own)."""
     max_tokens: int | None = None
     asked: Asked = OPENAI
+    prompt: PromptAsk = DEFAULT
 
     @property
     def texts(self) -> int:
@@ -74,13 +76,19 @@ class EmbedWork:
         inputs = self.inputs
         return replace(self, inputs=[inputs[i] for i in indices])
 
-    def check(self, record: ModelRecord) -> None:
+    def for_model(self, record: ModelRecord) -> EmbedWork:
+        """Checked against the model, each input behind the model's prompt (so the cache,
+        the tokens and the bill are the prompted text's)."""
         if record.kind != "embedding":
             raise ValidationFailed(
                 f"model {record.name!r} is a {record.kind}; use {self.asked.other_kind}"
             )
         check_width(self.width, record, self.asked.width_field)
         check_max_tokens(self.max_tokens, record, self.asked.token_field)
+        prompt = prompt_for(self.prompt, record)
+        if not prompt:
+            return self
+        return replace(self, inputs=[prompt + text for text in self.inputs], prompt=DEFAULT)
 
     def chunk(self, part: slice, header: ChunkHeader) -> wire.Chunk:
         return wire.EmbedChunk(
@@ -135,8 +143,9 @@ class RankWork:
         documents = self.documents
         return replace(self, documents=[documents[i] for i in indices])
 
-    def check(self, record: ModelRecord) -> None:
+    def for_model(self, record: ModelRecord) -> RankWork:
         check_max_tokens(self.max_tokens, record, self.asked.token_field)
+        return self
 
     def chunk(self, part: slice, header: ChunkHeader) -> wire.Chunk:
         return wire.ScoreChunk(
