@@ -8,7 +8,6 @@ and outbound TCP refused, so a test can never reach the network.
 from __future__ import annotations
 
 import socket
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,13 +129,16 @@ def offline() -> Iterator[None]:
             raise AssertionError(f"model tests must not touch the network ({address!r})")
         original_connect(self, address)
 
+    # Imported before the variable is set, so its constant is read from the real environment
+    # and, patched here, restored after: a later test in this process (a TEI client against
+    # a local server) is not left offline.
+    import huggingface_hub.constants as hub_constants
+
     original_connect = socket.socket.connect
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv("TRANSFORMERS_OFFLINE", "1")
-        hub_constants = sys.modules.get("huggingface_hub.constants")
-        if hub_constants is not None:
-            mp.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+        mp.setattr(hub_constants, "HF_HUB_OFFLINE", True)
         mp.setattr(socket.socket, "connect", refuse)
         yield
 
