@@ -66,10 +66,12 @@ class RecordingBackend:
     def call_overhead_tokens(self) -> int:
         return 64
 
-    def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
+    def encode_texts(self, texts: Sequence[str], truncation: str = "right") -> list[Encoded]:
         return [Encoded(tuple(int(word) for word in text.split())) for text in texts]
 
-    def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Encoded]:
+    def encode_pairs(
+        self, query: str, documents: Sequence[str], truncation: str = "right"
+    ) -> list[Encoded]:
         raise NotImplementedError
 
     def run(self, batch: Sequence[Encoded]) -> np.ndarray:

@@ -21,7 +21,7 @@ read it, or a worker that does not send it, works as before.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import msgspec
 import numpy as np
@@ -40,8 +40,13 @@ class Priority(IntEnum):
     """Refused (503) unless queued texts plus the chunk's fit in one batch."""
 
 
-class EmbedChunk(msgspec.Struct, forbid_unknown_fields=True):
-    """Texts to embed."""
+Truncation = Literal["right", "left", "none"]
+"""Where a text over the model's limit loses tokens (``none``: refused, 422)."""
+
+
+class EmbedChunk(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Texts to embed. Fields at their defaults are not sent: a worker that predates one
+    reads every chunk that does not need it."""
 
     path: ClassVar[str] = "/internal/embed"
 
@@ -50,10 +55,11 @@ class EmbedChunk(msgspec.Struct, forbid_unknown_fields=True):
     timeout_ms: float
     priority: Priority = Priority.INTERACTIVE
     model_version: str = ""
+    truncation: Truncation = "right"
 
 
-class ScoreChunk(msgspec.Struct, forbid_unknown_fields=True):
-    """Documents to score against one query."""
+class ScoreChunk(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Documents to score against one query (defaults not sent, as for ``EmbedChunk``)."""
 
     path: ClassVar[str] = "/internal/score"
 
@@ -63,6 +69,7 @@ class ScoreChunk(msgspec.Struct, forbid_unknown_fields=True):
     timeout_ms: float
     priority: Priority = Priority.INTERACTIVE
     model_version: str = ""
+    truncation: Truncation = "right"
 
 
 Chunk = EmbedChunk | ScoreChunk

@@ -123,9 +123,19 @@ def test_cohere_client_v2_embeds_and_reranks(
         )
         plain = co.embed(model=MODEL, texts=TEXTS, input_type="search_query")
         ranked = co.rerank(model=MODEL, query=QUERY, documents=DOCUMENTS, top_n=2)
+        long = ["alpha " * 200 + "omega " * 200, *TEXTS]  # 402 tokens
+        start = co.embed(model=MODEL, texts=long, input_type="search_query", truncate="START")
+        end = co.embed(model=MODEL, texts=long, input_type="search_query", truncate="END")
+        kept = co.embed(model=MODEL, texts=TEXTS, input_type="search_query", truncate="NONE")
         with pytest.raises(cohere.UnprocessableEntityError) as refused:
-            co.embed(model=MODEL, texts=TEXTS, input_type="search_query", truncate="NONE")
-    assert "send END or omit it" in refused.value.body["error"]["message"]
+            co.embed(model=MODEL, texts=long, input_type="search_query", truncate="NONE")
+    message = refused.value.body["error"]["message"]
+    assert "1 input(s) over the model's limit of 256 tokens, the longest 402 tokens" in message
+    assert "(146 over)" in message
+    assert_same_vectors(kept.embeddings.float_, native)  # none too long: nothing refused
+    assert_same_vectors(start.embeddings.float_[1:], native)  # short texts lose nothing
+    head, tail = np.asarray(end.embeddings.float_[0]), np.asarray(start.embeddings.float_[0])
+    assert float(head @ tail) < 0.9999, "START keeps the text's end, END its start"
     assert_same_vectors(embedded.embeddings.float_, native)
     quantised = np.asarray(embedded.embeddings.int8, dtype=np.float64)
     assert quantised.shape == native.shape and np.abs(quantised).max() <= 127

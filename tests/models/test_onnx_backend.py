@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from headway.models.backend import Backend, Encoded
 from headway.worker.backends.onnx import OnnxBackend, pad_batch, sigmoid
@@ -69,3 +70,21 @@ def test_sigmoid_is_exact_and_never_overflows() -> None:
     expected = 1.0 / (1.0 + np.exp(-logits.astype(np.float64).clip(-700, 700)))
     assert scores.dtype == np.float32
     np.testing.assert_allclose(scores, expected, rtol=1e-6, atol=1e-30)  # float32 underflow
+
+
+def test_truncation_keeps_the_end_asked_for_or_refuses(default_backend: OnnxBackend) -> None:
+    from headway.models.errors import InputTooLong
+
+    text = " ".join(f"w{i}" for i in range(300))
+    whole = default_backend._tokenizer("none").encode(text).ids
+    limit = 256
+    right, left = (default_backend.encode_texts([text], side)[0].ids for side in ("right", "left"))
+    assert len(right) == len(left) == limit
+    assert right[1:-1] == tuple(whole[1 : limit - 1])  # [CLS] the start [SEP]
+    assert left[1:-1] == tuple(whole[-(limit - 1) : -1])  # [CLS] the end [SEP]
+    assert (right[0], right[-1]) == (left[0], left[-1]) == (whole[0], whole[-1])
+    short = default_backend.encode_texts(["a short text"], "none")
+    assert short == default_backend.encode_texts(["a short text"])
+    over = len(whole) - limit
+    with pytest.raises(InputTooLong, match=rf"longest {len(whole)} tokens \({over} over\)"):
+        default_backend.encode_texts(["short", text], "none")

@@ -84,8 +84,6 @@ async def test_rerank_is_the_native_ranking_in_cohere_v2_shape(stack):
     ("path", "change", "fragment"),
     [
         ("/v2/embed", {"input_type": "image"}, "headway embeds texts"),
-        ("/v2/embed", {"truncate": "NONE"}, "send END or omit it"),
-        ("/v2/embed", {"truncate": "START"}, "send END or omit it"),
         ("/v2/embed", {"images": ["data:image/png;base64,AAAA"]}, "unknown field `images`"),
         ("/v2/embed", {"embedding_types": ["int4"]}, "embedding_types"),
         ("/v2/embed", {"texts": []}, "`texts` must not be empty"),

@@ -123,7 +123,7 @@ def build_gateway_app(
 
 def _openapi(documented: list[DocumentedRoute], service: GatewayService) -> Handler:
     """Built on each call, from ``documented`` as it is then (this route included) and the
-    widths of the embedding models served now."""
+    widths and prompts of the embedding models served now."""
 
     async def handle(request: Request) -> Response:
         snapshot = service.snapshots.current
@@ -133,8 +133,11 @@ def _openapi(documented: list[DocumentedRoute], service: GatewayService) -> Hand
             width for record in records if record.kind == "embedding" for width in widths(record)
         }
         token_limit = max((record.max_tokens for record in records), default=0)
+        prompts = {
+            name for record in records if record.kind == "embedding" for name, _ in record.prompts
+        }
         document = openapi_document(
-            documented, service.settings.limits, __version__, dimensions, token_limit
+            documented, service.settings.limits, __version__, dimensions, token_limit, prompts
         )
         return json_response(document)
 

@@ -76,10 +76,12 @@ def openapi_document(
     version: str,
     dimensions: Collection[int] = (),
     token_limit: int = 0,
+    prompt_names: Collection[str] = (),
 ) -> dict[str, Any]:
     """``dimensions``: the widths the embedding models served now can produce (empty:
     unknown); ``token_limit``: the largest token limit among the models served now (0: none
-    recorded), under which a token limit asked for may be refused."""
+    recorded), under which a token limit asked for may be refused; ``prompt_names``: the
+    prompts those models have (a name one model lacks may still be refused by another)."""
     routes = [documented for documented in routes if not documented.operation.hidden]
     structs: set[Any] = {ErrorResponse}
     for documented in routes:
@@ -93,6 +95,12 @@ def openapi_document(
     )
     schema_of = dict(zip(ordered, described, strict=True))
     _state_limits(components, limits, sorted(dimensions), token_limit)
+    if "TeiEmbedRequest" in components:  # one of the prompts the models served now have
+        prompt: dict[str, Any] = {"type": "null", "default": None}
+        if prompt_names:
+            named = [{"enum": sorted(prompt_names)}, {"type": "null"}]
+            prompt = {"anyOf": named, "default": None}
+        components["TeiEmbedRequest"]["properties"]["prompt_name"] = prompt
     paths: dict[str, dict[str, Any]] = {}
     for documented in routes:
         route = documented.route
@@ -213,18 +221,14 @@ def _state_compat_limits(
     top_n: dict[str, Any],
     floats: dict[str, Any],
 ) -> None:
-    """Cohere v2's and TEI's bodies: the same limits, and only the values served (a
-    truncation the model does not do, say, is refused by the endpoint: not valid here)."""
-    only_end = {"anyOf": [{"enum": ["END"]}, {"type": "null"}], "default": None}
-    only_true = {"anyOf": [{"const": True}, {"type": "null"}], "default": None}
-    right = {"enum": ["Right", "right"], "default": "Right"}
+    """Cohere v2's and TEI's bodies: the same limits, and only the values served (an
+    ``image`` input type, say, is refused by the endpoint: not valid here)."""
     priority = {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None}
     text_types = ["search_document", "search_query", "classification", "clustering"]
     stated: dict[str, dict[str, Any]] = {
         "CohereEmbedRequest": {
             "texts": texts,
             "input_type": {"enum": text_types},
-            "truncate": only_end,
             "output_dimension": width,
             "max_tokens": tokens,
             "priority": priority,
@@ -239,17 +243,12 @@ def _state_compat_limits(
         "CohereEmbeddingsByType": {"float": {"type": "array", "items": floats}},
         "TeiEmbedRequest": {
             "inputs": {"anyOf": [text, texts]},
-            "truncate": only_true,
-            "truncation_direction": right,
-            "prompt_name": {"type": ["string", "null"], "default": None},
             "normalize": {"const": True, "default": True},
             "dimensions": width,
         },
         "TeiRerankRequest": {
             "query": text,
             "texts": texts,
-            "truncate": only_true,
-            "truncation_direction": right,
         },
     }
     for name, properties in stated.items():

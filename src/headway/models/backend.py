@@ -18,6 +18,8 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from headway.wire import Truncation
+
 ModelKind = Literal["embedding", "cross-encoder"]
 
 
@@ -53,9 +55,13 @@ class Backend(Protocol):
         """
         ...
 
-    def encode_texts(self, texts: Sequence[str]) -> list[Encoded]: ...
+    def encode_texts(self, texts: Sequence[str], truncation: Truncation = "right") -> list[Encoded]:
+        """``InputTooLong`` for a text over the limit when ``truncation`` is ``none``."""
+        ...
 
-    def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Encoded]: ...
+    def encode_pairs(
+        self, query: str, documents: Sequence[str], truncation: Truncation = "right"
+    ) -> list[Encoded]: ...
 
     def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
         """Embeddings ``[n, dimensions]`` or scores ``[n]`` for one batch."""

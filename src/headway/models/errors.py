@@ -7,6 +7,7 @@
     ├── ModelIntegrityError
     │   └── ModelSignatureError
     ├── ModelImportError
+    ├── InputTooLong
     ├── ModelPreparationError
     ├── WeightsUnavailable
     └── SigningKeyInvalid
@@ -33,6 +34,10 @@ class ModelSignatureError(ModelIntegrityError):
 
 class ModelImportError(ModelError):
     """A source checkpoint could not be turned into an artifact."""
+
+
+class InputTooLong(ModelError):
+    """A text over the model's token limit where the request forbade truncating it."""
 
 
 class ModelPreparationError(ModelError):

@@ -15,14 +15,18 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from headway.models.errors import ModelImportError
+from headway.wire import Truncation
 
 
-def configure(tokenizer: Tokenizer, max_tokens: int) -> Tokenizer:
-    """No padding; truncate (longest first, from the right) to ``max_tokens``."""
+def configure(tokenizer: Tokenizer, max_tokens: int, truncation: Truncation = "right") -> Tokenizer:
+    """No padding; truncate (longest first, from ``truncation``'s side) to ``max_tokens``."""
     tokenizer.no_padding()
-    tokenizer.enable_truncation(
-        max_length=max_tokens, stride=0, strategy="longest_first", direction="right"
-    )
+    if truncation == "none":
+        tokenizer.no_truncation()
+    else:
+        tokenizer.enable_truncation(
+            max_length=max_tokens, stride=0, strategy="longest_first", direction=truncation
+        )
     return tokenizer
 
 

@@ -36,7 +36,7 @@ class CohereEmbedRequest(msgspec.Struct, forbid_unknown_fields=True):
     embedding_types: list[EmbeddingType] | None = None
     """None: ``["float"]``."""
     truncate: Literal["NONE", "START", "END"] | None = None
-    """None: ``END``, the only one served (the model truncates each text at its end)."""
+    """Which end of a text over the model's limit loses tokens; NONE: refused. None: END."""
     max_tokens: int | float | None = None
     output_dimension: int | float | None = None
     priority: int | float | None = None
@@ -114,7 +114,7 @@ class TeiEmbedRequest(msgspec.Struct, forbid_unknown_fields=True):
 
     inputs: TextsOrTokenIds
     truncate: bool | None = None
-    """None or true: truncate at the model's limit; false (refuse long texts) is not served."""
+    """None or true: truncate at the model's limit; false: refuse a text over it."""
     truncation_direction: TruncationDirection = "Right"
     prompt_name: str | None = None
     """One of the model's prompts, put before each input; None: its default prompt."""

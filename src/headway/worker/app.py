@@ -29,8 +29,9 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -53,6 +54,7 @@ from headway.http.edge import Edge
 from headway.http.metrics import metrics_handler
 from headway.http.router import Route, Router
 from headway.models.backend import Encoded
+from headway.models.errors import InputTooLong
 from headway.otlp.setup import ProcessTracing
 from headway.registry.errors import RegistryUnavailable
 from headway.tracing.spans import record, recording, span, wall_ns
@@ -351,8 +353,8 @@ class WorkerService:
         if backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
         started = time.perf_counter()
-        with span("tokenize", {"headway.texts": len(chunk.texts)}):
-            encoded = backend.encode_texts(chunk.texts)
+        with span("tokenize", {"headway.texts": len(chunk.texts)}), _too_long_refused():
+            encoded = backend.encode_texts(chunk.texts, chunk.truncation)
         tokenize_s = time.perf_counter() - started
         timing = RunTiming()
         values = await self._run(held.batcher, encoded, chunk, timing)
@@ -364,11 +366,11 @@ class WorkerService:
         backend = held.model.backend
         timing = RunTiming()
         started = time.perf_counter()
-        with span("tokenize", {"headway.texts": len(chunk.documents) + 1}):
+        with span("tokenize", {"headway.texts": len(chunk.documents) + 1}), _too_long_refused():
             if backend.kind == "cross-encoder":
-                encoded = backend.encode_pairs(chunk.query, chunk.documents)
+                encoded = backend.encode_pairs(chunk.query, chunk.documents, chunk.truncation)
             else:
-                encoded = backend.encode_texts([chunk.query, *chunk.documents])
+                encoded = backend.encode_texts([chunk.query, *chunk.documents], chunk.truncation)
         tokenize_s = time.perf_counter() - started
         if backend.kind == "cross-encoder":
             scores = await self._run(held.batcher, encoded, chunk, timing)
@@ -448,6 +450,15 @@ class WorkerService:
             inference_s=timing.inference_s,
             row_tokens=np.array(lengths, dtype="<u4").tobytes() if per_row else b"",
         )
+
+
+@contextmanager
+def _too_long_refused() -> Iterator[None]:
+    """A text over the limit with truncation off is the request's fault: 422, its words."""
+    try:
+        yield
+    except InputTooLong as exc:
+        raise ValidationFailed(str(exc)) from exc
 
 
 def cosine_scores(query: Values, documents: Values) -> Values:

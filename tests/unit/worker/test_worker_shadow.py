@@ -17,9 +17,9 @@ from tests.fakes import RecordingBackend, until
 class WarmableBackend(RecordingBackend):
     """Encodes words that are not numbers (the warm-up text) as token 0."""
 
-    def encode_texts(self, texts):  # type: ignore[no-untyped-def]
+    def encode_texts(self, texts, truncation="right"):  # type: ignore[no-untyped-def]
         return super().encode_texts(
-            [" ".join(w if w.isdigit() else "0" for w in t.split()) for t in texts]
+            [" ".join(w if w.isdigit() else "0" for w in t.split()) for t in texts], truncation
         )
 
 

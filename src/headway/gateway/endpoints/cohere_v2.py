@@ -13,8 +13,9 @@ and ``max_tokens`` / ``max_tokens_per_doc`` for a token limit (``endpoints/fit.p
 only what the model can give). ``input_type`` is required as Cohere requires it; it
 chooses the model's prompt for that kind of text (``endpoints/prompts.py``: a model with
 none embeds every type alike), and ``image`` (like ``images`` and ``inputs``, which are not
-fields here) is refused. ``truncate`` ``END`` (the default) is what the
-model does; ``NONE`` and ``START`` are refused with what to send. Errors are headway's
+fields here) is refused. ``truncate`` ``END`` (the default) cuts a text over
+the model's limit at its end, ``START`` at its start; ``NONE`` refuses it (422, saying how
+many tokens were over). Errors are headway's
 JSON, as on ``/v1/rerank`` (cohere-python keeps any error body as the exception's
 ``body``).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from headway import wire
 from headway.errors import ValidationFailed
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.cohere_types import embeddings_by_type
@@ -37,6 +39,8 @@ from headway.protocols.rerank import search_units, top_n_of
 from headway.registry.model import ModelRecord
 from headway.settings import LimitsSettings
 
+COHERE_TRUNCATION: dict[str, wire.Truncation] = {"END": "right", "START": "left", "NONE": "none"}
+"""Cohere's ``truncate``: where a text over the limit loses tokens; NONE refuses it."""
 EMBED = Asked(width_field="output_dimension", token_field="max_tokens", other_kind="/v2/rerank")
 RERANK = Asked(token_field="max_tokens_per_doc")
 
@@ -52,18 +56,22 @@ class CohereEmbed:
                 "`input_type` image: headway embeds texts; send search_document, "
                 "search_query, classification or clustering"
             )
-        if parsed.truncate in ("NONE", "START"):
-            raise ValidationFailed(
-                f"`truncate` {parsed.truncate} is not served: the model truncates each text "
-                "at its end (END); send END or omit it"
-            )
         answer = EmbedAnswer(parsed.texts, tuple(parsed.embedding_types or ("float",)))
         width = whole_number(parsed.output_dimension, "output_dimension")
         max_tokens = whole_number(parsed.max_tokens, "max_tokens")
         whole_number(parsed.priority, "priority")
         prompt = PromptAsk(input_type=parsed.input_type)
+        truncation = COHERE_TRUNCATION[parsed.truncate or "END"]
         return EmbedWork(
-            (parsed.model,), parsed.texts, None, answer, width, max_tokens, EMBED, prompt
+            (parsed.model,),
+            parsed.texts,
+            None,
+            answer,
+            width,
+            max_tokens,
+            EMBED,
+            prompt,
+            truncation,
         )
 
 

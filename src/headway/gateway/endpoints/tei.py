@@ -7,12 +7,13 @@ default embedding model (``embed_models``, the first the registry knows), ``POST
 the bearer key of every route (TEI's ``--api-key`` sends it so), and each request takes the path
 of ``/v1/embeddings`` (``endpoints/work.py``).
 
-What TEI offers and headway cannot do is refused with what to send instead, never ignored:
-``truncate: false``, ``truncation_direction: Left``, a ``prompt_name`` the model lacks,
-``normalize: false`` (a model may normalise inside its graph, so the rows as pooled are not
-there to give), token ids as ``inputs``. ``normalize: true`` gives unit-length rows: as
-computed where they already are (so they equal ``/v1/embeddings``'), scaled where they are
-not.
+``truncate: false`` refuses a text over the model's limit (422, saying how many tokens
+were over), ``truncation_direction: Left`` cuts it at its start. What TEI offers and
+headway cannot do is refused with what to send instead, never ignored: a ``prompt_name``
+the model lacks, ``normalize: false`` (a model may normalise inside its graph, so the rows
+as pooled are not there to give), token ids as ``inputs``. ``normalize: true`` gives
+unit-length rows: as computed where they already are (so they equal ``/v1/embeddings``'),
+scaled where they are not.
 
 Errors are TEI's body and ``ErrorType`` (as serde writes it) at headway's status (``errors.py``):
 a refused request is ``Validation``, a full pool or an empty quota ``Overloaded``, no ready
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from headway import __version__
+from headway import __version__, wire
 from headway.errors import HeadwayError, NotFound, Overloaded, QuotaExceeded, ValidationFailed
 from headway.gateway.context import RequestContext
 from headway.gateway.endpoints.fit import Rows
@@ -62,17 +63,12 @@ def error_type(exc: HeadwayError) -> tei.TeiErrorType:
     return "Validation"
 
 
-def check_truncation(truncate: bool | None, direction: str) -> None:
+def truncation_of(truncate: bool | None, direction: str) -> wire.Truncation:
+    """TEI's ``truncate`` (false: refuse a text over the limit) and ``truncation_direction``
+    (which end loses tokens)."""
     if truncate is False:
-        raise ValidationFailed(
-            "`truncate: false` (refuse texts over the model's token limit) is not served: "
-            "the model truncates each text at its limit; send `truncate: true` or omit it"
-        )
-    if direction.lower() == "left":
-        raise ValidationFailed(
-            "`truncation_direction: Left` is not served: the model truncates each text at "
-            "its end; send `Right` or omit it"
-        )
+        return "none"
+    return "left" if direction.lower() == "left" else "right"
 
 
 class TeiEmbed:
@@ -85,7 +81,7 @@ class TeiEmbed:
         parsed = decode(tei.tei_embed_decoder, body)
         inputs = texts_of(parsed.inputs, "inputs")
         check_texts(inputs, limits, "inputs")
-        check_truncation(parsed.truncate, parsed.truncation_direction)
+        truncation = truncation_of(parsed.truncate, parsed.truncation_direction)
         if not parsed.normalize:
             raise ValidationFailed(
                 "`normalize: false` is not served: headway's models may normalise inside "
@@ -94,7 +90,7 @@ class TeiEmbed:
         width = whole_number(parsed.dimensions, "dimensions")
         prompt = PromptAsk(name=parsed.prompt_name)
         return EmbedWork(
-            self.default_models, inputs, None, embed_answer, width, None, ASKED, prompt
+            self.default_models, inputs, None, embed_answer, width, None, ASKED, prompt, truncation
         )
 
 
@@ -126,10 +122,17 @@ class TeiRerank:
         parsed = decode(tei.tei_rerank_decoder, body)
         check_texts([parsed.query], limits, "query")
         check_texts(parsed.texts, limits, "texts")
-        check_truncation(parsed.truncate, parsed.truncation_direction)
+        truncation = truncation_of(parsed.truncate, parsed.truncation_direction)
         texts = parsed.texts if parsed.return_text else None
         answer = RankAnswer(texts, parsed.raw_scores)
-        return RankWork(self.default_models, parsed.query, parsed.texts, answer, asked=ASKED)
+        return RankWork(
+            self.default_models,
+            parsed.query,
+            parsed.texts,
+            answer,
+            asked=ASKED,
+            truncation=truncation,
+        )
 
 
 def raw_scores(scores: Scores, record: ModelRecord) -> Scores:

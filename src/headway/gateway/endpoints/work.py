@@ -63,6 +63,7 @@ class EmbedWork:
     max_tokens: int | None = None
     asked: Asked = OPENAI
     prompt: PromptAsk = DEFAULT
+    truncation: wire.Truncation = "right"
 
     @property
     def texts(self) -> int:
@@ -92,7 +93,12 @@ class EmbedWork:
 
     def chunk(self, part: slice, header: ChunkHeader) -> wire.Chunk:
         return wire.EmbedChunk(
-            header.request_id, self.inputs[part], 0.0, header.priority, header.model_version
+            header.request_id,
+            self.inputs[part],
+            0.0,
+            header.priority,
+            header.model_version,
+            self.truncation,
         )
 
     def respond(self, merged: Merged, ctx: RequestContext, record: ModelRecord) -> Response:
@@ -124,6 +130,7 @@ class RankWork:
     top_n: int | None = None
     max_tokens: int | None = None
     asked: Asked = OPENAI
+    truncation: wire.Truncation = "right"
 
     @property
     def user(self) -> str | None:
@@ -155,6 +162,7 @@ class RankWork:
             0.0,
             header.priority,
             header.model_version,
+            self.truncation,
         )
 
     def respond(self, merged: Merged, ctx: RequestContext, record: ModelRecord) -> Response:

@@ -7,8 +7,10 @@ at most one extra attempt, a retry or a hedge (see ``send_chunk``): computing an
 embedding twice has no side effect, and the copy carries the same request id.
 
 A worker's answer maps onto the error tree: its 503 (queue full) is our
-``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``; any
-other status, and a 200 whose body does not decode, is ``UpstreamFailed``. A
+``Overloaded`` with its ``Retry-After``; its 504 is ``DeadlineExceeded``; its 422 (a text
+over the limit with truncation off) is the request's own ``ValidationFailed``, not
+retried and nothing against the replica; any other status, and a 200 whose body does not
+decode, is ``UpstreamFailed``. A
 replica that refuses connections is marked unready; a connection that breaks
 mid-call (a reused keep-alive connection the server closed, say) says nothing
 about the replica. A shadow copy of the request (to a candidate version) goes out
@@ -32,6 +34,7 @@ from headway.errors import (
     NoReplicas,
     Overloaded,
     UpstreamFailed,
+    ValidationFailed,
 )
 from headway.gateway.context import Deadline
 from headway.gateway.pool import Replica, ReplicaPool, Spread
@@ -292,6 +295,8 @@ def _interpret(reply: Reply, replica: Replica, chunk: Chunk) -> wire.ChunkResult
         )
     if reply.status == 504:
         raise DeadlineExceeded(message)
+    if reply.status == 422:  # the request's own fault (a text too long to keep whole)
+        raise ValidationFailed(message)
     raise UpstreamFailed(f"replica {replica.url} answered {reply.status}: {message}")
 
 

@@ -22,11 +22,12 @@ import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
 from headway.models.backend import Encoded, ModelKind
-from headway.models.errors import ModelPreparationError
+from headway.models.errors import InputTooLong, ModelPreparationError
 from headway.models.manifest import ModelManifest
 from headway.models.prepared import ensure_prepared
 from headway.models.store import StoredModel
-from headway.models.tokenizer import load_tokenizer
+from headway.models.tokenizer import configure, load_tokenizer
+from headway.wire import Truncation
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ class OnnxBackend:
         self, session: ort.InferenceSession, tokenizer: Tokenizer, manifest: ModelManifest
     ) -> None:
         self._session = session
-        self._tokenizer = tokenizer
+        self._tokenizers: dict[Truncation, Tokenizer] = {"right": tokenizer}
+        """The artifact's (truncating at the end), and the others made when first asked."""
         self._manifest = manifest
         self._output_name: str = session.get_outputs()[0].name
         self._inputs = frozenset(i.name for i in session.get_inputs())
@@ -82,15 +84,40 @@ class OnnxBackend:
         design rests on")."""
         return CALL_OVERHEAD_TOKENS
 
-    def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
+    def encode_texts(self, texts: Sequence[str], truncation: Truncation = "right") -> list[Encoded]:
         """Ids with ``[CLS]``/``[SEP]``; type ids are all 0 for one text, so left as None."""
-        encodings = self._tokenizer.encode_batch_fast(list(texts))
+        encodings = self._tokenizer(truncation).encode_batch_fast(list(texts))
+        self._within_limit(encodings)
         return [Encoded(ids=tuple(e.ids)) for e in encodings]
 
-    def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Encoded]:
+    def encode_pairs(
+        self, query: str, documents: Sequence[str], truncation: Truncation = "right"
+    ) -> list[Encoded]:
         """``[CLS] query [SEP] doc [SEP]``, truncated longest-first, as CrossEncoder does."""
-        encodings = self._tokenizer.encode_batch_fast([(query, d) for d in documents])
+        pairs = [(query, d) for d in documents]
+        encodings = self._tokenizer(truncation).encode_batch_fast(pairs)
+        self._within_limit(encodings)
         return [_pair(e) for e in encodings]
+
+    def _tokenizer(self, truncation: Truncation) -> Tokenizer:
+        tokenizer = self._tokenizers.get(truncation)
+        if tokenizer is None:
+            copy = Tokenizer.from_str(self._tokenizers["right"].to_str())
+            tokenizer = self._tokenizers[truncation] = configure(
+                copy, self._manifest.max_tokens, truncation
+            )
+        return tokenizer
+
+    def _within_limit(self, encodings: Sequence[Encoding]) -> None:
+        """Only untruncated encodings can be over the limit: refuse the longest that is."""
+        limit = self._manifest.max_tokens
+        longest = max((len(e.ids) for e in encodings), default=0)
+        if longest > limit:
+            over = sum(len(e.ids) > limit for e in encodings)
+            raise InputTooLong(
+                f"{over} input(s) over the model's limit of {limit} tokens, the longest "
+                f"{longest} tokens ({longest - limit} over), and truncation is off"
+            )
 
     def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
         if not batch:

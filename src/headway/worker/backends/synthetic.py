@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from headway.errors import HeadwayError
 from headway.models.backend import Encoded, ModelKind
+from headway.wire import Truncation
 
 VOCAB = 30_000
 
@@ -72,10 +73,13 @@ class SyntheticBackend:
         """Cost is per call and per text, never per padded token: never split a batch."""
         return 1 << 30
 
-    def encode_texts(self, texts: Sequence[str]) -> list[Encoded]:
+    def encode_texts(self, texts: Sequence[str], truncation: Truncation = "right") -> list[Encoded]:
+        """Whitespace words, no limit (so ``truncation`` never matters)."""
         return [Encoded((101, *(_token_id(w) for w in text.split()), 102)) for text in texts]
 
-    def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Encoded]:
+    def encode_pairs(
+        self, query: str, documents: Sequence[str], truncation: Truncation = "right"
+    ) -> list[Encoded]:
         raise NotImplementedError("the synthetic backend is an embedding model")
 
     def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
