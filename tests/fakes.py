@@ -22,6 +22,7 @@ from headway.registry.model import (
     RolloutState,
     Split,
 )
+from headway.wire import Token
 
 
 class FakeClock:
@@ -72,6 +73,12 @@ class RecordingBackend:
     def encode_pairs(
         self, query: str, documents: Sequence[str], truncation: str = "right"
     ) -> list[Encoded]:
+        raise NotImplementedError
+
+    def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
         raise NotImplementedError
 
     def run(self, batch: Sequence[Encoded]) -> np.ndarray:

@@ -96,6 +96,51 @@ class ChunkResult(msgspec.Struct):
         return flat.reshape(self.rows, self.dimensions) if self.dimensions > 1 else flat
 
 
+class TokenizeChunk(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Texts to split into the model's tokens (TEI's ``/tokenize``): never truncated."""
+
+    path: ClassVar[str] = "/internal/tokenize"
+
+    request_id: str
+    texts: list[str]
+    timeout_ms: float
+    model_version: str = ""
+    add_special_tokens: bool = True
+
+
+class DecodeChunk(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Token ids to turn back into text (TEI's ``/decode``)."""
+
+    path: ClassVar[str] = "/internal/decode"
+
+    request_id: str
+    ids: list[list[int]]
+    timeout_ms: float
+    model_version: str = ""
+    skip_special_tokens: bool = True
+
+
+class Token(msgspec.Struct):
+    """One token of a text, as TEI's ``SimpleToken``: its id, its text (the input's
+    characters ``start:stop``; a special token's own form, with no span), whether special."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+class TokenizeResult(msgspec.Struct):
+    model_version: str
+    tokens: list[list[Token]]
+
+
+class DecodeResult(msgspec.Struct):
+    model_version: str
+    texts: list[str]
+
+
 def completed_texts(value: str | None) -> int | None:
     """The counter ``COMPLETED_HEADER`` carries; None when absent or not a count."""
     if value is None or not (value.isascii() and value.isdigit()):
@@ -112,3 +157,7 @@ encode = msgspec.msgpack.Encoder().encode
 embed_decoder = msgspec.msgpack.Decoder(EmbedChunk)
 score_decoder = msgspec.msgpack.Decoder(ScoreChunk)
 result_decoder = msgspec.msgpack.Decoder(ChunkResult)
+tokenize_decoder = msgspec.msgpack.Decoder(TokenizeChunk)
+decode_decoder = msgspec.msgpack.Decoder(DecodeChunk)
+tokenize_result_decoder = msgspec.msgpack.Decoder(TokenizeResult)
+decode_result_decoder = msgspec.msgpack.Decoder(DecodeResult)

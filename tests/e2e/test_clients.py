@@ -260,3 +260,25 @@ def test_the_readme_snippets_run_as_written(up: Up) -> None:
         body, _, status = run.stdout.rpartition("\n")
         assert status == "200", (line, run.stdout)
         json.loads(body)
+
+
+def test_tei_tokenize_and_decode_are_the_models_tokenizer(up: Up) -> None:
+    from tokenizers import Tokenizer
+
+    from headway.models.importer import default_model_dir
+
+    reference = Tokenizer.from_file(str(default_model_dir() / "tokenizer.json"))
+    reference.no_truncation()
+    reference.no_padding()
+    text = "Pump vibration rises when the bearing wears out " * 40  # past the 256-token limit
+    headers = {"authorization": f"Bearer {KEY}"}
+    tokens = httpx.post(f"{up.url}/tokenize", headers=headers, json={"inputs": text}).json()[0]
+    expected = reference.encode(text)
+    assert [t["id"] for t in tokens] == expected.ids and len(tokens) > 256  # never truncated
+    assert [t["text"] for t in tokens[1:4]] == ["Pump", "vibration", "rises"]  # the input's own
+    assert [(t["start"], t["stop"]) for t in tokens[1:3]] == [(0, 4), (5, 14)]
+    assert (tokens[0]["text"], tokens[0]["special"], tokens[0]["start"]) == ("[CLS]", True, None)
+    decoded = httpx.post(f"{up.url}/decode", headers=headers, json={"ids": expected.ids}).json()
+    assert decoded == [reference.decode(expected.ids)]
+    refused = httpx.post(f"{up.url}/decode", headers=headers, json={"ids": [10**9]})
+    assert refused.status_code == 422 and "from 0 to 30521" in refused.json()["error"]

@@ -73,7 +73,7 @@ def test_sigmoid_is_exact_and_never_overflows() -> None:
 
 
 def test_truncation_keeps_the_end_asked_for_or_refuses(default_backend: OnnxBackend) -> None:
-    from headway.models.errors import InputTooLong
+    from headway.models.errors import InputRefused
 
     text = " ".join(f"w{i}" for i in range(300))
     whole = default_backend._tokenizer("none").encode(text).ids
@@ -86,5 +86,5 @@ def test_truncation_keeps_the_end_asked_for_or_refuses(default_backend: OnnxBack
     short = default_backend.encode_texts(["a short text"], "none")
     assert short == default_backend.encode_texts(["a short text"])
     over = len(whole) - limit
-    with pytest.raises(InputTooLong, match=rf"longest {len(whole)} tokens \({over} over\)"):
+    with pytest.raises(InputRefused, match=rf"longest {len(whole)} tokens \({over} over\)"):
         default_backend.encode_texts(["short", text], "none")

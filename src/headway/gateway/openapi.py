@@ -95,12 +95,12 @@ def openapi_document(
     )
     schema_of = dict(zip(ordered, described, strict=True))
     _state_limits(components, limits, sorted(dimensions), token_limit)
-    if "TeiEmbedRequest" in components:  # one of the prompts the models served now have
-        prompt: dict[str, Any] = {"type": "null", "default": None}
-        if prompt_names:
-            named = [{"enum": sorted(prompt_names)}, {"type": "null"}]
-            prompt = {"anyOf": named, "default": None}
-        components["TeiEmbedRequest"]["properties"]["prompt_name"] = prompt
+    prompt: dict[str, Any] = {"type": "null", "default": None}
+    if prompt_names:  # one of the prompts the models served now have
+        prompt = {"anyOf": [{"enum": sorted(prompt_names)}, {"type": "null"}], "default": None}
+    for body in ("TeiEmbedRequest", "TeiTokenizeRequest"):
+        if body in components:
+            components[body]["properties"]["prompt_name"] = prompt
     paths: dict[str, dict[str, Any]] = {}
     for documented in routes:
         route = documented.route
@@ -212,6 +212,17 @@ def _state_limits(
     _state_compat_limits(components, text, texts, optional_width, optional_tokens, top_n, floats)
 
 
+def _ids(texts: dict[str, Any], text: dict[str, Any]) -> dict[str, Any]:
+    """TEI's ``ids``: one sequence or a list of them, as many as texts, each as long as a
+    text may be (in ids)."""
+    token = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
+    row = {"type": "array", "items": token, "maxItems": text["maxLength"]}
+    count = {"minItems": texts["minItems"], "maxItems": texts["maxItems"]}
+    one = {"type": "array", "items": token, **count}
+    many = {"type": "array", "items": row, **count}
+    return {"anyOf": [one, many]}
+
+
 def _state_compat_limits(
     components: dict[str, Any],
     text: dict[str, Any],
@@ -250,6 +261,8 @@ def _state_compat_limits(
             "query": text,
             "texts": texts,
         },
+        "TeiTokenizeRequest": {"inputs": {"anyOf": [text, texts]}},
+        "TeiDecodeRequest": {"ids": _ids(texts, text)},
     }
     for name, properties in stated.items():
         if name in components:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from headway import wire
 from headway.errors import (
     DeadlineExceeded,
     Forbidden,
@@ -29,7 +30,7 @@ from headway.errors import (
     UpstreamFailed,
     ValidationFailed,
 )
-from headway.gateway import schemas
+from headway.gateway import schemas, tokens
 from headway.gateway.auth.kinds import ANY_KEY, EXECUTOR_TOKEN, TENANT_KEY
 from headway.gateway.endpoints import tei
 from headway.gateway.endpoints.base import Endpoint
@@ -226,6 +227,7 @@ def compat_routes(
                 compat.TeiError,
             ),
         ),
+        *_token_routes(parts, embed_models),
         DocumentedRoute(
             Route(
                 "GET",
@@ -241,6 +243,53 @@ def compat_routes(
                 errors=(Unauthorized, NotFound),
                 error_body=compat.TeiError,
                 authenticated=True,
+            ),
+        ),
+    ]
+
+
+def _token_routes(parts: PathParts, embed_models: Sequence[str]) -> list[DocumentedRoute]:
+    """TEI's ``/tokenize`` and ``/decode`` (``gateway/tokens.py``)."""
+    errors = (*MODEL_ERRORS,)
+    return [
+        DocumentedRoute(
+            Route(
+                "POST",
+                "/tokenize",
+                "tei_tokenize",
+                tokens.tokenize(parts, embed_models),
+                render_error=tei.tei_error,
+                auth=TENANT_KEY,
+                accepts=check_media_type,
+            ),
+            Operation(
+                "Split texts into the model's tokens, untruncated (TEI-compatible)",
+                list[list[wire.Token]],
+                compat.TeiTokenizeRequest,
+                errors=errors,
+                error_body=compat.TeiError,
+                authenticated=True,
+                deadline=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route(
+                "POST",
+                "/decode",
+                "tei_decode",
+                tokens.decode_ids(parts, embed_models),
+                render_error=tei.tei_error,
+                auth=TENANT_KEY,
+                accepts=check_media_type,
+            ),
+            Operation(
+                "Turn token ids back into text (TEI-compatible)",
+                list[str],
+                compat.TeiDecodeRequest,
+                errors=errors,
+                error_body=compat.TeiError,
+                authenticated=True,
+                deadline=True,
             ),
         ),
     ]

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from headway.wire import Truncation
+from headway.wire import Token, Truncation
 
 ModelKind = Literal["embedding", "cross-encoder"]
 
@@ -56,12 +56,18 @@ class Backend(Protocol):
         ...
 
     def encode_texts(self, texts: Sequence[str], truncation: Truncation = "right") -> list[Encoded]:
-        """``InputTooLong`` for a text over the limit when ``truncation`` is ``none``."""
+        """``InputRefused`` for a text over the limit when ``truncation`` is ``none``."""
         ...
 
     def encode_pairs(
         self, query: str, documents: Sequence[str], truncation: Truncation = "right"
     ) -> list[Encoded]: ...
+
+    def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:
+        """Each text's tokens, untruncated, with where each lies in the text."""
+        ...
+
+    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]: ...
 
     def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
         """Embeddings ``[n, dimensions]`` or scores ``[n]`` for one batch."""

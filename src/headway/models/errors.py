@@ -7,7 +7,7 @@
     ├── ModelIntegrityError
     │   └── ModelSignatureError
     ├── ModelImportError
-    ├── InputTooLong
+    ├── InputRefused
     ├── ModelPreparationError
     ├── WeightsUnavailable
     └── SigningKeyInvalid
@@ -36,8 +36,9 @@ class ModelImportError(ModelError):
     """A source checkpoint could not be turned into an artifact."""
 
 
-class InputTooLong(ModelError):
-    """A text over the model's token limit where the request forbade truncating it."""
+class InputRefused(ModelError):
+    """An input the model cannot take as asked: a text over its token limit where the
+    request forbade truncating it, a token id outside its vocabulary."""
 
 
 class ModelPreparationError(ModelError):

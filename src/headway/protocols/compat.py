@@ -124,6 +124,25 @@ class TeiEmbedRequest(msgspec.Struct, forbid_unknown_fields=True):
     dimensions: int | float | None = None
 
 
+class TeiTokenizeRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """TEI ``POST /tokenize``: each input's tokens, untruncated (answered as TEI's
+    ``SimpleToken``s: ``wire.Token``)."""
+
+    inputs: str | list[str]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+    """One of the model's prompts, put before each input (and so tokenized with it)."""
+
+
+class TeiDecodeRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """TEI ``POST /decode``: token ids (one sequence, or a batch) back to text."""
+
+    ids: list[int | float | list[int | float]]
+    """One sequence of ids, or a list of sequences (not both in one list); an id is a whole
+    number (``5.0`` is one, as JSON Schema says)."""
+    skip_special_tokens: bool = True
+
+
 class TeiRerankRequest(msgspec.Struct, forbid_unknown_fields=True):
     """TEI ``POST /rerank``."""
 
@@ -191,3 +210,5 @@ class TeiError(msgspec.Struct):
 
 tei_embed_decoder = msgspec.json.Decoder(TeiEmbedRequest)
 tei_rerank_decoder = msgspec.json.Decoder(TeiRerankRequest)
+tei_tokenize_decoder = msgspec.json.Decoder(TeiTokenizeRequest)
+tei_decode_decoder = msgspec.json.Decoder(TeiDecodeRequest)

@@ -54,7 +54,7 @@ from headway.http.edge import Edge
 from headway.http.metrics import metrics_handler
 from headway.http.router import Route, Router
 from headway.models.backend import Encoded
-from headway.models.errors import InputTooLong
+from headway.models.errors import InputRefused
 from headway.otlp.setup import ProcessTracing
 from headway.registry.errors import RegistryUnavailable
 from headway.tracing.spans import record, recording, span, wall_ns
@@ -333,12 +333,7 @@ class WorkerService:
         """The version that serves ``chunk`` (loaded first if it is served on demand), once
         it may run here; every refusal comes before the chunk is tokenized (no work spent
         on what is refused)."""
-        if not self.ready or not self.held:
-            raise NoReplicas("worker is not ready")
-        if chunk.timeout_ms <= 0:
-            raise DeadlineExceeded("deadline passed before the chunk arrived")
-        deadline = self._clock() + chunk.timeout_ms / 1000
-        held = await self._held_for(chunk.model_version or self.default_version, deadline)
+        held = await self._serving(chunk.model_version, chunk.timeout_ms)
         busy = self.outstanding_texts
         if chunk.priority == wire.Priority.SHADOW and busy:
             raise Overloaded(
@@ -347,13 +342,34 @@ class WorkerService:
             )
         return held
 
+    async def _serving(self, version: str, timeout_ms: float) -> Held:
+        """``version`` (none: the default) loaded, if this worker may serve it now."""
+        if not self.ready or not self.held:
+            raise NoReplicas("worker is not ready")
+        if timeout_ms <= 0:
+            raise DeadlineExceeded("deadline passed before the chunk arrived")
+        deadline = self._clock() + timeout_ms / 1000
+        return await self._held_for(version or self.default_version, deadline)
+
+    async def tokenize(self, chunk: wire.TokenizeChunk) -> wire.TokenizeResult:
+        """On the event loop, as a chunk's tokenizing is: the gateway bounds its size."""
+        held = await self._serving(chunk.model_version, chunk.timeout_ms)
+        tokens = held.model.backend.tokens(chunk.texts, chunk.add_special_tokens)
+        return wire.TokenizeResult(held.model.version, tokens)
+
+    async def decode(self, chunk: wire.DecodeChunk) -> wire.DecodeResult:
+        held = await self._serving(chunk.model_version, chunk.timeout_ms)
+        with _input_refused():
+            texts = held.model.backend.decode(chunk.ids, chunk.skip_special_tokens)
+        return wire.DecodeResult(held.model.version, texts)
+
     async def embed(self, chunk: wire.EmbedChunk) -> wire.ChunkResult:
         held = await self._accept(chunk)
         backend = held.model.backend
         if backend.kind != "embedding":
             raise ValidationFailed("this worker serves a cross-encoder; use /internal/score")
         started = time.perf_counter()
-        with span("tokenize", {"headway.texts": len(chunk.texts)}), _too_long_refused():
+        with span("tokenize", {"headway.texts": len(chunk.texts)}), _input_refused():
             encoded = backend.encode_texts(chunk.texts, chunk.truncation)
         tokenize_s = time.perf_counter() - started
         timing = RunTiming()
@@ -366,7 +382,7 @@ class WorkerService:
         backend = held.model.backend
         timing = RunTiming()
         started = time.perf_counter()
-        with span("tokenize", {"headway.texts": len(chunk.documents) + 1}), _too_long_refused():
+        with span("tokenize", {"headway.texts": len(chunk.documents) + 1}), _input_refused():
             if backend.kind == "cross-encoder":
                 encoded = backend.encode_pairs(chunk.query, chunk.documents, chunk.truncation)
             else:
@@ -453,11 +469,11 @@ class WorkerService:
 
 
 @contextmanager
-def _too_long_refused() -> Iterator[None]:
-    """A text over the limit with truncation off is the request's fault: 422, its words."""
+def _input_refused() -> Iterator[None]:
+    """An input the model cannot take as asked is the request's fault: 422, its words."""
     try:
         yield
-    except InputTooLong as exc:
+    except InputRefused as exc:
         raise ValidationFailed(str(exc)) from exc
 
 
@@ -479,6 +495,16 @@ def build_worker_app(
     async def score(request: Request) -> Response:
         chunk = _decode(wire.score_decoder, request.body)
         return _msgpack(await service.score(chunk), service.completed_texts)
+
+    async def tokenize(request: Request) -> Response:
+        chunk = _decode(wire.tokenize_decoder, request.body)
+        body = wire.encode(await service.tokenize(chunk))
+        return Response(body, content_type=wire.CONTENT_TYPE)
+
+    async def decode(request: Request) -> Response:
+        chunk = _decode(wire.decode_decoder, request.body)
+        body = wire.encode(await service.decode(chunk))
+        return Response(body, content_type=wire.CONTENT_TYPE)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -505,6 +531,8 @@ def build_worker_app(
         [
             Route("POST", wire.EmbedChunk.path, "embed", embed),
             Route("POST", wire.ScoreChunk.path, "score", score),
+            Route("POST", wire.TokenizeChunk.path, "tokenize", tokenize),
+            Route("POST", wire.DecodeChunk.path, "decode", decode),
             Route("GET", "/healthz", "healthz", healthz),
             Route("GET", "/readyz", "readyz", readyz),
             Route("GET", "/metrics", "metrics", metrics),

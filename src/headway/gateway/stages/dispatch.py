@@ -286,7 +286,7 @@ class _Attempt:
 def _interpret(reply: Reply, replica: Replica, chunk: Chunk) -> wire.ChunkResult:
     if reply.status == 200:
         return _result(reply.body, replica, chunk)
-    message = _worker_message(reply)
+    message = worker_message(reply)
     if reply.status == 503:
         retry_after = reply.headers.get("retry-after", "1")
         raise Overloaded(
@@ -320,7 +320,7 @@ def _result(body: bytes, replica: Replica, chunk: Chunk) -> wire.ChunkResult:
     return result
 
 
-def _worker_message(reply: Reply) -> str:
+def worker_message(reply: Reply) -> str:
     try:
         error = msgspec.json.decode(reply.body)["error"]
         return str(error["message"])

@@ -22,12 +22,12 @@ import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
 from headway.models.backend import Encoded, ModelKind
-from headway.models.errors import InputTooLong, ModelPreparationError
+from headway.models.errors import InputRefused, ModelPreparationError
 from headway.models.manifest import ModelManifest
 from headway.models.prepared import ensure_prepared
 from headway.models.store import StoredModel
 from headway.models.tokenizer import configure, load_tokenizer
-from headway.wire import Truncation
+from headway.wire import Token, Truncation
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,22 @@ class OnnxBackend:
         self._within_limit(encodings)
         return [_pair(e) for e in encodings]
 
+    def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:
+        encodings = self._tokenizer("none").encode_batch(
+            list(texts), add_special_tokens=add_special_tokens
+        )
+        return [_tokens(text, e) for text, e in zip(texts, encodings, strict=True)]
+
+    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
+        vocabulary = self._tokenizers["right"].get_vocab_size(with_added_tokens=True)
+        if any(not 0 <= i < vocabulary for row in ids for i in row):
+            raise InputRefused(f"token ids must be from 0 to {vocabulary - 1}")
+        return list(
+            self._tokenizers["right"].decode_batch(
+                [list(row) for row in ids], skip_special_tokens=skip_special_tokens
+            )
+        )
+
     def _tokenizer(self, truncation: Truncation) -> Tokenizer:
         tokenizer = self._tokenizers.get(truncation)
         if tokenizer is None:
@@ -114,7 +130,7 @@ class OnnxBackend:
         longest = max((len(e.ids) for e in encodings), default=0)
         if longest > limit:
             over = sum(len(e.ids) > limit for e in encodings)
-            raise InputTooLong(
+            raise InputRefused(
                 f"{over} input(s) over the model's limit of {limit} tokens, the longest "
                 f"{longest} tokens ({longest - limit} over), and truncation is off"
             )
@@ -193,6 +209,22 @@ def pad_batch(batch: Sequence[Encoded], pad_id: int = 0) -> dict[str, npt.NDArra
         "attention_mask": mask.astype(np.int64),
         "token_type_ids": token_type_ids,
     }
+
+
+def _tokens(text: str, encoding: Encoding) -> list[Token]:
+    """TEI's tokens: a special token has its own form and no span in the text."""
+    return [
+        Token(i, token, True, None, None)
+        if special
+        else Token(i, text[start:stop], False, start, stop)
+        for i, token, special, (start, stop) in zip(
+            encoding.ids,
+            encoding.tokens,
+            encoding.special_tokens_mask,
+            encoding.offsets,
+            strict=True,
+        )
+    ]
 
 
 def _type_ids(encoded: Encoded) -> Sequence[int]:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from headway.errors import HeadwayError
 from headway.models.backend import Encoded, ModelKind
-from headway.wire import Truncation
+from headway.wire import Token, Truncation
 
 VOCAB = 30_000
 
@@ -81,6 +81,30 @@ class SyntheticBackend:
         self, query: str, documents: Sequence[str], truncation: Truncation = "right"
     ) -> list[Encoded]:
         raise NotImplementedError("the synthetic backend is an embedding model")
+
+    def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:
+        """Each whitespace word one token, between ``[CLS]`` and ``[SEP]`` if asked."""
+        answer = []
+        for text in texts:
+            words: list[Token] = []
+            at = 0
+            for word in text.split():
+                start = text.index(word, at)
+                at = start + len(word)
+                words.append(Token(_token_id(word), word, False, start, at))
+            if add_special_tokens:
+                words = [Token(101, "[CLS]", True, None, None), *words]
+                words.append(Token(102, "[SEP]", True, None, None))
+            answer.append(words)
+        return answer
+
+    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
+        """Ids are hashes of words here: they decode to the ids themselves, as text."""
+        special = {101, 102}
+        return [
+            " ".join(str(i) for i in row if not (skip_special_tokens and i in special))
+            for row in ids
+        ]
 
     def run(self, batch: Sequence[Encoded]) -> npt.NDArray[np.float32]:
         hiccup = self._hiccup_s if self._rng.random() < self._hiccup_share else 0.0
