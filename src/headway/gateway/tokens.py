@@ -27,7 +27,6 @@ from headway.protocols import compat as tei
 from headway.protocols.parse import check_texts, decode
 from headway.registry.model import ModelRecord
 
-
 MAX_TOKEN_ID = 2**31 - 1
 """No vocabulary is larger; the worker refuses ids beyond its own model's."""
 
