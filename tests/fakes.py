@@ -125,6 +125,9 @@ class FakeRegistryStore:
     def resolve_model(self, name: str) -> ModelRecord | None:
         return self.versions.get(self.aliases.get(name, name))
 
+    def model(self, version: str) -> ModelRecord:
+        return self.versions[version]
+
     def splits(self) -> list[Split]:
         return list(self.split_by_alias.values())
 

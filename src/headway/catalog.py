@@ -33,6 +33,7 @@ def record_of(model: StoredModel) -> ModelRecord:
         matryoshka_dimensions=manifest.matryoshka_dimensions,
         prompts=manifest.prompts,
         default_prompt_name=manifest.default_prompt_name,
+        agreement=manifest.agreement,
     )
 
 

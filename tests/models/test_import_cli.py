@@ -59,3 +59,30 @@ def test_what_is_not_a_model_is_refused_with_a_reason(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "is not a model folder: it has no config.json" in result.stderr
+
+
+def test_an_int8_variant_is_measured_and_a_rollout_below_its_gate_is_refused(
+    tmp_path: Path,
+) -> None:
+    runner = CliRunner()
+    data_dir = ["--data-dir", str(tmp_path / "data")]
+    imported = runner.invoke(app, ["models", "import", "--int8", *data_dir])
+    assert imported.exit_code == 0, imported.output
+    listed = runner.invoke(app, ["models", "list", *data_dir]).stdout
+    (variant,) = [line for line in listed.splitlines() if "int8" in line.split()[1]]
+    assert "agrees with ca23eae9ab1f: mean cosine 0.99" in variant
+    gate = ["models", "gate", "minilm", "--min-mean-cosine", "0.999", *data_dir]
+    assert runner.invoke(app, gate).exit_code == 0
+    assert (
+        "gate: variants need mean cosine >= 0.999"
+        in runner.invoke(app, ["models", "list", *data_dir]).stdout
+    )
+    refused = runner.invoke(app, ["rollout", "start", "minilm", "--to", "minilm-int8", *data_dir])
+    assert refused.exit_code != 0
+    assert "less than the source's gate asks: mean cosine 0.99" in refused.output
+    lowered = ["models", "gate", "minilm", "--min-mean-cosine", "0.98", *data_dir]
+    assert runner.invoke(app, lowered).exit_code == 0
+    started = runner.invoke(app, ["rollout", "start", "minilm", "--to", "minilm-int8", *data_dir])
+    assert started.exit_code == 0, started.output
+    bad = runner.invoke(app, ["models", "gate", "minilm", "--min-mean-cosine", "2", *data_dir])
+    assert bad.exit_code == 2 and "from 0 to 1" in bad.stderr

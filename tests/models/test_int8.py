@@ -4,15 +4,33 @@ from __future__ import annotations
 
 import pytest
 
+from headway.models.agreement import REFERENCE_TEXTS
 from headway.models.evaluate import compare_models
-from headway.models.importer import quantize_int8
 from headway.models.store import ModelStore, StoredModel
+from headway.variants import derive_int8
 from headway.worker.backends.onnx import OnnxBackend
 
 
 @pytest.fixture(scope="module")
 def int8_model(model_store: ModelStore, default_model: StoredModel) -> StoredModel:
-    return quantize_int8(model_store, default_model)
+    return derive_int8(model_store, default_model)
+
+
+def test_int8_records_its_agreement_with_its_source(
+    int8_model: StoredModel, default_model: StoredModel, model_store: ModelStore
+) -> None:
+    agreement = int8_model.manifest.agreement
+    assert agreement is not None
+    assert (agreement.source, agreement.texts) == (default_model.version, len(REFERENCE_TEXTS))
+    measured = compare_models(
+        OnnxBackend.load(default_model), OnnxBackend.load(int8_model), REFERENCE_TEXTS
+    )
+    print(f"int8 vs fp32 on the reference texts: {measured}")
+    assert agreement.mean_cosine == round(measured.mean_cosine, 4) >= 0.98
+    assert agreement.min_cosine == round(measured.min_cosine, 4)
+    assert agreement.nn_agreement == round(measured.nn_agreement, 4) >= 0.75
+    assert derive_int8(model_store, default_model) == int8_model  # the same bytes again
+    assert default_model.manifest.agreement is None
 
 
 def test_int8_is_a_new_version_with_its_own_manifest(

@@ -745,3 +745,31 @@ def test_a_batch_bound_that_no_tenant_may_have_is_refused(
 def _refused(registry: SqlRegistry, limits: dict[str, Any]) -> None:
     with pytest.raises(InvalidLimit):
         registry.update_tenant("acme", batch_limits=limits)
+
+
+def test_a_variants_agreement_and_its_sources_gate_are_kept_and_audited(
+    registry: SqlRegistry,
+) -> None:
+    from headway.models.agreement import Agreement
+    from headway.registry.errors import InvalidGate
+    from headway.registry.model import VariantGate
+
+    with_models(registry)
+    measured = Agreement(V1.version, 40, 0.9912, 0.95, 0.925)
+    variant = ModelRecord("5" * 64, "mini-int8", "embedding", 384, "int8", agreement=measured)
+    registry.add_model(variant, ("mini-int8",))
+    assert registry.model(variant.version).agreement == measured
+    gate = VariantGate(min_mean_cosine=0.99, min_nn_agreement=0.9)
+    changes = registry.changes()
+    assert registry.set_variant_gate(V1.version, gate, actor=ADMIN).variant_gate == gate
+    assert registry.model(V1.version).variant_gate == gate
+    assert registry.changes() > changes  # gateways reload and see it
+    entry = newest(registry)
+    assert (entry.action, entry.target) == ("model.gate", f"model:{V1.version}")
+    assert entry.after == {"variant_gate": {"min_mean_cosine": 0.99, "min_nn_agreement": 0.9}}
+    registry.set_variant_gate(V1.version, None, actor=ADMIN)
+    assert registry.model(V1.version).variant_gate is None
+    with pytest.raises(InvalidGate):
+        registry.set_variant_gate(V1.version, VariantGate(1.5, 0.9), actor=ADMIN)
+    with pytest.raises(UnknownModel):
+        registry.set_variant_gate("9" * 64, gate, actor=ADMIN)

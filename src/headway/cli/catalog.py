@@ -115,12 +115,13 @@ def models_import(
 
     from headway.catalog import DEFAULT_ALIASES, register
     from headway.models.errors import ModelError
-    from headway.models.importer import import_default, quantize_int8
+    from headway.models.importer import import_default
     from headway.models.intake import ImportOptions, import_path
     from headway.models.store import ModelStore, StoredModel
     from headway.models.weights.signing import load_key, sign_artifact
     from headway.registry.model import Actor
     from headway.registry.open import open_registry
+    from headway.variants import derive_int8
 
     sources = [p for p in (path, cross_encoder, onnx) if p is not None]
     if len(sources) > 1:
@@ -162,7 +163,7 @@ def models_import(
         add(stored, aliases)
         if quantize:
             int8_aliases = tuple(f"{a}-int8" for a in aliases)
-            add(quantize_int8(store, stored), int8_aliases)
+            add(derive_int8(store, stored), int8_aliases)
             aliases += int8_aliases
     except ModelError as exc:
         typer.echo(f"import failed: {exc}", err=True)
@@ -194,11 +195,62 @@ def models_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     from headway.registry.open import open_registry
 
     for record, aliases in open_registry(settings).models():
+        agreement = record.agreement
+        derived = (
+            f"  agrees with {agreement.source[:12]}: mean cosine {agreement.mean_cosine:.4f}, "
+            f"neighbours {agreement.nn_agreement:.4f}"
+            if agreement is not None
+            else ""
+        )
+        gate = record.variant_gate
+        gated = (
+            f"  gate: variants need mean cosine >= {gate.min_mean_cosine:g}, "
+            f"neighbours >= {gate.min_nn_agreement:g}"
+            if gate is not None
+            else ""
+        )
         typer.echo(
             f"{record.version}  {record.name}  {record.kind}  dims={record.dimensions}  "
             f"{record.quantization}  {record.size_bytes / 1e6:.1f} MB  "
-            f"aliases: {', '.join(aliases) or '-'}"
+            f"aliases: {', '.join(aliases) or '-'}{derived}{gated}"
         )
+
+
+@models_app.command("gate")
+def models_gate(
+    name: Annotated[str, typer.Argument(help="The source model: an alias or a version.")],
+    min_mean_cosine: Annotated[
+        float | None,
+        typer.Option(help="Least mean cosine a variant must have with this model."),
+    ] = None,
+    min_neighbours: Annotated[
+        float | None,
+        typer.Option(help="Least nearest-neighbour agreement a variant must have."),
+    ] = None,
+    clear: Annotated[bool, typer.Option(help="Remove the gate.")] = False,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Set what a version derived from this model (its int8) must agree with it on the
+    reference texts before a rollout promotes it; a rollout refuses one that falls short."""
+    settings = settings_from(config, data_dir=data_dir)
+    import getpass
+
+    from headway.registry.model import Actor, VariantGate
+    from headway.registry.open import open_registry
+
+    if clear == (min_mean_cosine is not None or min_neighbours is not None):
+        typer.echo("give --min-mean-cosine and/or --min-neighbours, or --clear", err=True)
+        raise typer.Exit(2)
+    registry = open_registry(settings)
+    record = registry.resolve_model(name)
+    if record is None:
+        typer.echo(f"no alias or version {name!r}", err=True)
+        raise typer.Exit(1)
+    gate = None if clear else VariantGate(min_mean_cosine or 0.0, min_neighbours or 0.0)
+    with _refusals_exit():
+        registry.set_variant_gate(record.version, gate, actor=Actor(f"cli:{getpass.getuser()}"))
+    typer.echo(f"{record.version}  {record.name}  gate: {gate or 'none'}")
 
 
 @contextmanager
@@ -207,6 +259,7 @@ def _refusals_exit() -> Iterator[None]:
     argument), 1 for the rest (a duplicate or unknown tenant, a key in use)."""
     from headway.registry.errors import (
         InvalidBillingCustomer,
+        InvalidGate,
         InvalidLimit,
         InvalidQuota,
         RegistryError,
@@ -222,7 +275,7 @@ def _refusals_exit() -> Iterator[None]:
     except InvalidQuota as exc:
         typer.echo("--rate and --burst must be positive", err=True)
         raise typer.Exit(2) from exc
-    except (InvalidLimit, InvalidBillingCustomer) as exc:
+    except (InvalidLimit, InvalidBillingCustomer, InvalidGate) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from exc
     except RegistryError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 import onnx
 from safetensors.numpy import load_file
 
+from headway.models.agreement import Agreement
 from headway.models.errors import ModelImportError, ModelIntegrityError
 from headway.models.folder import ONNX_CANDIDATES, FolderModel, read_folder
 from headway.models.graphs.encoders import build_graph, family_of, find_family, max_positions
@@ -142,11 +144,17 @@ def import_default(store: ModelStore) -> StoredModel:
     )
 
 
-def quantize_int8(store: ModelStore, model: StoredModel) -> StoredModel:
+def quantize_int8(
+    store: ModelStore,
+    model: StoredModel,
+    measure: Callable[[StoredModel, StoredModel], Agreement] | None = None,
+) -> StoredModel:
     """Dynamic int8 quantization of the MatMul weights, per output channel.
 
     Per-tensor scales lose too much (mean cosine to fp32 0.96 for MiniLM);
     per-channel keeps ~0.99. Activations stay float and are quantized per batch.
+    ``measure`` (source, the staged variant): its agreement with the source, recorded in
+    its manifest (``models.agreement``); None: not measured.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -166,6 +174,9 @@ def quantize_int8(store: ModelStore, model: StoredModel) -> StoredModel:
             op_types_to_quantize=["MatMul"],
         )
         shutil.copyfile(model.tokenizer_path, staging / TOKENIZER_FILE)
+        if measure is not None and manifest.kind == "embedding":
+            staged = StoredModel("staged", staging, manifest)
+            manifest = dataclasses.replace(manifest, agreement=measure(model, staged))
         (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         return store.put(staging)
     finally:

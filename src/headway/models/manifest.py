@@ -3,7 +3,7 @@
 The manifest is part of the hashed content, so two artifacts with the same
 graph and tokenizer but different names are different versions. Fields added
 later (``pooling``, ``normalize``, ``matryoshka_dimensions``, ``prompts``,
-``default_prompt_name``) are written only when they
+``default_prompt_name``, ``agreement``) are written only when they
 differ from their defaults, so every artifact stored before them keeps its bytes and its
 version.
 """
@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
+from headway.models.agreement import Agreement
 from headway.models.errors import ModelIntegrityError
 
 ModelKind = Literal["embedding", "cross-encoder"]
@@ -30,6 +31,7 @@ _DEFAULTS: dict[str, object] = {
     "matryoshka_dimensions": (),
     "prompts": (),
     "default_prompt_name": None,
+    "agreement": None,
 }
 
 
@@ -55,6 +57,8 @@ class ModelManifest:
     prompt (sentence-transformers' ``prompts``), stored as a JSON object."""
     default_prompt_name: str | None = None
     """The prompt an input that asks for none gets; None: no prompt."""
+    agreement: Agreement | None = None
+    """A derived version's (int8): how closely it agrees with its source. None: not one."""
 
     def to_json(self) -> str:
         """Canonical form: sorted keys, two-space indent, trailing newline; the later
@@ -62,6 +66,8 @@ class ModelManifest:
         fields = {k: v for k, v in asdict(self).items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
         if "prompts" in fields:
             fields["prompts"] = dict(self.prompts)
+        if self.agreement is not None:
+            fields["agreement"] = self.agreement.to_json()
         return json.dumps(fields, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
     def prompt(self, name: str | None) -> str:
@@ -96,6 +102,7 @@ class ModelManifest:
             ),
             prompts=_prompts(raw.get("prompts", {})),
             default_prompt_name=_default_prompt(raw),
+            agreement=Agreement.from_json(raw["agreement"]) if "agreement" in raw else None,
         )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, cast
 
+from headway.models.agreement import Agreement
 from headway.registry.model import (
     ApiKey,
     AuditEntry,
@@ -27,6 +28,7 @@ from headway.registry.model import (
     Sticky,
     Tenant,
     TenantDeletion,
+    VariantGate,
 )
 from headway.registry.rules import tier_of
 from headway.storage.dialect import Row
@@ -92,7 +94,7 @@ def key_json(key: ApiKey) -> JsonDict:
 
 MODEL_COLUMNS = (
     "version, name, kind, dimensions, quantization, size_bytes, created_at, max_tokens,"
-    " matryoshka_dimensions, prompts, default_prompt"
+    " matryoshka_dimensions, prompts, default_prompt, agreement, variant_gate"
 )
 MODEL_PLACEHOLDERS = ", ".join("?" * (MODEL_COLUMNS.count(",") + 1))
 
@@ -110,6 +112,8 @@ def model_of(row: Row) -> ModelRecord:
         tuple(int(width) for width in json.loads(row[8])),
         tuple(sorted((str(k), str(v)) for k, v in json.loads(row[9]).items())),
         row[10],
+        None if row[11] is None else Agreement.from_json(json.loads(row[11])),
+        None if row[12] is None else VariantGate(**json.loads(row[12])),
     )
 
 
@@ -127,6 +131,8 @@ def model_row(record: ModelRecord) -> tuple[Any, ...]:
         json.dumps(list(record.matryoshka_dimensions)),
         json.dumps(dict(record.prompts), sort_keys=True),
         record.default_prompt_name,
+        None if record.agreement is None else json.dumps(record.agreement.to_json()),
+        None if record.variant_gate is None else json.dumps(asdict(record.variant_gate)),
     )
 
 

@@ -76,6 +76,10 @@ class UnknownModel(RegistryError):
     """No model version has that hash, or no alias that name."""
 
 
+class InvalidGate(RegistryError):
+    """A variant gate whose figures are not agreements (0 to 1)."""
+
+
 class InvalidSplit(RegistryError):
     """A split's weights, pins or shadow break a rule (the message says which)."""
 

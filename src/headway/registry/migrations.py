@@ -240,6 +240,14 @@ def _model_prompts() -> tuple[str, ...]:
     )
 
 
+def _variant_agreement() -> tuple[str, ...]:
+    """JSON objects in TEXT columns on both dialects; NULL: not derived, no gate."""
+    return (
+        "ALTER TABLE models ADD COLUMN agreement TEXT",
+        "ALTER TABLE models ADD COLUMN variant_gate TEXT",
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -300,6 +308,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "each model's prompts (a text put before an input, by name) and its default prompt",
         sqlite=_model_prompts(),
         postgres=_model_prompts(),
+    ),
+    Migration(
+        11,
+        "a derived version's agreement with its source; the gate a variant of a model must pass",
+        sqlite=_variant_agreement(),
+        postgres=_variant_agreement(),
     ),
 )
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from headway.models.agreement import Agreement
+
 Tier = Literal["interactive", "batch"]
 Role = Literal["tenant", "admin"]
 TIERS: tuple[Tier, ...] = ("interactive", "batch")
@@ -135,6 +137,19 @@ class ModelRecord:
     request that asks for the prompt (the manifest's, sentence-transformers')."""
     default_prompt_name: str | None = None
     """The prompt a request asking for none gets; None: no prompt."""
+    agreement: Agreement | None = None
+    """A derived version's (int8) agreement with its source (its manifest's)."""
+    variant_gate: VariantGate | None = None
+    """The least agreement a version derived from this one must have for a rollout to
+    promote it; None: no gate."""
+
+
+@dataclass(frozen=True, slots=True)
+class VariantGate:
+    """What a rollout asks of a variant's agreement with its source before it promotes it."""
+
+    min_mean_cosine: float
+    min_nn_agreement: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from itertools import pairwise
 
 from headway.registry.errors import (
     InvalidBillingCustomer,
+    InvalidGate,
     InvalidLimit,
     InvalidOverlap,
     InvalidQuota,
@@ -27,6 +28,7 @@ from headway.registry.model import (
     RolloutPlan,
     Split,
     Tier,
+    VariantGate,
 )
 
 DEFAULT_RATE: dict[Tier, float] = {"interactive": 200.0, "batch": 500.0}
@@ -98,6 +100,18 @@ def overlap_value(overlap_s: float) -> float:
             f"overlap_s must be zero or a positive, finite number, not {overlap_s}"
         )
     return float(overlap_s)
+
+
+def check_gate(gate: VariantGate | None) -> None:
+    """A gate's figures are agreements: numbers from 0 to 1 (``InvalidGate``)."""
+    if gate is None:
+        return
+    for name, value in (
+        ("mean cosine", gate.min_mean_cosine),
+        ("neighbours", gate.min_nn_agreement),
+    ):
+        if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 1.0):
+            raise InvalidGate(f"a variant gate's least {name} must be from 0 to 1, not {value!r}")
 
 
 def check_split(split: Split) -> Split:

@@ -14,9 +14,10 @@ pass.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from headway.registry import queries as q
 from headway.registry.codec import (
@@ -64,6 +65,7 @@ from headway.registry.model import (
     Tenant,
     TenantDeletion,
     Tier,
+    VariantGate,
 )
 from headway.registry.reads import RegistryReads
 from headway.registry.rules import (
@@ -71,6 +73,7 @@ from headway.registry.rules import (
     DEFAULT_RATE,
     billing_customer_value,
     check_batch_limits,
+    check_gate,
     check_plan,
     check_split,
     model_kind,
@@ -417,6 +420,26 @@ class SqlRegistry(RegistryReads):
                 {"version": version, "split": None},
             )
 
+    def set_variant_gate(
+        self, version: str, gate: VariantGate | None, *, actor: Actor = SYSTEM
+    ) -> ModelRecord:
+        check_gate(gate)
+        with self._dialect.write() as tx:
+            before = q.existing_model(tx, version)
+            if before.variant_gate == gate:
+                return before
+            encoded = None if gate is None else json.dumps(asdict(gate))
+            tx.execute("UPDATE models SET variant_gate = ? WHERE version = ?", (encoded, version))
+            self._record(
+                tx,
+                actor,
+                "model.gate",
+                f"model:{version}",
+                {"variant_gate": _gate_json(before.variant_gate)},
+                {"variant_gate": _gate_json(gate)},
+            )
+        return replace(before, variant_gate=gate)
+
     def set_split(self, split: Split, *, actor: Actor = SYSTEM) -> Split:
         check_split(split)
         with self._dialect.write() as tx:
@@ -676,3 +699,7 @@ def _move_json(rollout: Rollout, version: str | None, split: Split | None) -> Js
         "version": version,
         "split": split_json(split),
     }
+
+
+def _gate_json(gate: VariantGate | None) -> dict[str, float] | None:
+    return None if gate is None else asdict(gate)

@@ -31,6 +31,7 @@ from headway.registry.model import (
     Split,
     Tenant,
     TenantDeletion,
+    VariantGate,
 )
 
 
@@ -177,6 +178,13 @@ class ModelCatalog(Protocol):
     def set_alias(self, alias: str, version: str, *, actor: Actor) -> None:
         """Point ``alias`` at one version; any split on it is removed (``UnknownModel``;
         ``RolloutActive`` while a rollout owns the alias)."""
+        ...
+
+    def set_variant_gate(
+        self, version: str, gate: VariantGate | None, *, actor: Actor
+    ) -> ModelRecord:
+        """The gate a variant derived from ``version`` must pass to be promoted (None:
+        none); audited (``UnknownModel``)."""
         ...
 
 

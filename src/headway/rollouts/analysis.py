@@ -110,6 +110,13 @@ def _judge_weighted(
     return PASS
 
 
+def promotes(rollout: Rollout, move: Move) -> bool:
+    """Whether ``move`` gives the candidate the alias, or all of its traffic."""
+    return move.state == "succeeded" or (
+        move.state == "running" and rollout.plan.steps[move.step] == 100
+    )
+
+
 def next_move(rollout: Rollout, verdict: Verdict, now: float, *, split: Split | None) -> Move:
     """The move after a running rollout's step was judged; ``split`` is the alias's
     split now, whose pins and stickiness every later split keeps."""

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from headway.registry.errors import InvalidRollout
 from headway.registry.model import Actor, ObservedRole, Rollout, RolloutState, Split
 from headway.registry.store import RegistryStore
-from headway.rollouts.analysis import judge, next_move
+from headway.rollouts.analysis import judge, next_move, promotes
+from headway.rollouts.gate import gate_refusal
 from headway.rollouts.move import Move, apply_move
+from headway.rollouts.operations import source_of
 from headway.rollouts.recorder import VersionRecorder
 from headway.rollouts.stats import VersionCounts, merged
 from headway.rollouts.steps import step_label
@@ -134,7 +136,18 @@ class RolloutController:
             totals["shadow"],
         )
         split = await asyncio.to_thread(self._split_of, rollout.alias)
-        return await self._write(rollout, next_move(rollout, verdict, now, split=split))
+        move = next_move(rollout, verdict, now, split=split)
+        if promotes(rollout, move):  # a gate set since the start is heeded before 100%
+            refusal = await asyncio.to_thread(self._gate_refusal, rollout.candidate)
+            if refusal is not None:
+                move = Move(
+                    "halted", rollout.step, rollout.step_started_at, refusal, split, "rollout.halt"
+                )
+        return await self._write(rollout, move)
+
+    def _gate_refusal(self, version: str) -> str | None:
+        candidate = self._store.model(version)
+        return gate_refusal(candidate, source_of(self._store, candidate))
 
     def _split_of(self, alias: str) -> Split | None:
         return next((s for s in self._store.splits() if s.alias == alias), None)

@@ -13,8 +13,17 @@ promotion to 100%.
 from __future__ import annotations
 
 from headway.registry.errors import InvalidRollout, UnknownModel
-from headway.registry.model import ACTIVE_STATES, Actor, Rollout, RolloutPlan, RolloutState, Split
+from headway.registry.model import (
+    ACTIVE_STATES,
+    Actor,
+    ModelRecord,
+    Rollout,
+    RolloutPlan,
+    RolloutState,
+    Split,
+)
 from headway.registry.store import RegistryStore
+from headway.rollouts.gate import gate_refusal
 from headway.rollouts.move import Move, apply_move
 from headway.rollouts.steps import rollback_split, split_for
 
@@ -33,10 +42,20 @@ def start(
         raise InvalidRollout(f"{alias} serves {candidate.version[:12]} already")
     if not plan.steps:
         raise InvalidRollout("a rollout plan needs at least one step")
+    refusal = gate_refusal(candidate, source_of(store, candidate))
+    if refusal is not None:
+        raise InvalidRollout(refusal)
     split = split_for(
         alias, primary.version, candidate.version, plan.steps[0], plan, _split_of(store, alias)
     )
     return store.start_rollout(alias, candidate.version, plan, actor=actor, split=split)
+
+
+def source_of(store: RegistryStore, candidate: ModelRecord) -> ModelRecord | None:
+    """The version ``candidate`` was derived from, if it is a variant the registry holds."""
+    if candidate.agreement is None:
+        return None
+    return store.resolve_model(candidate.agreement.source)
 
 
 def pause(store: RegistryStore, rollout_id: int, *, actor: Actor) -> Rollout:
@@ -89,6 +108,10 @@ def approve(store: RegistryStore, rollout_id: int, *, actor: Actor) -> Rollout:
         raise InvalidRollout(
             f"rollout {rollout.id} was started by {actor.who}; someone else must approve it"
         )
+    candidate = store.model(rollout.candidate)
+    refusal = gate_refusal(candidate, source_of(store, candidate))
+    if refusal is not None:
+        raise InvalidRollout(refusal)
     step = rollout.step + 1
     split = split_for(
         rollout.alias,

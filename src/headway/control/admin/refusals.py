@@ -18,6 +18,7 @@ from headway.errors import Conflict, HeadwayError, NotFound, ValidationFailed
 from headway.registry.errors import (
     DuplicateKey,
     DuplicateTenant,
+    InvalidGate,
     InvalidOverlap,
     InvalidRollout,
     InvalidSplit,
@@ -35,7 +36,14 @@ from headway.registry.errors import (
 
 _TABLE: tuple[tuple[tuple[type[RegistryError], ...], type[HeadwayError]], ...] = (
     (
-        (InvalidTenant, InvalidOverlap, InvalidSplit, InvalidRollout, UnknownModelKind),
+        (
+            InvalidTenant,
+            InvalidOverlap,
+            InvalidSplit,
+            InvalidGate,
+            InvalidRollout,
+            UnknownModelKind,
+        ),
         ValidationFailed,
     ),
     ((UnknownTenant, UnknownKey, UnknownModel, UnknownRollout), NotFound),

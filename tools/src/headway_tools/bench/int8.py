@@ -58,7 +58,7 @@ class Int8Results:
 
 
 def run_int8_bench(data_dir: Path, *, seconds: float) -> Int8Results:
-    from headway.models.importer import quantize_int8
+    from headway.variants import derive_int8
     from headway.worker.backends.onnx import OnnxBackend
 
     settings = load_settings(flags={"data_dir": str(data_dir)})
@@ -66,7 +66,7 @@ def run_int8_bench(data_dir: Path, *, seconds: float) -> Int8Results:
     store = ModelStore(settings.model_root)
     fp32_record = ensure_default_model(settings, registry)
     fp32_model = store.get(fp32_record.version)
-    int8_model = quantize_int8(store, fp32_model)
+    int8_model = derive_int8(store, fp32_model)
     register(registry, int8_model, ("all-MiniLM-L6-v2-int8", "minilm-int8"))
     fp32, int8 = OnnxBackend.load(fp32_model), OnnxBackend.load(int8_model)
     corpus = sentences(ACCURACY_TEXTS)
