@@ -9,6 +9,7 @@ budget for two are all answered, loading and unloading as they take turns.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -235,5 +236,35 @@ def test_prompts_follow_the_request_as_sentence_transformers_applies_them(
         assert cosines(served, expected(None)).min() >= 0.99999
         assert plain.usage.prompt_tokens == tokens("")
         assert cosines(served, expected("query")).min() < 0.9999, "the prompt changes the vector"
+    finally:
+        assert up.stop(signal.SIGTERM) == 0
+
+
+def test_the_guides_first_request_runs_as_written(model_data_dir: Path, tmp_path: Path) -> None:
+    """docs/models.md's "From a folder to a first request", its two commands as they stand
+    (the folder the guide calls ./my-model made here, the gateway on a free port)."""
+    from sentence_transformers import SentenceTransformer
+
+    guide = (Path(__file__).parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    section = guide.split("## From a folder to a first request", 1)[1]
+    block = section.split("```", 2)[1]
+    up_line, curl = block.strip().split("\n", 1)
+    assert up_line.startswith("headway up --model ./my-model")
+    folder = tmp_path / "my-model"
+    build_tiny_sentence_transformer(folder, "mpnet", corpus=EVAL_TEXTS)
+    data_dir = tmp_path / "data"
+    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    args = up_line.split("#")[0].split()[2:]
+    up = start_up(data_dir, *[str(folder) if a == "./my-model" else a for a in args])
+    try:
+        command = curl.replace("\\\n", " ").replace(
+            "localhost:8080", up.url.removeprefix("http://")
+        )
+        run = subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, timeout=60, check=True
+        )
+        served = np.array([json.loads(run.stdout)["data"][0]["embedding"]])
+        expected = SentenceTransformer(str(folder), device="cpu").encode(["hello"])
+        assert cosines(served, expected).min() >= 0.99999
     finally:
         assert up.stop(signal.SIGTERM) == 0
