@@ -250,7 +250,6 @@ def compat_routes(
 
 def _token_routes(parts: PathParts, embed_models: Sequence[str]) -> list[DocumentedRoute]:
     """TEI's ``/tokenize`` and ``/decode`` (``gateway/tokens.py``)."""
-    errors = (*MODEL_ERRORS,)
     return [
         DocumentedRoute(
             Route(
@@ -266,7 +265,7 @@ def _token_routes(parts: PathParts, embed_models: Sequence[str]) -> list[Documen
                 "Split texts into the model's tokens, untruncated (TEI-compatible)",
                 list[list[wire.Token]],
                 compat.TeiTokenizeRequest,
-                errors=errors,
+                errors=MODEL_ERRORS,
                 error_body=compat.TeiError,
                 authenticated=True,
                 deadline=True,
@@ -286,7 +285,7 @@ def _token_routes(parts: PathParts, embed_models: Sequence[str]) -> list[Documen
                 "Turn token ids back into text (TEI-compatible)",
                 list[str],
                 compat.TeiDecodeRequest,
-                errors=errors,
+                errors=MODEL_ERRORS,
                 error_body=compat.TeiError,
                 authenticated=True,
                 deadline=True,

@@ -201,7 +201,7 @@ class WorkerService:
         wanted = await asyncio.to_thread(self._source.wanted)
         for version in wanted.versions:
             if version not in self.held:
-                self.held[version] = await self._revived(version) or await self._load(version)
+                self.held[version] = self._revived(version) or await self._load(version)
         served = {*wanted.versions, *wanted.on_demand}
         self.retiring += [held for version, held in self.held.items() if version not in served]
         self.held = {version: held for version, held in self.held.items() if version in served}
@@ -209,7 +209,7 @@ class WorkerService:
         self.wanted, self.on_demand, self.info = wanted.versions, wanted.on_demand, wanted.info
         self._changes = wanted.changes
 
-    async def _revived(self, version: str) -> Held | None:
+    def _revived(self, version: str) -> Held | None:
         """A retired version wanted again before its queue emptied: it is still loaded."""
         for held in self.retiring:
             if held.model.version == version:
@@ -247,7 +247,7 @@ class WorkerService:
             log.error("worker could not load version %s: %s", version[:12], error)
 
     async def _load_on_demand(self, version: str) -> Held:
-        held = await self._revived(version) or await self._load(version, trigger="demand")
+        held = self._revived(version) or await self._load(version, trigger="demand")
         if version not in (*self.wanted, *self.on_demand):  # no longer served meanwhile
             self.retiring.append(held)
             return held
