@@ -232,3 +232,22 @@ def test_legacy_pooling_flags_are_read(tmp_path: Path) -> None:
     folder = read_folder(directory)
     assert (folder.pooling, folder.normalize) == ("cls", False)
     assert not any("pooling" in note for note in folder.assumed)
+
+
+def test_do_lower_case_lowercases_as_sentence_transformers_does(
+    tmp_path: Path, model_store: ModelStore, offline: None
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    directory = tmp_path / "cased"
+    build_tiny_sentence_transformer(directory, "roberta", corpus=TEXTS)  # BPE: case-sensitive
+    config = directory / "sentence_bert_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "do_lower_case": True}))
+    folder = read_folder(directory)
+    assert folder.lowercase
+    backend = OnnxBackend.load(import_folder(model_store, folder))
+    texts = ["The QUICK Brown Fox", "PARIS is the capital of FRANCE", "hello World"]
+    expected = SentenceTransformer(str(directory), device="cpu").encode(texts)
+    assert cosines(backend.run(backend.encode_texts(texts)), expected).min() >= 0.99999
+    lowered = backend.run(backend.encode_texts([t.lower() for t in texts]))
+    np.testing.assert_allclose(backend.run(backend.encode_texts(texts)), lowered, atol=1e-6)

@@ -13,7 +13,9 @@ Read from the files alone (no torch, no network), as sentence-transformers reads
   ``tokenizer_config.json``'s ``model_max_length``, never more than the position
   embeddings allow.
 - **prompts**: ``config_sentence_transformers.json``'s ``prompts`` and
-  ``default_prompt_name``.
+  ``default_prompt_name``;
+- **lowercasing**: ``sentence_bert_config.json``'s ``do_lower_case``, a ``Lowercase``
+  normalizer put first in the artifact's tokenizer unless it lowercases already.
 
 An ``onnx/model.onnx`` or ``model.onnx`` in the folder is the graph to import when
 headway builds none for the architecture (or the folder has no safetensors).
@@ -32,6 +34,7 @@ from headway.models.graphs.heads import PoolingMode
 from headway.models.manifest import ModelKind
 
 CONFIG_FILE = "config.json"
+SBERT_FILE = "sentence_bert_config.json"
 WEIGHTS_FILE = "model.safetensors"
 ONNX_CANDIDATES = ("onnx/model.onnx", "model.onnx")
 _LONGEST_SANE = 1_000_000  # tokenizers without a limit say 1e30
@@ -61,6 +64,8 @@ class FolderModel:
     prompts: tuple[tuple[str, str], ...]
     default_prompt_name: str | None
     assumed: tuple[str, ...]
+    lowercase: bool = False
+    """``sentence_bert_config.json``'s ``do_lower_case``: inputs are lowercased first."""
 
     @property
     def name(self) -> str:
@@ -108,6 +113,7 @@ def read_folder(directory: Path) -> FolderModel:
         prompts=prompts,
         default_prompt_name=default_prompt,
         assumed=tuple(assumed),
+        lowercase=_sbert_config(directory).get("do_lower_case") is True,
     )
 
 
@@ -164,11 +170,9 @@ def _max_tokens(directory: Path, config: dict[str, Any], assumed: list[str]) -> 
         limit = max_positions(family, config)
     else:  # an architecture imported from its ONNX export
         limit = int(config.get("max_position_embeddings") or 512)
-    sbert = directory / "sentence_bert_config.json"
-    if sbert.is_file():
-        value = read_json(sbert).get("max_seq_length")
-        if isinstance(value, int) and value > 0:
-            return _within(value, limit, sbert)
+    value = _sbert_config(directory).get("max_seq_length")
+    if isinstance(value, int) and value > 0:
+        return _within(value, limit, directory / SBERT_FILE)
     tokenizer_config = directory / "tokenizer_config.json"
     if tokenizer_config.is_file():
         value = read_json(tokenizer_config).get("model_max_length")
@@ -176,6 +180,11 @@ def _max_tokens(directory: Path, config: dict[str, Any], assumed: list[str]) -> 
             return min(int(value), limit)
     assumed.append(f"no maximum length given: {limit} tokens, as the position embeddings allow")
     return limit
+
+
+def _sbert_config(directory: Path) -> dict[str, Any]:
+    path = directory / SBERT_FILE
+    return read_json(path) if path.is_file() else {}
 
 
 def _within(value: int, limit: int, path: Path) -> int:

@@ -79,6 +79,7 @@ def import_folder(
         source=source,
         prompts=folder.prompts,
         default_prompt_name=folder.default_prompt_name,
+        lowercase=folder.lowercase,
     )
 
 
@@ -115,7 +116,12 @@ def _import_built(store: ModelStore, folder: FolderModel, *, name: str, source: 
     staging = store.staging_dir()
     try:
         onnx.save_model(graph, staging / ONNX_FILE)
-        prepare_tokenizer_json(folder.tokenizer, staging / TOKENIZER_FILE, folder.max_tokens)
+        prepare_tokenizer_json(
+            folder.tokenizer,
+            staging / TOKENIZER_FILE,
+            folder.max_tokens,
+            lowercase=folder.lowercase,
+        )
         (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         return store.put(staging)
     finally:
@@ -198,6 +204,7 @@ def import_onnx(
     token_pooling: PoolingMode = "mean",
     prompts: tuple[tuple[str, str], ...] = (),
     default_prompt_name: str | None = None,
+    lowercase: bool = False,
 ) -> StoredModel:
     """Check, then store, one ONNX graph with its tokenizer (see the module docstring).
 
@@ -261,7 +268,9 @@ def import_onnx(
     staging = store.staging_dir()
     try:
         shutil.copyfile(onnx_file, staging / ONNX_FILE)
-        prepare_tokenizer_json(tokenizer_file, staging / TOKENIZER_FILE, max_tokens)
+        prepare_tokenizer_json(
+            tokenizer_file, staging / TOKENIZER_FILE, max_tokens, lowercase=lowercase
+        )
         (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         return store.put(staging)
     finally:

@@ -79,6 +79,7 @@ def import_path(store: ModelStore, path: Path, options: ImportOptions) -> Import
         matryoshka_dimensions=options.matryoshka_dimensions,
         prompts=described.prompts if described else (),
         default_prompt_name=described.default_prompt_name if described else None,
+        lowercase=bool(described and described.lowercase),
     )
     return Imported(model, described.assumed if described else ())
 

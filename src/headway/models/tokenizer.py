@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, normalizers
 
 from headway.models.errors import ModelImportError
 from headway.wire import Truncation
@@ -38,7 +38,30 @@ def load_tokenizer(path: Path, max_tokens: int) -> Tokenizer:
     return configure(tokenizer, max_tokens)
 
 
-def prepare_tokenizer_json(src: Path, dst: Path, max_tokens: int) -> None:
-    """Write ``src`` to ``dst`` with padding off and truncation at ``max_tokens``."""
+def prepare_tokenizer_json(
+    src: Path, dst: Path, max_tokens: int, *, lowercase: bool = False
+) -> None:
+    """Write ``src`` to ``dst`` with padding off and truncation at ``max_tokens``;
+    ``lowercase``: with a ``Lowercase`` normalizer first unless it has one (what
+    sentence-transformers does for ``do_lower_case``)."""
     tokenizer = load_tokenizer(src, max_tokens)
+    if lowercase and not _lowercases(tokenizer.normalizer):
+        current = tokenizer.normalizer
+        rest = _parts(current) if isinstance(current, normalizers.Sequence) else [current]
+        tokenizer.normalizer = normalizers.Sequence(
+            [normalizers.Lowercase(), *(n for n in rest if n is not None)]
+        )
     dst.write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
+
+
+def _lowercases(normalizer: object) -> bool:
+    if isinstance(normalizer, normalizers.Lowercase):
+        return True
+    if isinstance(normalizer, normalizers.Sequence):
+        return any(isinstance(n, normalizers.Lowercase) for n in _parts(normalizer))
+    return False
+
+
+def _parts(sequence: normalizers.Sequence) -> list[normalizers.Normalizer]:
+    """A ``Sequence``'s normalizers, by index (its type stubs do not let it iterate)."""
+    return [sequence[i] for i in range(len(sequence))]
