@@ -120,6 +120,8 @@ WRITES = [
     ("DELETE", f"/admin/splits/{SYNTHETIC_ALIAS}", None),
     ("POST", "/admin/rollouts", {"alias": SYNTHETIC_ALIAS, "to": CANDIDATE}),
     ("POST", "/admin/rollouts/1/pause", None),
+    ("PUT", f"/admin/models/{SYNTHETIC_VERSION}/gate", {"min_mean_cosine": 0.5}),
+    ("DELETE", f"/admin/models/{SYNTHETIC_VERSION}/gate", None),
 ]
 
 
@@ -375,3 +377,25 @@ async def test_the_admin_routes_are_described_with_their_parameters_and_statuses
     pause = spec["paths"]["/admin/rollouts/{id}/pause"]["post"]
     assert pause["parameters"][0]["schema"]["type"] == "integer"
     assert spec["components"]["schemas"]["TenantCreate"]["additionalProperties"] is False
+
+
+async def test_a_versions_variant_gate_is_set_shown_and_removed(stack):
+    client = stack.client
+    path = f"/admin/models/{SYNTHETIC_VERSION}/gate"
+    body = {"min_mean_cosine": 0.99, "min_nn_agreement": 0.9}
+    gated = await client.put(path, headers=ADMIN, json=body)
+    assert gated.status_code == 200, gated.text
+    assert gated.json()["variant_gate"] == body
+    assert SYNTHETIC_ALIAS in gated.json()["aliases"]
+    shown = await client.get(f"/admin/models/{SYNTHETIC_VERSION}", headers=ADMIN)
+    assert shown.json()["variant_gate"] == body and shown.json()["agreement"] is None
+    (entry,) = (await client.get("/admin/audit?action=model.gate", headers=ADMIN)).json()["data"]
+    assert entry["after"] == {"variant_gate": body}
+    removed = await client.delete(path, headers=ADMIN)
+    assert removed.status_code == 200 and removed.json()["variant_gate"] is None
+    too_high = await client.put(path, headers=ADMIN, json={"min_mean_cosine": 1.5})
+    assert too_high.status_code == 422 and "min_mean_cosine" in too_high.text
+    unknown = await client.put(f"/admin/models/{'9' * 64}/gate", headers=ADMIN, json=body)
+    assert unknown.status_code == 404
+    refused = await client.put(path, headers=TENANT, json=body)
+    assert refused.status_code == 403

@@ -1,16 +1,29 @@
 """``/admin/models``: every model version the registry holds, and who serves it.
 
 A version is a content hash; its ``aliases`` are the names whose primary it is, and
-``served_by`` the replicas that advertise it now (from their last ``/readyz``).
+``served_by`` the replicas that advertise it now (from their last ``/readyz``); a derived
+one (int8) says how it agrees with its source. ``PUT /admin/models/{version}/gate`` sets
+what a variant derived from the version must reach for a rollout to promote it
+(``rollouts/gate.py``); ``DELETE`` removes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Annotated
 
 import msgspec
 
-from headway.control.admin.access import ADMIN_ONLY, AdminParts, read
+from headway.control.admin.access import (
+    ADMIN_ONLY,
+    WITH_BODY,
+    AdminParts,
+    admin_actor,
+    read,
+    write,
+)
+from headway.control.admin.body import decode_body
 from headway.errors import NotFound
 from headway.gateway.auth.kinds import ADMIN_KEY
 from headway.gateway.openapi import DocumentedRoute, Operation
@@ -18,8 +31,25 @@ from headway.gateway.pool import Replica
 from headway.gateway.pools import Pools
 from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
-from headway.registry.model import ModelRecord
+from headway.registry.model import ModelRecord, VariantGate
 from headway.utc import rfc3339
+
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+
+class VariantGateBody(msgspec.Struct, forbid_unknown_fields=True):
+    """The least a variant of this version must agree with it on the reference texts."""
+
+    min_mean_cosine: Share = 0.0
+    min_nn_agreement: Share = 0.0
+
+
+class AgreementView(msgspec.Struct):
+    source: str
+    texts: int
+    mean_cosine: float
+    min_cosine: float
+    nn_agreement: float
 
 
 class ModelVersion(msgspec.Struct):
@@ -38,6 +68,10 @@ class ModelVersion(msgspec.Struct):
     """The aliases whose primary version this is."""
     served_by: list[str]
     """The URLs of the replicas that advertise it now."""
+    agreement: AgreementView | None = None
+    """A derived version's agreement with its source; null: not derived."""
+    variant_gate: VariantGateBody | None = None
+    """What its variants must reach to be promoted; null: no gate."""
 
 
 class ModelVersionList(msgspec.Struct):
@@ -77,6 +111,8 @@ def model_version(
         list(record.matryoshka_dimensions),
         sorted(aliases),
         urls.get(record.version, []),
+        None if record.agreement is None else AgreementView(**record.agreement.to_json()),
+        None if record.variant_gate is None else VariantGateBody(**asdict(record.variant_gate)),
     )
 
 
@@ -93,11 +129,42 @@ def list_models(parts: AdminParts, pools: Pools) -> Handler:
 def get_model(parts: AdminParts, pools: Pools) -> Handler:
     async def handle(request: Request) -> Response:
         version = request.path_params["version"]
-        models = await read(parts, request, lambda store: store.models())
-        for record, aliases in models:
-            if record.version == version:
-                return json_response(model_version(record, aliases, served_by(pools)))
-        raise NotFound(f"no model version {version[:80]!r}")
+        return json_response(await _described(parts, request, pools, version))
+
+    return handle
+
+
+async def _described(
+    parts: AdminParts, request: Request, pools: Pools, version: str
+) -> ModelVersion:
+    models = await read(parts, request, lambda store: store.models())
+    for record, aliases in models:
+        if record.version == version:
+            return model_version(record, aliases, served_by(pools))
+    raise NotFound(f"no model version {version[:80]!r}")
+
+
+_gate = msgspec.json.Decoder(VariantGateBody)
+
+
+def set_gate(parts: AdminParts, pools: Pools) -> Handler:
+    async def handle(request: Request) -> Response:
+        actor = admin_actor(request)
+        version = request.path_params["version"]
+        body = decode_body(request, _gate)
+        gate = VariantGate(body.min_mean_cosine, body.min_nn_agreement)
+        await write(parts, lambda store: store.set_variant_gate(version, gate, actor=actor))
+        return json_response(await _described(parts, request, pools, version))
+
+    return handle
+
+
+def delete_gate(parts: AdminParts, pools: Pools) -> Handler:
+    async def handle(request: Request) -> Response:
+        actor = admin_actor(request)
+        version = request.path_params["version"]
+        await write(parts, lambda store: store.set_variant_gate(version, None, actor=actor))
+        return json_response(await _described(parts, request, pools, version))
 
     return handle
 
@@ -129,6 +196,37 @@ def routes(parts: AdminParts, pools: Pools) -> list[DocumentedRoute]:
             ),
             Operation(
                 "One model version by its hash (admin key)",
+                ModelVersion,
+                errors=(*ADMIN_ONLY, NotFound),
+                authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route(
+                "PUT",
+                "/admin/models/{version}/gate",
+                "admin_model_gate_set",
+                set_gate(parts, pools),
+                auth=ADMIN_KEY,
+            ),
+            Operation(
+                "Set what a variant of this version must agree with it to be promoted (admin key)",
+                ModelVersion,
+                VariantGateBody,
+                (*WITH_BODY, NotFound),
+                authenticated=True,
+            ),
+        ),
+        DocumentedRoute(
+            Route(
+                "DELETE",
+                "/admin/models/{version}/gate",
+                "admin_model_gate_delete",
+                delete_gate(parts, pools),
+                auth=ADMIN_KEY,
+            ),
+            Operation(
+                "Remove this version's variant gate (admin key)",
                 ModelVersion,
                 errors=(*ADMIN_ONLY, NotFound),
                 authenticated=True,
