@@ -66,3 +66,25 @@ async def test_an_anonymous_or_admin_caller_is_refused(stack, path):
     assert anonymous.status_code == 401
     admin = await stack.client.post(path, headers=auth("demo-admin-key"), json=body)
     assert admin.status_code in (401, 403)
+
+
+async def test_a_tenant_tokenizing_in_a_loop_meets_its_own_quota_and_no_one_elses(tmp_path):
+    from tests.service.conftest import make_stack
+
+    stack = await make_stack(tmp_path)
+    try:
+        stack.registry.add_tenant(
+            "loop", "interactive", rate_texts_per_s=0.5, burst_texts=5, key="k-loop"
+        )
+        await stack.gateway.snapshots.refresh()
+        looping = {"authorization": "Bearer k-loop"}
+        body = {"inputs": ["a", "b", "c"]}
+        assert (await stack.client.post("/tokenize", headers=looping, json=body)).status_code == 200
+        refused = await stack.client.post("/tokenize", headers=looping, json=body)
+        assert refused.status_code == 429 and refused.json()["error_type"] == "Overloaded"
+        decoded = await stack.client.post("/decode", headers=looping, json={"ids": [[1], [2], [3]]})
+        assert decoded.status_code == 429  # the same bucket, by id sequences
+        other = await stack.client.post("/tokenize", headers=auth(), json=body)
+        assert other.status_code == 200
+    finally:
+        await stack.close()
