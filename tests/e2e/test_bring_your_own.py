@@ -10,6 +10,7 @@ budget for two are all answered, loading and unloading as they take turns.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -45,6 +46,13 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+def copied(model_data_dir: Path, tmp_path: Path) -> Path:
+    """A data directory of its own, with the default model already imported."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(model_data_dir, data_dir)
+    return data_dir
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bring")
@@ -67,8 +75,7 @@ def test_every_architecture_served_through_up_matches_torch(
     import openai
     from sentence_transformers import CrossEncoder, SentenceTransformer
 
-    data_dir = tmp_path / "data"
-    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    data_dir = copied(model_data_dir, tmp_path)
     args = [arg for folder in folders.values() for arg in ("--model", str(folder))]
     up = start_up(data_dir, "--rerank-replicas", "1", *args, timeout_s=240)
     try:
@@ -109,8 +116,7 @@ def test_every_architecture_served_through_up_matches_torch(
 def test_a_model_imported_while_running_is_served_without_a_restart(
     folders: dict[str, Path], model_data_dir: Path, tmp_path: Path
 ) -> None:
-    data_dir = tmp_path / "data"
-    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    data_dir = copied(model_data_dir, tmp_path)
     up = start_up(data_dir, "--rerank-replicas", "0")
     try:
         command = ["models", "import", str(folders["tiny-mpnet"]), "--alias", "hot"]
@@ -134,8 +140,7 @@ def test_a_model_imported_while_running_is_served_without_a_restart(
 def test_three_models_on_a_worker_with_room_for_two_are_all_answered(
     folders: dict[str, Path], model_data_dir: Path, tmp_path: Path
 ) -> None:
-    data_dir = tmp_path / "data"
-    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    data_dir = copied(model_data_dir, tmp_path)
     names = ["tiny-roberta", "tiny-xlm-roberta", "tiny-mpnet"]  # about the same size
     versions = []
     for name in names:
@@ -196,8 +201,7 @@ def test_prompts_follow_the_request_as_sentence_transformers_applies_them(
     reference = build_tiny_sentence_transformer(
         folder, "xlm-roberta", prompts=prompts, corpus=EVAL_TEXTS
     )
-    data_dir = tmp_path / "data"
-    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    data_dir = copied(model_data_dir, tmp_path)
     env = {"HEADWAY_EMBED_MODEL": "tiny-e5"}  # TEI's /embed serves the default model
     up = start_up(data_dir, "--rerank-replicas", "0", "--model", str(folder), env=env)
     key = SEARCH_APP["authorization"][7:]
@@ -252,8 +256,7 @@ def test_the_guides_first_request_runs_as_written(model_data_dir: Path, tmp_path
     assert up_line.startswith("headway up --model ./my-model")
     folder = tmp_path / "my-model"
     build_tiny_sentence_transformer(folder, "mpnet", corpus=EVAL_TEXTS)
-    data_dir = tmp_path / "data"
-    subprocess.run(["cp", "-r", str(model_data_dir), str(data_dir)], check=True)
+    data_dir = copied(model_data_dir, tmp_path)
     args = up_line.split("#")[0].split()[2:]
     up = start_up(data_dir, *[str(folder) if a == "./my-model" else a for a in args])
     try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from headway.models.agreement import REFERENCE_TEXTS
 from headway.models.importer import default_model_dir, import_default
 from headway.models.store import ModelStore, StoredModel
 from headway.worker.backends.onnx import OnnxBackend
@@ -32,31 +33,8 @@ EVAL_TEXTS: tuple[str, ...] = (
     "OK",
     "Thanks.",
     "yes",
-    # paraphrase pairs, so nearest neighbours are meaningful
-    "How do I reset my password?",
-    "I forgot my password and need to change it.",
-    "The cat sat on the mat.",
-    "A kitten was sitting on the rug.",
-    "What is the capital of France?",
-    "Paris is the capital city of France.",
-    "The stock market fell sharply today.",
-    "Share prices dropped steeply on Wall Street this afternoon.",
-    "She plays the violin in an orchestra.",
-    "He is a violinist with the symphony.",
-    "Heavy rain is expected tomorrow morning.",
-    "The forecast says it will pour early tomorrow.",
-    "The server returned a 503 error under load.",
-    "Under heavy traffic the service answered with 503 Service Unavailable.",
-    "Quarterly revenue grew by twelve percent.",
-    "Sales for the quarter rose 12%.",
-    "My flight was delayed by three hours.",
-    "The plane left three hours late.",
-    "Photosynthesis converts light into chemical energy.",
-    "Plants turn sunlight into sugar through photosynthesis.",
-    "The recipe calls for two cups of flour.",
-    "You need 2 cups of flour for this recipe.",
-    "A tokenizer splits text into subword units.",
-    "WordPiece breaks words into smaller pieces from a fixed vocabulary.",
+    # paraphrase pairs, so nearest neighbours are meaningful (the variants' reference set's)
+    *REFERENCE_TEXTS[:24],
     # numbers and punctuation
     "3.14159 2.71828 1.41421",
     "Order #12345 shipped on 2024-03-07 at 14:05 UTC.",

@@ -250,47 +250,44 @@ def compat_routes(
 
 def _token_routes(parts: PathParts, embed_models: Sequence[str]) -> list[DocumentedRoute]:
     """TEI's ``/tokenize`` and ``/decode`` (``gateway/tokens.py``)."""
+    table = (
+        (
+            "/tokenize",
+            tokens.tokenize,
+            "Split texts into the model's tokens, untruncated (TEI-compatible)",
+            list[list[wire.Token]],
+            compat.TeiTokenizeRequest,
+        ),
+        (
+            "/decode",
+            tokens.decode_ids,
+            "Turn token ids back into text (TEI-compatible)",
+            list[str],
+            compat.TeiDecodeRequest,
+        ),
+    )
     return [
         DocumentedRoute(
             Route(
                 "POST",
-                "/tokenize",
-                "tei_tokenize",
-                tokens.tokenize(parts, embed_models),
+                path,
+                f"tei_{path[1:]}",
+                handler(parts, embed_models),
                 render_error=tei.tei_error,
                 auth=TENANT_KEY,
                 accepts=check_media_type,
             ),
             Operation(
-                "Split texts into the model's tokens, untruncated (TEI-compatible)",
-                list[list[wire.Token]],
-                compat.TeiTokenizeRequest,
+                summary,
+                answer,
+                body,
                 errors=MODEL_ERRORS,
                 error_body=compat.TeiError,
                 authenticated=True,
                 deadline=True,
             ),
-        ),
-        DocumentedRoute(
-            Route(
-                "POST",
-                "/decode",
-                "tei_decode",
-                tokens.decode_ids(parts, embed_models),
-                render_error=tei.tei_error,
-                auth=TENANT_KEY,
-                accepts=check_media_type,
-            ),
-            Operation(
-                "Turn token ids back into text (TEI-compatible)",
-                list[str],
-                compat.TeiDecodeRequest,
-                errors=MODEL_ERRORS,
-                error_body=compat.TeiError,
-                authenticated=True,
-                deadline=True,
-            ),
-        ),
+        )
+        for path, handler, summary, answer, body in table
     ]
 
 

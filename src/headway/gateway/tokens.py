@@ -12,6 +12,9 @@ never truncates (a caller asks to count what the model would cut) and puts the m
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
+
+import msgspec
 
 from headway import wire
 from headway.errors import NotFound, ValidationFailed
@@ -27,6 +30,7 @@ from headway.protocols import compat as tei
 from headway.protocols.parse import check_texts, decode
 from headway.registry.model import ModelRecord
 
+T = TypeVar("T")
 MAX_TOKEN_ID = 2**31 - 1
 """No vocabulary is larger; the worker refuses ids beyond its own model's."""
 
@@ -45,11 +49,7 @@ def tokenize(parts: PathParts, default_models: Sequence[str]) -> Handler:
             record.version,
             parsed.add_special_tokens,
         )
-        pool = parts.pools.serving(record)
-        async with QuotaCharge(parts.quota, ctx, len(texts), parts.empty_buckets):
-            answer = await ask(
-                pool, record.version, chunk, wire.tokenize_result_decoder, ctx.deadline, len(texts)
-            )
+        answer = await _charged(parts, ctx, record, chunk, wire.tokenize_result_decoder, len(texts))
         return json_response(answer.tokens, headers={"x-model-version": answer.model_version})
 
     return handle
@@ -68,14 +68,24 @@ def decode_ids(parts: PathParts, default_models: Sequence[str]) -> Handler:
             raise ValidationFailed(f"token ids are from 0 to {MAX_TOKEN_ID}")
         ctx, record = _context(request, parts, default_models)
         chunk = wire.DecodeChunk(request.id, rows, 0.0, record.version, parsed.skip_special_tokens)
-        pool = parts.pools.serving(record)
-        async with QuotaCharge(parts.quota, ctx, len(rows), parts.empty_buckets):
-            answer = await ask(
-                pool, record.version, chunk, wire.decode_result_decoder, ctx.deadline, len(rows)
-            )
+        answer = await _charged(parts, ctx, record, chunk, wire.decode_result_decoder, len(rows))
         return json_response(answer.texts, headers={"x-model-version": answer.model_version})
 
     return handle
+
+
+async def _charged(
+    parts: PathParts,
+    ctx: RequestContext,
+    record: ModelRecord,
+    chunk: wire.TokenizeChunk | wire.DecodeChunk,
+    decoder: msgspec.msgpack.Decoder[T],
+    units: int,
+) -> T:
+    """``chunk`` asked of a replica serving ``record``, ``units`` charged to the tenant."""
+    pool = parts.pools.serving(record)
+    async with QuotaCharge(parts.quota, ctx, units, parts.empty_buckets):
+        return await ask(pool, record.version, chunk, decoder, ctx.deadline, units)
 
 
 def _rows(ids: list[int | float | list[int | float]]) -> list[list[int]]:

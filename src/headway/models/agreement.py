@@ -10,7 +10,7 @@ a float from one CPU to another; rounded, the same variant gets the same version
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from headway.models.backend import Backend
@@ -77,23 +77,11 @@ class Agreement:
     """The share of texts whose nearest other text is the same under both versions."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "texts": self.texts,
-            "mean_cosine": self.mean_cosine,
-            "min_cosine": self.min_cosine,
-            "nn_agreement": self.nn_agreement,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, raw: object) -> Agreement:
-        if not isinstance(raw, dict) or set(raw) != {
-            "source",
-            "texts",
-            "mean_cosine",
-            "min_cosine",
-            "nn_agreement",
-        }:
+        if not isinstance(raw, dict) or set(raw) != {f.name for f in fields(cls)}:
             raise ModelIntegrityError(f"an agreement record has the wrong fields: {raw!r}")
         figures = [raw["mean_cosine"], raw["min_cosine"], raw["nn_agreement"]]
         if not isinstance(raw["source"], str) or not isinstance(raw["texts"], int):

@@ -66,8 +66,6 @@ class ModelManifest:
         fields = {k: v for k, v in asdict(self).items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
         if "prompts" in fields:
             fields["prompts"] = dict(self.prompts)
-        if self.agreement is not None:
-            fields["agreement"] = self.agreement.to_json()
         return json.dumps(fields, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
     def prompt(self, name: str | None) -> str:

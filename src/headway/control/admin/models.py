@@ -147,23 +147,17 @@ async def _described(
 _gate = msgspec.json.Decoder(VariantGateBody)
 
 
-def set_gate(parts: AdminParts, pools: Pools) -> Handler:
+def gate_handler(parts: AdminParts, pools: Pools, *, remove: bool) -> Handler:
+    """``PUT`` (the body's gate) or ``DELETE`` (none) of ``/admin/models/{version}/gate``."""
+
     async def handle(request: Request) -> Response:
         actor = admin_actor(request)
         version = request.path_params["version"]
-        body = decode_body(request, _gate)
-        gate = VariantGate(body.min_mean_cosine, body.min_nn_agreement)
+        gate = None
+        if not remove:
+            body = decode_body(request, _gate)
+            gate = VariantGate(body.min_mean_cosine, body.min_nn_agreement)
         await write(parts, lambda store: store.set_variant_gate(version, gate, actor=actor))
-        return json_response(await _described(parts, request, pools, version))
-
-    return handle
-
-
-def delete_gate(parts: AdminParts, pools: Pools) -> Handler:
-    async def handle(request: Request) -> Response:
-        actor = admin_actor(request)
-        version = request.path_params["version"]
-        await write(parts, lambda store: store.set_variant_gate(version, None, actor=actor))
         return json_response(await _described(parts, request, pools, version))
 
     return handle
@@ -206,7 +200,7 @@ def routes(parts: AdminParts, pools: Pools) -> list[DocumentedRoute]:
                 "PUT",
                 "/admin/models/{version}/gate",
                 "admin_model_gate_set",
-                set_gate(parts, pools),
+                gate_handler(parts, pools, remove=False),
                 auth=ADMIN_KEY,
             ),
             Operation(
@@ -222,7 +216,7 @@ def routes(parts: AdminParts, pools: Pools) -> list[DocumentedRoute]:
                 "DELETE",
                 "/admin/models/{version}/gate",
                 "admin_model_gate_delete",
-                delete_gate(parts, pools),
+                gate_handler(parts, pools, remove=True),
                 auth=ADMIN_KEY,
             ),
             Operation(

@@ -27,6 +27,8 @@ padding never changes an unpadded row. Heads (``graphs.heads``) follow the last 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -144,15 +146,7 @@ def _mpnet_dims(config: Mapping[str, Any]) -> Dims:
     buckets = config.get("relative_attention_num_buckets", _REL_BUCKETS)
     if buckets != _REL_BUCKETS:  # MPNetEncoder computes 32 buckets whatever it has
         raise ModelImportError(f"relative_attention_num_buckets {buckets} is not 32")
-    return Dims(
-        hidden=config_int(config, "hidden_size"),
-        heads=config_int(config, "num_attention_heads"),
-        layers=config_int(config, "num_hidden_layers"),
-        eps=float(config.get("layer_norm_eps", 1e-12)),
-        activation=str(config.get("hidden_act", "gelu")),
-        positions=int(config.get("max_position_embeddings", 514)),
-        pad=_MPNET_PAD,
-    )
+    return dataclasses.replace(_bert_dims(config), pad=_MPNET_PAD)
 
 
 def _distilbert_dims(config: Mapping[str, Any]) -> Dims:
@@ -167,7 +161,9 @@ def _distilbert_dims(config: Mapping[str, Any]) -> Dims:
     )
 
 
-def _absolute_embeddings(g: Graph, dims: Dims, *, token_types: bool) -> str:
+def _embeddings(g: Graph, dims: Dims, *, token_types: bool, fairseq: bool) -> str:
+    """``fairseq``: positions from ``pad + 1`` along each row's real tokens (``pad`` on
+    padding); else ``0..sequence-1``."""
     w = g.weights
     word = g.init("word_embeddings", w.encoder("embeddings.word_embeddings.weight"))
     position = g.init("position_embeddings", w.encoder("embeddings.position_embeddings.weight"))
@@ -175,47 +171,25 @@ def _absolute_embeddings(g: Graph, dims: Dims, *, token_types: bool) -> str:
         token_type = g.init(
             "token_type_embeddings", w.encoder("embeddings.token_type_embeddings.weight")
         )
-    sequence = g.op("Shape", ["input_ids"], start=1, end=2)
-    positions = g.op("Slice", [position, g.ints("zero_1d", [0]), sequence, g.ints("axis_0", [0])])
+    if fairseq:
+        counted = g.op("CumSum", ["attention_mask", g.int_scalar("axis_1_scalar", 1)])
+        real = g.op("Mul", [counted, "attention_mask"])
+        ids = g.op("Add", [real, g.ints("pad_id", [dims.pad])])
+        positions = g.op("Gather", [position, ids])
+    else:
+        sequence = g.op("Shape", ["input_ids"], start=1, end=2)
+        origin, axis = g.ints("zero_1d", [0]), g.ints("axis_0", [0])
+        positions = g.op("Slice", [position, origin, sequence, axis])
     summed = g.op("Add", [g.op("Gather", [word, "input_ids"]), positions])
     if token_types:
         summed = g.op("Add", [summed, g.op("Gather", [token_type, "token_type_ids"])])
     return g.layer_norm(summed, "embeddings.LayerNorm.", eps=dims.eps)
 
 
-def _bert_embeddings(g: Graph, dims: Dims) -> str:
-    return _absolute_embeddings(g, dims, token_types=True)
-
-
-def _distilbert_embeddings(g: Graph, dims: Dims) -> str:
-    return _absolute_embeddings(g, dims, token_types=False)
-
-
-def _fairseq_embeddings(g: Graph, dims: Dims, *, token_types: bool) -> str:
-    """Positions from ``pad + 1`` along each row's real tokens (``pad`` on padding)."""
-    w = g.weights
-    word = g.init("word_embeddings", w.encoder("embeddings.word_embeddings.weight"))
-    position = g.init("position_embeddings", w.encoder("embeddings.position_embeddings.weight"))
-    counted = g.op("CumSum", ["attention_mask", g.int_scalar("axis_1_scalar", 1)])
-    real = g.op("Mul", [counted, "attention_mask"])
-    positions = g.op("Add", [real, g.ints("pad_id", [dims.pad])])
-    summed = g.op(
-        "Add", [g.op("Gather", [word, "input_ids"]), g.op("Gather", [position, positions])]
-    )
-    if token_types:
-        token_type = g.init(
-            "token_type_embeddings", w.encoder("embeddings.token_type_embeddings.weight")
-        )
-        summed = g.op("Add", [summed, g.op("Gather", [token_type, "token_type_ids"])])
-    return g.layer_norm(summed, "embeddings.LayerNorm.", eps=dims.eps)
-
-
-def _roberta_embeddings(g: Graph, dims: Dims) -> str:
-    return _fairseq_embeddings(g, dims, token_types=True)
-
-
-def _mpnet_embeddings(g: Graph, dims: Dims) -> str:
-    return _fairseq_embeddings(g, dims, token_types=False)
+_bert_embeddings = functools.partial(_embeddings, token_types=True, fairseq=False)
+_distilbert_embeddings = functools.partial(_embeddings, token_types=False, fairseq=False)
+_roberta_embeddings = functools.partial(_embeddings, token_types=True, fairseq=True)
+_mpnet_embeddings = functools.partial(_embeddings, token_types=False, fairseq=True)
 
 
 FAMILIES: tuple[Family, ...] = (

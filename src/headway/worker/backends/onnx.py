@@ -87,7 +87,8 @@ class OnnxBackend:
     def encode_texts(self, texts: Sequence[str], truncation: Truncation = "right") -> list[Encoded]:
         """Ids with ``[CLS]``/``[SEP]``; type ids are all 0 for one text, so left as None."""
         encodings = self._tokenizer(truncation).encode_batch_fast(list(texts))
-        self._within_limit(encodings)
+        if truncation == "none":
+            self._within_limit(encodings)
         return [Encoded(ids=tuple(e.ids)) for e in encodings]
 
     def encode_pairs(
@@ -96,7 +97,8 @@ class OnnxBackend:
         """``[CLS] query [SEP] doc [SEP]``, truncated longest-first, as CrossEncoder does."""
         pairs = [(query, d) for d in documents]
         encodings = self._tokenizer(truncation).encode_batch_fast(pairs)
-        self._within_limit(encodings)
+        if truncation == "none":
+            self._within_limit(encodings)
         return [_pair(e) for e in encodings]
 
     def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:
@@ -125,7 +127,7 @@ class OnnxBackend:
         return tokenizer
 
     def _within_limit(self, encodings: Sequence[Encoding]) -> None:
-        """Only untruncated encodings can be over the limit: refuse the longest that is."""
+        """Untruncated encodings may be over the limit: refuse the longest that is."""
         limit = self._manifest.max_tokens
         longest = max((len(e.ids) for e in encodings), default=0)
         if longest > limit:
