@@ -2,17 +2,17 @@
 
 Precedence, highest first: command-line flags, environment (``HEADWAY_*``,
 sections joined by ``__`` as in ``HEADWAY_GATEWAY__PORT=9000``), a config file
-(``--config``, TOML or JSON), then the defaults declared here. Every field's
-description is its documentation.
+(``--config``: TOML, JSON or YAML by its suffix), then the defaults declared here;
+``settings_sources.py`` reads and merges them. Every field's description is its
+documentation, and docs/settings.md is generated from them (``settings_reference.py``).
 """
 
 from __future__ import annotations
 
 import base64
 import ipaddress
-import json
+import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +20,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from headway.settings_sources import Resolved, resolve
+from headway.settings_sources import SettingsError as SettingsError  # raised by load_settings
 
 BackendName = Literal["onnx", "synthetic"]
 PoolName = Literal["embed", "rerank"]
@@ -439,8 +442,8 @@ class GatewaySettings(_Section):
 
 
 class BillingSettings(_Section):
-    host: str = Field("127.0.0.1", description="Address `headway billing run` serves /metrics on.")
-    port: int = Field(9300, ge=0, le=65535, description="Port of `headway billing run`.")
+    host: str = Field("127.0.0.1", description="Address `headway run billing` serves /metrics on.")
+    port: int = Field(9300, ge=0, le=65535, description="Port of `headway run billing`.")
     outbox_max_events: int = Field(
         1_000_000,
         gt=0,
@@ -1079,12 +1082,12 @@ class PostgresRolesSettings(_Section):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="HEADWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
 
     data_dir: Path = Field(Path(".headway"), description="Registry, model store and run files.")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="The least severe log records written."
+    )
     redis_url: str | None = Field(
         None,
         description="Shared mode: quotas (and failed key checks) in Redis "
@@ -1145,7 +1148,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _across_sources(self) -> Settings:
         """Checks whose fields may come from different sources (a URL in the file, its
-        password in the environment): run on the merged settings (``_FromEnvironment``)."""
+        password in the environment): every source is merged before any check runs."""
         check_redis_url("redis_url", self.redis_url, self.redis.quota)
         check_redis_url("redis.cache_url", self.redis.cache_url, self.redis.cache)
         if self.redis.cache_url and not self.redis_url:
@@ -1194,16 +1197,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings)
-
-
-class _FromEnvironment(Settings):
-    """The environment alone, read before it is merged with the file and the flags: the
-    checks across sources wait for the merge."""
-
-    @model_validator(mode="after")
-    def _across_sources(self) -> _FromEnvironment:
-        return self
+        """Only the arguments: the environment is read once, by ``load_settings``
+        (``settings_sources.py``), which remembers where each value came from."""
+        return (init_settings,)
 
 
 def redis_server_of(url: str) -> tuple[str, int | str]:
@@ -1229,35 +1225,36 @@ def check_redis_url(name: str, url: str | None, instance: RedisInstanceSettings)
         raise ValueError(f"{name}: a password in the URL and in the settings; keep one")
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
-    data: Any = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: top level must be a table")
-    return data
+def resolve_settings(
+    *,
+    config_file: Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    flag_names: Mapping[tuple[str, ...], str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Resolved[Settings]:
+    """Defaults < config file < environment (``environ``, default ``os.environ``) < flags,
+    with where each value came from; ``SettingsError`` names each problem's source.
 
-
-def _deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+    ``flags`` is a nested mapping holding only the flags the user gave; ``flag_names``
+    the flag each was typed as (``--embed-replicas`` for ``("up", "embed_replicas")``).
+    """
+    resolved = resolve(
+        Settings,
+        config_file=config_file,
+        environ=os.environ if environ is None else environ,
+        flags=flags,
+        flag_names=flag_names,
+    )
+    settings = resolved.value
+    absolute = settings.model_copy(update={"data_dir": settings.data_dir.expanduser().absolute()})
+    return Resolved(absolute, resolved.sources)
 
 
 def load_settings(
     *,
     config_file: Path | None = None,
     flags: Mapping[str, Any] | None = None,
+    flag_names: Mapping[tuple[str, ...], str] | None = None,
 ) -> Settings:
-    """Defaults < config file < environment < flags.
-
-    ``flags`` is a nested mapping holding only the flags the user gave.
-    """
-    from_file = read_config_file(config_file) if config_file else {}
-    from_env = _FromEnvironment().model_dump(exclude_defaults=True)
-    merged = _deep_merge(_deep_merge(from_file, from_env), flags or {})
-    settings = Settings.model_validate(merged)
-    return settings.model_copy(update={"data_dir": settings.data_dir.expanduser().absolute()})
+    """The settings of flags > environment > ``config_file`` > defaults."""
+    return resolve_settings(config_file=config_file, flags=flags, flag_names=flag_names).value

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from headway.redis_client import RedisEndpoint, cache_endpoint, quota_endpoint, redact
 from headway.redis_layout import UNREADABLE, layout_problem
-from headway.settings import Settings, load_settings
+from headway.settings import Settings, SettingsError, load_settings
 
 QUOTA = "redis://quota.internal:6379/0"
 CACHE = "redis://cache.internal:6379/0"
@@ -61,7 +61,7 @@ def test_the_url_in_a_file_and_its_credentials_in_the_environment_go_together(
     settings = load_settings(config_file=config)
     assert quota_endpoint(settings) == RedisEndpoint(QUOTA, None, "s3cret-quota")
     assert cache_endpoint(settings) == RedisEndpoint(CACHE)
-    with pytest.raises(ValidationError, match="for redis_url, which is not set"):
+    with pytest.raises(SettingsError, match="for redis_url, which is not set"):
         load_settings()  # the environment alone: no quota instance
 
 

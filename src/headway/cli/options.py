@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer._click.globals import get_current_context  # typer's own click, vendored
 
-from headway.settings import Settings, load_settings
+from headway.settings import Settings, SettingsError, load_settings
 
 ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", help="TOML or JSON settings file.", exists=True)
+    Path | None,
+    typer.Option("--config", help="Settings file: .toml, .json, .yaml or .yml.", exists=True),
 ]
 DataDirOpt = Annotated[
     Path | None, typer.Option("--data-dir", help="Registry, model store, run files.")
@@ -76,12 +78,58 @@ def given(**sections: dict[str, Any] | Any) -> dict[str, Any]:
 def settings_from(config: Path | None, **sections: Any) -> Settings:
     """The settings of flags > environment > ``config`` > defaults, logging configured;
     invalid settings exit 2."""
+    flags = given(**sections)
     try:
-        settings = load_settings(config_file=config, flags=given(**sections))
-    except (ValueError, OSError) as exc:
-        typer.echo(f"invalid settings: {exc}", err=True)
+        settings = load_settings(config_file=config, flags=flags, flag_names=flag_names(flags))
+    except SettingsError as exc:
+        for problem in exc.problems:
+            typer.echo(f"invalid settings: {problem}", err=True)
         raise typer.Exit(2) from exc
     from headway.logs import configure_logging
 
     configure_logging(settings.log_level, settings.observability.logging.format)
     return settings
+
+
+def flag_names(flags: dict[str, Any]) -> dict[tuple[str, ...], str]:
+    """Each flag setting's option as the running command declares it (``--embed-replicas``
+    for ``up.embed_replicas``): the parameter named like the setting, else the one that
+    holds its value; a setting with neither is named by its dotted path."""
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    params = {param.name: param for param in ctx.command.params if param.name}
+
+    def leaves(
+        values: dict[str, Any], prefix: tuple[str, ...]
+    ) -> list[tuple[tuple[str, ...], Any]]:
+        found: list[tuple[tuple[str, ...], Any]] = []
+        for key, value in values.items():
+            path = (*prefix, key)
+            found += leaves(value, path) if isinstance(value, dict) else [(path, value)]
+        return found
+
+    names: dict[tuple[str, ...], str] = {}
+    for path, value in leaves(flags, ()):
+        candidates = [path[-1], "_".join(path), "_".join(reversed(path[-2:]))]
+        param = next((params[name] for name in candidates if name in params), None)
+        if param is None:
+            holding = [
+                params[name]
+                for name, given_value in ctx.params.items()
+                if name in params and given_value is not None and _same(given_value, value)
+            ]
+            param = holding[0] if len(holding) == 1 else None
+        if param is None:
+            continue
+        opts = param.secondary_opts if value is False and param.secondary_opts else param.opts
+        typed = [opt for opt in opts if opt.startswith("--")] or opts
+        if typed:
+            names[path] = typed[0]
+    return names
+
+
+def _same(given_value: Any, setting: Any) -> bool:
+    if isinstance(given_value, (list, tuple)) and isinstance(setting, (list, tuple)):
+        return tuple(given_value) == tuple(setting)
+    return bool(given_value == setting)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from headway.settings import CacheSettings, load_settings
+from headway.settings import CacheSettings, SettingsError, load_settings
 
 
 def test_by_default_every_tenant_has_its_own_scope_and_none_shares() -> None:
@@ -17,13 +17,13 @@ def test_by_default_every_tenant_has_its_own_scope_and_none_shares() -> None:
 def test_a_config_naming_the_global_scope_fails_and_says_what_to_do(tmp_path) -> None:
     config = tmp_path / "headway.toml"
     config.write_text('[gateway.cache]\nscope = "global"\n')
-    with pytest.raises(ValidationError, match=r"'global' cache scope was removed.*shared_groups"):
+    with pytest.raises(SettingsError, match=r"'global' cache scope was removed.*shared_groups"):
         load_settings(config_file=config)
 
 
 def test_the_global_scope_is_refused_from_the_environment_too(monkeypatch) -> None:
     monkeypatch.setenv("HEADWAY_GATEWAY__CACHE__SCOPE", "global")
-    with pytest.raises(ValidationError, match="'global' cache scope was removed"):
+    with pytest.raises(SettingsError, match="'global' cache scope was removed"):
         load_settings()
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from headway.cli import app
-from headway.settings import load_settings
+from headway.settings import SettingsError, load_settings
 
 
 @pytest.fixture
@@ -45,23 +44,23 @@ def test_the_files_come_from_the_environment_in_whole_sets(files, monkeypatch):
     ],
 )
 def test_half_a_set_is_refused(files, given, message):
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(SettingsError, match=message):
         load_settings(flags={"tls": {name: str(files / f) for name, f in given.items()}})
 
 
 def test_a_file_that_is_not_there_is_named(files):
     missing = files / "gone.key"
     flags = {"public_cert": str(files / "public.crt"), "public_key": str(missing)}
-    with pytest.raises(ValidationError, match=f"tls.public_key: {missing} is not a file"):
+    with pytest.raises(SettingsError, match=f"tls.public_key: {missing} is not a file"):
         load_settings(flags={"tls": flags})
-    with pytest.raises(ValidationError, match="greater than 0"):
+    with pytest.raises(SettingsError, match="greater than 0"):
         load_settings(flags={"tls": {"reload_interval_s": 0}})
 
 
 def test_a_process_refuses_to_start_on_invalid_tls_settings(files, tmp_path):
     config = tmp_path / "headway.toml"
     config.write_text(f'[tls]\nca = "{files / "ca.crt"}"\n')
-    result = CliRunner().invoke(app, ["worker", "--config", str(config)])
+    result = CliRunner().invoke(app, ["run", "worker", "--config", str(config)])
     assert result.exit_code == 2
     assert "invalid settings" in result.output and "tls.cert, tls.key not set" in result.output
 
@@ -70,7 +69,7 @@ def test_a_process_refuses_to_start_on_tls_files_it_cannot_load(files, tmp_path,
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)  # the worker command sets it
     result = CliRunner().invoke(
         app,
-        ["worker", "--data-dir", str(tmp_path)],
+        ["run", "worker", "--data-dir", str(tmp_path)],
         env={
             "HEADWAY_TLS__CA": str(files / "ca.crt"),
             "HEADWAY_TLS__CERT": str(files / "worker.crt"),

@@ -39,7 +39,7 @@ def test_billing_run_takes_the_flag(
     monkeypatch.setattr(headway.billing.service, "BillingService", Recorded)
     monkeypatch.setattr(headway.serve, "serve", lambda *args, **kwargs: None)
     monkeypatch.delenv("HEADWAY_STREAMS__UPDATE", raising=False)
-    args = ["billing", "run", "--data-dir", str(tmp_path), "--port", "0"]
+    args = ["run", "billing", "--data-dir", str(tmp_path), "--port", "0"]
     result = CliRunner().invoke(app, args + (["--update-streams"] if given else []))
     assert result.exit_code == 0, result.output
     (settings,) = started

@@ -17,7 +17,7 @@ from headway.http.connection_caps import ConnectionCaps
 from headway.http.connection_metrics import ConnectionMetrics
 from headway.http.guard import on_header_timeout
 from headway.http.request_limits import TAIL_BYTES, body_deadline, header_section_size
-from headway.settings import EdgeLimits, load_settings
+from headway.settings import EdgeLimits, SettingsError, load_settings
 
 
 def test_a_client_over_its_cap_is_refused_while_others_are_admitted():
@@ -108,7 +108,7 @@ def test_edge_limits_defaults_and_environment(monkeypatch):
     ],
 )
 def test_bad_edge_limits_are_refused(edge):
-    with pytest.raises(ValidationError):
+    with pytest.raises(SettingsError):
         load_settings(flags={"gateway": {"edge": edge}})
 
 
