@@ -1,5 +1,5 @@
-# One image for every role: `headway gateway`, `headway worker --pool embed|rerank`,
-# `headway billing run`, `headway batches run`, and the workers' init container
+# One image for every role: `headway run gateway`, `headway run worker --pool embed|rerank`,
+# `headway run billing`, `headway run batches`, and the workers' init container
 # `headway models fetch VERSION` (deploy/kubernetes, compose.yaml, docs/kubernetes.md).
 #
 # The model is not baked in: a worker gets the artifact by its version hash at start

@@ -37,7 +37,7 @@ def _child(arguments: list[str]) -> None:
     os.dup2(2, 1)  # and stdout its answers: the child's output goes to stderr
     code = 0
     try:
-        app(["gateway", *arguments], standalone_mode=False)
+        app(["run", "gateway", *arguments], standalone_mode=False)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
     except BaseException:

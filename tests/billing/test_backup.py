@@ -151,7 +151,9 @@ async def test_the_cli_backs_up_and_restores_the_data_dirs_ledger(tmp_path: Path
     assert made.exit_code == 0, made.output
     [saved] = (tmp_path / "backups").glob("ledger-*.sqlite3")
     assert f"{2 * BATCH} events" in made.output and str(saved) in made.output
-    done = runner.invoke(app, ["billing", "restore", str(saved), "--data-dir", str(tmp_path)])
+    done = runner.invoke(
+        app, ["billing", "restore", str(saved), "--data-dir", str(tmp_path), "--yes"]
+    )
     assert done.exit_code == 0, done.output
     assert "replaced is kept in" in done.output and request_ids(path) == request_ids(saved)
     shared = runner.invoke(

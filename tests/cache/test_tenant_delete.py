@@ -42,9 +42,9 @@ def test_deleting_a_tenant_drops_its_scope_and_its_groups_in_redis(
     for scope in scopes:
         client.set(name_of(scope), b"\0\0\0\0")
     try:
-        headway("tenants", "delete", "alpha", *where)  # its group's, and any of its own
+        headway("tenants", "delete", "alpha", "--yes", *where)  # its group's, and any of its own
         assert client.keys("headway:cache:*") == [name_of(tenant_scope(gamma)).encode()]
-        headway("tenants", "delete", "delta", *where)  # nothing of its own: nothing else goes
+        headway("tenants", "delete", "delta", "--yes", *where)  # nothing of its own, nothing else
         assert client.keys("headway:cache:*") == [name_of(tenant_scope(gamma)).encode()]
     finally:
         client.close()

@@ -241,6 +241,7 @@ class Cluster:
             "gateway",
             gw,
             [
+                "run",
                 "gateway",
                 *data,
                 "--id",
@@ -266,7 +267,7 @@ class Cluster:
         self.spawn(
             "billing",
             gw,
-            ["billing", "run", *data, "--host", gw.address, "--port", str(BILLING_PORT), *shared],
+            ["run", "billing", *data, "--host", gw.address, "--port", str(BILLING_PORT), *shared],
         )
         for name, url in (
             ("w1", self.worker_url("w1")),
@@ -320,7 +321,7 @@ class Cluster:
         self.hosts[name] = host
         data_dir = self.workdir / name
         data_dir.mkdir(exist_ok=True)
-        args = ["worker", "--backend", backend, "--data-dir", str(data_dir)]
+        args = ["run", "worker", "--backend", backend, "--data-dir", str(data_dir)]
         args += ["--host", host.address, "--port", str(WORKER_PORT)]
         return self.spawn(
             name, host, args, {"HEADWAY_POSTGRES_URL": self.postgres_url} | dict(env or {})

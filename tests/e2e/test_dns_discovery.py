@@ -124,7 +124,7 @@ def test_the_gateway_follows_dns_as_replicas_join_and_leave(tmp_path):
     common = ("--data-dir", str(tmp_path))
     processes = [
         spawn(
-            ["worker", "--backend", "synthetic", "--host", host, *common, "--port", port],
+            ["run", "worker", "--backend", "synthetic", "--host", host, *common, "--port", port],
             env,
             tmp_path / f"worker-{host}.log",
         )
@@ -139,7 +139,16 @@ def test_the_gateway_follows_dns_as_replicas_join_and_leave(tmp_path):
         }
         processes.append(
             spawn(
-                ["gateway", "--port", str(gateway_port), "--ops-port", "0", *common, *discovery],
+                [
+                    "run",
+                    "gateway",
+                    "--port",
+                    str(gateway_port),
+                    "--ops-port",
+                    "0",
+                    *common,
+                    *discovery,
+                ],
                 gateway_env,
                 tmp_path / "gateway.log",
             )

@@ -106,9 +106,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     common = ("--data-dir", str(data_dir))
     processes = []
     for args, log in (
-        (["worker", "--backend", "synthetic", "--port", str(worker_port)], "worker.log"),
-        (["gateway", "--port", str(port), "--ops-port", str(ops_port),
-          "--embed-replicas", f"http://127.0.0.1:{worker_port}"], "gateway.log"),
+        (["run", "worker", "--backend", "synthetic", "--port", str(worker_port)], "worker.log"),
+        (["run", "gateway", "--port", str(port), "--ops-port", str(ops_port),
+          "--embed-urls", f"http://127.0.0.1:{worker_port}"], "gateway.log"),
     ):  # fmt: skip
         with (data_dir / log).open("w") as stderr:
             processes.append(subprocess.Popen([*HEADWAY, *args, *common], env=env, stderr=stderr))

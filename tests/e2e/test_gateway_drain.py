@@ -55,18 +55,19 @@ def test_sigterm_stops_accepting_finishes_in_flight_and_exits_0(tmp_path):
     common = ("--data-dir", str(tmp_path))
     log = tmp_path / "gateway.log"
     worker = spawn(
-        ["worker", "--backend", "synthetic", "--port", str(worker_port), *common],
+        ["run", "worker", "--backend", "synthetic", "--port", str(worker_port), *common],
         env,
         tmp_path / "worker.log",
     )
     process = spawn(
         [
+            "run",
             "gateway",
             "--port",
             str(port),
             "--ops-port",
             "0",
-            "--embed-replicas",
+            "--embed-urls",
             worker_url,
             *common,
         ],

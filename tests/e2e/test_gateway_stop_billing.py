@@ -115,14 +115,14 @@ def test_sigterm_under_load_relays_every_200_exactly_once(tmp_path: Path) -> Non
     common = ("--data-dir", str(tmp_path))
     log = tmp_path / "gateway.log"
     worker = spawn(
-        ["worker", "--backend", "synthetic", "--port", str(worker_port), *common],
+        ["run", "worker", "--backend", "synthetic", "--port", str(worker_port), *common],
         env,
         tmp_path / "worker.log",
     )
     process = spawn(
         [
-            *("gateway", "--port", str(port), "--ops-port", "0", "--id", GATEWAY_ID),
-            *("--embed-replicas", worker_url, "--nats-url", nats.url, *common),
+            *("run", "gateway", "--port", str(port), "--ops-port", "0", "--id", GATEWAY_ID),
+            *("--embed-urls", worker_url, "--nats-url", nats.url, *common),
         ],
         env,
         log,

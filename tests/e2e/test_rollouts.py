@@ -50,7 +50,7 @@ def postgres() -> PostgresServer:
 
 def rollout_cli(settings: Settings, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "headway", "rollout", *args, "--data-dir", str(settings.data_dir)],
+        [sys.executable, "-m", "headway", "rollouts", *args, "--data-dir", str(settings.data_dir)],
         capture_output=True,
         text=True,
         env=os.environ | {"HEADWAY_POSTGRES_URL": settings.postgres_url or ""},

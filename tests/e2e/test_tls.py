@@ -101,11 +101,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         assert worker.url.startswith("https://")
         http_port = free_port()
         env = tls_env(certs, "gateway") | {"HEADWAY_GATEWAY__REGISTRY_POLL_S": "0.1"}
-        args = ["gateway", "--port", str(http_port), "--ops-port", "0", "--id", "plain"]
+        args = ["run", "gateway", "--port", str(http_port), "--ops-port", "0", "--id", "plain"]
         args += ["--data-dir", str(root)]
         with (root / "plain-gateway.log").open("w") as log:
             plain = subprocess.Popen(
-                [*HEADWAY, *args, "--embed-replicas", worker.url],
+                [*HEADWAY, *args, "--embed-urls", worker.url],
                 env=os.environ | env,
                 stderr=log,
             )

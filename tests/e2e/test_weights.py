@@ -58,7 +58,7 @@ def embed_directly(worker_url: str, version: str) -> np.ndarray:
 
 def start_worker(data_dir: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    command = [*HEADWAY, "worker", "--data-dir", str(data_dir), "--port", str(port)]
+    command = [*HEADWAY, "run", "worker", "--data-dir", str(data_dir), "--port", str(port)]
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     return process, f"http://127.0.0.1:{port}"

@@ -77,12 +77,12 @@ def test_an_int8_variant_is_measured_and_a_rollout_below_its_gate_is_refused(
         "gate: variants need mean cosine >= 0.999"
         in runner.invoke(app, ["models", "list", *data_dir]).stdout
     )
-    refused = runner.invoke(app, ["rollout", "start", "minilm", "--to", "minilm-int8", *data_dir])
+    refused = runner.invoke(app, ["rollouts", "start", "minilm", "--to", "minilm-int8", *data_dir])
     assert refused.exit_code != 0
     assert "less than the source's gate asks: mean cosine 0.99" in refused.output
     lowered = ["models", "gate", "minilm", "--min-mean-cosine", "0.98", *data_dir]
     assert runner.invoke(app, lowered).exit_code == 0
-    started = runner.invoke(app, ["rollout", "start", "minilm", "--to", "minilm-int8", *data_dir])
+    started = runner.invoke(app, ["rollouts", "start", "minilm", "--to", "minilm-int8", *data_dir])
     assert started.exit_code == 0, started.output
     bad = runner.invoke(app, ["models", "gate", "minilm", "--min-mean-cosine", "2", *data_dir])
     assert bad.exit_code == 2 and "from 0 to 1" in bad.stderr

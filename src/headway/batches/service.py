@@ -1,4 +1,4 @@
-"""``headway batches run``: one executor process, its loops and its HTTP face.
+"""``headway run batches``: one executor process, its loops and its HTTP face.
 
     mover   every ``executor.poll_s``: batches from status to status (``mover.py``)
     lines   pull lines from the work queue and run them (``executor.py``); essential

@@ -171,7 +171,8 @@ def missing_prices(book: PriceBook, aliases: Sequence[str], now: float) -> list[
     hour = int(now) // 3600 * 3600
     today = dt.datetime.fromtimestamp(now, dt.UTC).date().isoformat()
     where = (
-        f"your price book (a copy of {book.source}, named by billing.price_book)"
+        f"your price book (a copy of {book.source}: `headway billing prices > prices.toml`; "
+        "name it with billing.price_book or `headway billing invoice --prices`)"
         if book.source.startswith("headway/")
         else book.source
     )
@@ -185,10 +186,14 @@ def missing_prices(book: PriceBook, aliases: Sequence[str], now: float) -> list[
     ]
 
 
+def default_prices_text() -> str:
+    """The packaged example price book, as its TOML: what a copy of it starts from."""
+    return resources.files("headway.billing").joinpath(DEFAULT_PRICES).read_text(encoding="utf-8")
+
+
 def default_prices() -> PriceBook:
     """The packaged example prices for the default models."""
-    text = resources.files("headway.billing").joinpath(DEFAULT_PRICES).read_text(encoding="utf-8")
-    return parse_prices(text, f"headway/billing/{DEFAULT_PRICES}")
+    return parse_prices(default_prices_text(), f"headway/billing/{DEFAULT_PRICES}")
 
 
 def parse_prices(text: str, source: str) -> PriceBook:

@@ -1,4 +1,4 @@
-"""``headway billing run``: the consumer process, its background loops and its HTTP face.
+"""``headway run billing``: the consumer process, its background loops and its HTTP face.
 
 Its loops: the consumer (source → ledger, once per request id, ``consumer.py``; essential),
 the export of closed hours every ``EXPORT_INTERVAL_S`` when ``billing.export_url`` is set,

@@ -1,7 +1,8 @@
-"""``headway billing run | invoice | export | customers | adopt-legacy | backup |
-restore``: the consumer, invoices, the provider export and whom it bills, giving usage
-recorded before tenant ids to a tenant, and backing up and restoring the embedded
-ledger."""
+"""headway billing: invoices, the provider export and whom it bills, legacy usage given
+to a tenant, and backups of the embedded ledger (the consumer: headway run billing).
+
+Every command but ``restore`` reads an existing data dir, unless the ledger and registry
+are on Postgres (``postgres_url``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from headway.cli.datadir import existing_settings, registry_of
 from headway.cli.options import (
     ConfigOpt,
     DataDirOpt,
@@ -22,6 +24,7 @@ from headway.cli.options import (
     UpdateStreamsOpt,
     settings_from,
 )
+from headway.cli.output import JsonOpt, YesOpt, alias_of, confirm, emit_json
 from headway.settings import Settings
 
 if TYPE_CHECKING:
@@ -29,10 +32,12 @@ if TYPE_CHECKING:
     from headway.billing.ledger.base import HourlyUsage
     from headway.billing.prices import PriceBook
 
-billing_app = typer.Typer(no_args_is_help=True, help=__doc__)
+billing_app = typer.Typer(
+    no_args_is_help=True,
+    help="Invoices, the provider export and its customers, ledger backups and restores.",
+)
 
 
-@billing_app.command()
 def run(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
@@ -68,12 +73,38 @@ def run(
     )
 
 
+billing_app.command("run", hidden=True)(alias_of(run, "billing run", "run billing"))
+
 TenantIdOpt = Annotated[
     int | None,
     typer.Option(
         "--tenant-id", min=1, help="A tenant by its id (a deleted tenant's too), not its name."
     ),
 ]
+
+
+@billing_app.command()
+def prices(config: ConfigOpt = None) -> None:
+    """Print the price book in use (billing.price_book, else the packaged example), as
+    TOML: a copy to add your own models' prices to.
+
+    Examples:
+
+      headway billing prices > prices.toml    # then add a [[price]] per alias
+      headway billing invoice --month 2025-05 --prices prices.toml
+    """
+    from headway.billing.prices import PriceBookError, default_prices_text, load_prices
+
+    path = settings_from(config, log_level="warning").billing.price_book
+    if path is None:
+        typer.echo(default_prices_text(), nl=False)
+        return
+    try:
+        load_prices(path)  # the book it prints is one invoices can read
+    except PriceBookError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(path.read_text(encoding="utf-8"), nl=False)
 
 
 @billing_app.command()
@@ -92,14 +123,21 @@ def invoice(
     postgres_url: PostgresOpt = None,
 ) -> None:
     """Print the month's invoices from the ledger, in exact decimals: one per tenant id,
-    its name beside it."""
+    its name beside it.
+
+    Examples:
+
+      headway billing invoice --month 2025-05                     # every tenant, JSON
+      headway billing invoice --month 2025-05 --tenant acme --format csv
+      headway billing invoice --month 2025-05 --tenant-id 7       # a deleted tenant too
+    """
     if output_format not in ("json", "csv"):
         raise typer.BadParameter("expected json or csv", param_hint="--format")
     if tenant is not None and tenant_id is not None:
         raise typer.BadParameter("give --tenant or --tenant-id, not both", param_hint="--tenant")
-    settings = settings_from(
+    settings = existing_settings(
         config,
-        data_dir=data_dir,
+        data_dir,
         postgres_url=postgres_url,
         billing={"price_book": prices},
         log_level="warning",
@@ -137,8 +175,8 @@ def export(
 ) -> None:
     """Report every closed hour not yet reported to the billing provider, once per
     (tenant, hour, meter), with an idempotency key; safe to run again at any time."""
-    settings = settings_from(
-        config, data_dir=data_dir, postgres_url=postgres_url, billing={"export_url": url}
+    settings = existing_settings(
+        config, data_dir, postgres_url=postgres_url, billing={"export_url": url}
     )
     if not settings.billing.export_url:
         typer.echo("error: no provider: give --url or set billing.export_url", err=True)
@@ -158,6 +196,7 @@ def export(
 
 @billing_app.command()
 def customers(
+    as_json: JsonOpt = False,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     postgres_url: PostgresOpt = None,
@@ -166,20 +205,27 @@ def customers(
     without one is refused by the export (set it with headway tenants set NAME
     --billing-customer ID). Exits 1 if any tenant has none and billing.export_unmapped
     is refuse."""
-    settings = settings_from(config, data_dir=data_dir, postgres_url=postgres_url)
-    from headway.registry.open import open_registry
-
-    registry = open_registry(settings)
+    settings = existing_settings(config, data_dir, postgres_url=postgres_url)
+    registry = registry_of(settings)
     try:
         tenants, mapping = registry.tenants(), registry.billing_customers()
     finally:
         registry.close()
     fallback = settings.billing.export_unmapped == "tenant_name"
-    missing = 0
-    for tenant in tenants:
+    missing = sum(1 for tenant in tenants if tenant.id not in mapping)
+    if as_json:
+        emit_json(
+            {
+                "data": [
+                    {"id": t.id, "name": t.name, "billing_customer": mapping.get(t.id)}
+                    for t in tenants
+                ],
+                "export_unmapped": settings.billing.export_unmapped,
+            }
+        )
+    for tenant in [] if as_json else tenants:
         customer = mapping.get(tenant.id)
         if customer is None:
-            missing += 1
             customer = "none: exported under its name" if fallback else "none: exports refused"
         typer.echo(f"{tenant.id}  {tenant.name}  {customer}")
     raise typer.Exit(1 if missing and not fallback else 0)
@@ -198,7 +244,7 @@ def adopt_legacy(
     once every gateway writes tenant ids; it is refused when the registry's audit log
     shows the name was deleted, as the rows may then be an earlier tenant's (give
     --tenant-id to decide)."""
-    settings = settings_from(config, data_dir=data_dir, postgres_url=postgres_url)
+    settings = existing_settings(config, data_dir, postgres_url=postgres_url)
     if tenant_id is None:
         tenant_id = _tenant_id(settings, tenant, refuse_reused=True)
     moved = asyncio.run(_adopt(settings, tenant, tenant_id))
@@ -217,7 +263,7 @@ def backup(
     """Back up the embedded ledger while the consumer runs (SQLite's online backup: one
     consistent copy, checked before it gets its name). A Postgres ledger is backed up
     with pg_dump (docs/billing.md)."""
-    settings = settings_from(config, data_dir=data_dir, log_level="warning")
+    settings = existing_settings(config, data_dir, log_level="warning")
     _refuse_postgres(settings, "backup")
     from headway.billing.ledger.backup import BackupError, default_target
     from headway.billing.ledger.backup import backup as back_up
@@ -242,6 +288,7 @@ def restore(
         bool,
         typer.Option(help="Restore over a ledger with writes newer than the backup."),
     ] = False,
+    yes: YesOpt = False,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
@@ -251,6 +298,7 @@ def restore(
     <data-dir>/backups/ledger-replaced-<time>.sqlite3."""
     settings = settings_from(config, data_dir=data_dir, log_level="warning")
     _refuse_postgres(settings, "restore")
+    confirm(f"Replace the ledger {settings.ledger_path} with {source}?", yes)
     from headway.billing.ledger.backup import BackupError
     from headway.billing.ledger.backup import restore as restore_from
 
@@ -284,9 +332,8 @@ def _tenant_id(settings: Settings, name: str, *, refuse_reused: bool = False) ->
     ``refuse_reused``, if the audit log holds a deletion of that name)."""
     from headway.registry.errors import UnknownTenant
     from headway.registry.model import AuditQuery
-    from headway.registry.open import open_registry
 
-    registry = open_registry(settings)
+    registry = registry_of(settings)
     try:
         found = registry.tenant(name)
         deleted = registry.audit(

@@ -1,23 +1,33 @@
-"""``headway models …`` and ``headway tenants …``: what the registry holds."""
+"""headway models and headway tenants: what the registry holds.
+
+Every command here but ``tenants add`` and ``models import`` reads an existing data dir
+(``datadir.py``); list and show print a table, or one JSON document with ``--json``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from headway.cli.datadir import existing_settings, registry_of
+from headway.cli.failures import CliError
 from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
+from headway.cli.output import JsonOpt, YesOpt, confirm, emit_json, renamed
+from headway.cli.writes import open_for_cli, refusals_exit
 
 if TYPE_CHECKING:
-    from headway.registry.model import Actor, ApiKey, Tenant, TenantDeletion
+    from headway.registry.model import ModelRecord, Tenant, TenantDeletion
     from headway.registry.store import RegistryStore
     from headway.settings import Settings
 
-models_app = typer.Typer(no_args_is_help=True, help="Import and list model versions.")
-tenants_app = typer.Typer(no_args_is_help=True, help="Manage tenants and their API keys.")
+models_app = typer.Typer(
+    no_args_is_help=True, help="Model versions: import, list, alias, split and sign them."
+)
+tenants_app = typer.Typer(
+    no_args_is_help=True, help="Tenants: add, change, list and delete them (keys: headway keys)."
+)
 
 RateOpt = Annotated[float | None, typer.Option(help="Quota refill, texts per second.")]
 BurstOpt = Annotated[float | None, typer.Option(help="Quota bucket size, texts.")]
@@ -109,7 +119,28 @@ def models_import(
         typer.Option(help="Sign each imported version with this key (`models keygen`)."),
     ] = None,
 ) -> None:
-    """Build or take an ONNX artifact into the content-addressed store, and register it."""
+    """Build or take an ONNX artifact into the content-addressed store, and register it.
+
+    Examples:
+
+      headway models import                                 # the packaged default model
+      headway models import ./bge-small-en-v1.5 --int8      # a folder, and its int8 too
+      headway models import --onnx model.onnx --tokenizer tokenizer.json --name mine
+      headway models import --cross-encoder ./ms-marco-MiniLM-L-6-v2
+    """
+    sources = [p for p in (path, cross_encoder, onnx) if p is not None]
+    if len(sources) > 1:
+        raise CliError(
+            "more than one model given", "give one of PATH, --onnx and --cross-encoder", 2
+        )
+    if not sources and (tokenizer is not None or matryoshka):
+        flag = "--tokenizer" if tokenizer is not None else "--matryoshka"
+        raise CliError(
+            f"{flag} goes with a graph, and none was given",
+            "give the graph with --onnx GRAPH (without one, the packaged default model is"
+            " imported and it takes no flags)",
+            2,
+        )
     settings = settings_from(config, data_dir=data_dir)
     import getpass
 
@@ -120,15 +151,10 @@ def models_import(
     from headway.models.store import ModelStore, StoredModel
     from headway.models.weights.signing import load_key, sign_artifact
     from headway.registry.model import Actor
-    from headway.registry.open import open_registry
     from headway.variants import derive_int8
 
-    sources = [p for p in (path, cross_encoder, onnx) if p is not None]
-    if len(sources) > 1:
-        typer.echo("give one of PATH, --onnx and --cross-encoder", err=True)
-        raise typer.Exit(2)
     store = ModelStore(settings.model_root)
-    registry = open_registry(settings)
+    registry = registry_of(settings)
     actor = Actor(f"cli:{getpass.getuser()}")
     options = ImportOptions(
         name=name,
@@ -188,13 +214,35 @@ def warn_unpriced(settings: Settings, aliases: tuple[str, ...]) -> None:
         typer.echo(f"warning: {warning}", err=True)
 
 
-@models_app.command("list")
-def models_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Model versions in the registry, with their size and aliases."""
-    settings = settings_from(config, data_dir=data_dir)
-    from headway.registry.open import open_registry
+def _model_document(record: ModelRecord, aliases: list[str]) -> dict[str, Any]:
+    from dataclasses import asdict
 
-    for record, aliases in open_registry(settings).models():
+    agreement, gate = record.agreement, record.variant_gate
+    return {
+        "version": record.version,
+        "name": record.name,
+        "kind": record.kind,
+        "dimensions": record.dimensions,
+        "quantization": record.quantization,
+        "size_bytes": record.size_bytes,
+        "max_tokens": record.max_tokens,
+        "matryoshka_dimensions": list(record.matryoshka_dimensions),
+        "aliases": list(aliases),
+        "agreement": None if agreement is None else asdict(agreement),
+        "variant_gate": None if gate is None else asdict(gate),
+    }
+
+
+@models_app.command("list")
+def models_list(
+    as_json: JsonOpt = False, config: ConfigOpt = None, data_dir: DataDirOpt = None
+) -> None:
+    """Model versions in the registry, with their size and aliases."""
+    models = registry_of(existing_settings(config, data_dir)).models()
+    if as_json:
+        emit_json({"data": [_model_document(record, aliases) for record, aliases in models]})
+        return
+    for record, aliases in models:
         agreement = record.agreement
         derived = (
             f"  agrees with {agreement.source[:12]}: mean cosine {agreement.mean_cosine:.4f}, "
@@ -216,6 +264,45 @@ def models_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
         )
 
 
+@models_app.command("show")
+def models_show(
+    name: Annotated[str, typer.Argument(help="An alias or a version.")],
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """One model version: what it is, its aliases, and the split of each alias."""
+    registry = registry_of(existing_settings(config, data_dir))
+    record = registry.resolve_model(name)
+    if record is None:
+        raise CliError(f"no alias or version {name!r}", "headway models list shows them")
+    aliases = next((a for r, a in registry.models() if r.version == record.version), [])
+    splits = [split for split in registry.splits() if split.alias in aliases]
+    document = _model_document(record, aliases)
+    document["splits"] = {
+        split.alias: {
+            "weights": dict(split.weights),
+            "sticky": split.sticky,
+            "pins": dict(split.pins),
+            "shadow": None
+            if split.shadow is None
+            else {"version": split.shadow.version, "share": split.shadow.share},
+        }
+        for split in splits
+    }
+    if as_json:
+        emit_json(document)
+        return
+    for key in ("version", "name", "kind", "dimensions", "quantization", "max_tokens"):
+        typer.echo(f"{key}: {document[key]}")
+    typer.echo(f"size: {record.size_bytes / 1e6:.1f} MB")
+    typer.echo(f"aliases: {', '.join(aliases) or '-'}")
+    for alias, split in document["splits"].items():
+        weights = " ".join(f"{v[:12]}={w:g}" for v, w in split["weights"].items())
+        pins = " ".join(f"{t}->{v[:12]}" for t, v in split["pins"].items())
+        typer.echo(f"split {alias}: {weights}  sticky={split['sticky']}  pins: {pins or '-'}")
+
+
 @models_app.command("gate")
 def models_gate(
     name: Annotated[str, typer.Argument(help="The source model: an alias or a version.")],
@@ -233,65 +320,25 @@ def models_gate(
 ) -> None:
     """Set what a version derived from this model (its int8) must agree with it on the
     reference texts before a rollout promotes it; a rollout refuses one that falls short."""
-    settings = settings_from(config, data_dir=data_dir)
+    settings = existing_settings(config, data_dir)
     import getpass
 
     from headway.registry.model import Actor, VariantGate
-    from headway.registry.open import open_registry
 
     if clear == (min_mean_cosine is not None or min_neighbours is not None):
-        typer.echo("give --min-mean-cosine and/or --min-neighbours, or --clear", err=True)
-        raise typer.Exit(2)
-    registry = open_registry(settings)
+        raise CliError(
+            "a gate or --clear, not both nor neither",
+            "give --min-mean-cosine and/or --min-neighbours, or --clear",
+            2,
+        )
+    registry = registry_of(settings)
     record = registry.resolve_model(name)
     if record is None:
-        typer.echo(f"no alias or version {name!r}", err=True)
-        raise typer.Exit(1)
+        raise CliError(f"no alias or version {name!r}", "headway models list shows them")
     gate = None if clear else VariantGate(min_mean_cosine or 0.0, min_neighbours or 0.0)
-    with _refusals_exit():
+    with refusals_exit():
         registry.set_variant_gate(record.version, gate, actor=Actor(f"cli:{getpass.getuser()}"))
     typer.echo(f"{record.version}  {record.name}  gate: {gate or 'none'}")
-
-
-@contextmanager
-def _refusals_exit() -> Iterator[None]:
-    """The registry's refusal of a write exits: 2 for a bad --tier, --rate or --burst (a bad
-    argument), 1 for the rest (a duplicate or unknown tenant, a key in use)."""
-    from headway.registry.errors import (
-        InvalidBillingCustomer,
-        InvalidGate,
-        InvalidLimit,
-        InvalidQuota,
-        RegistryError,
-        UnknownTier,
-    )
-    from headway.registry.model import TIERS
-
-    try:
-        yield
-    except UnknownTier as exc:
-        typer.echo(f"--tier must be one of {', '.join(TIERS)}", err=True)
-        raise typer.Exit(2) from exc
-    except InvalidQuota as exc:
-        typer.echo("--rate and --burst must be positive", err=True)
-        raise typer.Exit(2) from exc
-    except (InvalidLimit, InvalidBillingCustomer, InvalidGate) as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from exc
-    except RegistryError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from exc
-
-
-def _registry(config: Path | None, data_dir: Path | None) -> tuple[RegistryStore, Actor]:
-    """The registry the settings name, and the CLI's user as the audit log's actor."""
-    import getpass
-
-    from headway.registry.model import Actor
-    from headway.registry.open import open_registry
-
-    actor = Actor(f"cli:{getpass.getuser()}")
-    return open_registry(settings_from(config, data_dir=data_dir)), actor
 
 
 def _line(tenant: Tenant, settings: Settings) -> str:
@@ -334,17 +381,6 @@ def _limit_changes(**given: str | None) -> dict[str, int | None]:
     return changes
 
 
-def _key_line(key: ApiKey) -> str:
-    from headway.utc import rfc3339
-
-    state = "live"
-    if key.revoked_at is not None:
-        state = f"revoked {rfc3339(key.revoked_at)}"
-    elif key.expires_at is not None:
-        state = f"expires {rfc3339(key.expires_at)}"
-    return f"{key.key_id}  {key.role}  created {rfc3339(key.created_at)}  {state}"
-
-
 @tenants_app.command("add")
 def tenants_add(
     name: str,
@@ -357,12 +393,26 @@ def tenants_add(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Create a tenant and print its API key (shown once, stored only as a hash)."""
+    """Create a tenant and print its API key (shown once, stored only as a hash).
+
+    Examples:
+
+      headway tenants add acme                          # interactive tier, its defaults
+      headway tenants add nightly-index --tier batch --rate 50 --burst 500
+      headway tenants add acme --max-files 100 --data-dir /srv/headway
+    """
+    from headway.registry.errors import InvalidTenantName
+    from headway.registry.rules import tenant_name
+
+    try:
+        tenant_name(name)
+    except InvalidTenantName as exc:
+        raise CliError(str(exc), "choose a name that follows the rule", 2) from exc
     limits = _limit_changes(
         max_files=max_files, max_stored_bytes=max_stored_bytes, max_open_batches=max_open_batches
     )
-    registry, actor = _registry(config, data_dir)
-    with _refusals_exit():
+    registry, actor = open_for_cli(config, data_dir, create=True)
+    with refusals_exit():
         tenant, key = registry.add_tenant(
             name,
             tier,
@@ -393,9 +443,9 @@ def tenants_set(
     limits = _limit_changes(
         max_files=max_files, max_stored_bytes=max_stored_bytes, max_open_batches=max_open_batches
     )
-    registry, actor = _registry(config, data_dir)
+    registry, actor = open_for_cli(config, data_dir)
     now: str | None = None
-    with _refusals_exit():
+    with refusals_exit():
         tenant = registry.update_tenant(
             name,
             actor=actor,
@@ -407,32 +457,84 @@ def tenants_set(
         if billing_customer is not None:
             customer = None if billing_customer == "none" else billing_customer
             _, now = registry.set_billing_customer(name, customer, actor=actor)
-    typer.echo(_line(tenant, settings_from(config, data_dir=data_dir)))
+    typer.echo(_line(tenant, existing_settings(config, data_dir)))
     if billing_customer is not None:
         typer.echo(f"billing customer: {now or 'none'}")
 
 
+def _tenant_document(tenant: Tenant, customer: str | None) -> dict[str, Any]:
+    """A Batch API bound of None: the setting applies (``batches.max_files_per_tenant``…)."""
+    own = tenant.batch_limits
+    return {
+        "id": tenant.id,
+        "name": tenant.name,
+        "tier": tenant.tier,
+        "rate_texts_per_s": tenant.rate_texts_per_s,
+        "burst_texts": tenant.burst_texts,
+        "max_files": own.max_files,
+        "max_stored_bytes": own.max_stored_bytes,
+        "max_open_batches": own.max_open_batches,
+        "billing_customer": customer,
+    }
+
+
 @tenants_app.command("list")
-def tenants_list(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+def tenants_list(
+    as_json: JsonOpt = False, config: ConfigOpt = None, data_dir: DataDirOpt = None
+) -> None:
     """Tenants with their tier, quota and Batch API bounds."""
-    registry, _ = _registry(config, data_dir)
-    settings = settings_from(config, data_dir=data_dir)
-    for tenant in registry.tenants():
+    settings = existing_settings(config, data_dir)
+    registry = registry_of(settings)
+    tenants = registry.tenants()
+    if as_json:
+        customers = registry.billing_customers()
+        emit_json({"data": [_tenant_document(t, customers.get(t.id)) for t in tenants]})
+        return
+    for tenant in tenants:
         typer.echo(_line(tenant, settings))
 
 
+@tenants_app.command("show")
+def tenants_show(
+    name: str, as_json: JsonOpt = False, config: ConfigOpt = None, data_dir: DataDirOpt = None
+) -> None:
+    """One tenant: its tier, quota, Batch API bounds, billing customer and keys."""
+    from headway.cli.keys import key_document, key_line
+
+    settings = existing_settings(config, data_dir)
+    registry = registry_of(settings)
+    with refusals_exit():
+        tenant = registry.tenant(name)
+        keys = registry.keys(name)
+    customer = registry.billing_customers().get(tenant.id)
+    if as_json:
+        document = _tenant_document(tenant, customer)
+        document["keys"] = [key_document(key) for key in keys]
+        emit_json(document)
+        return
+    typer.echo(_line(tenant, settings))
+    typer.echo(f"id: {tenant.id}  billing customer: {customer or 'none'}")
+    for key in keys:
+        typer.echo(f"key {key_line(key)}")
+
+
 @tenants_app.command("delete")
-def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
+def tenants_delete(
+    name: str, yes: YesOpt = False, config: ConfigOpt = None, data_dir: DataDirOpt = None
+) -> None:
     """Delete a tenant: its keys are refused at once; its files, batches and Redis cache
     entries (its shared group's, if it is in one) go with it; its usage ledger rows are
     kept (they are what it is billed for, under its id, which no later tenant gets)."""
     from headway.registry.model import TenantDeletion
 
-    registry, actor = _registry(config, data_dir)
-    with _refusals_exit():
+    registry, actor = open_for_cli(config, data_dir)
+    with refusals_exit():
+        registry.tenant(name)
+    confirm(f"Delete tenant {name} and its files and batches?", yes)
+    with refusals_exit():
         tenant = registry.delete_tenant(name, actor=actor)
     deletion = TenantDeletion(tenant.id, tenant.name, 0.0, None, None)
-    finished = _finish_deletions(settings_from(config, data_dir=data_dir), registry, [deletion])
+    finished = _finish_deletions(existing_settings(config, data_dir), registry, [deletion])
     if not finished:
         typer.echo(
             f"tenant {tenant.name} deleted and its keys revoked; deleting its files and batches"
@@ -451,9 +553,9 @@ def tenants_delete(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = N
 def tenants_finish_deletions(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """Finish deleting what deleted tenants left outside the registry (files, batches,
     cache entries) where a deletion stopped part-way; exits 1 if one still fails."""
-    registry, _ = _registry(config, data_dir)
+    registry, _ = open_for_cli(config, data_dir)
     pending = registry.tenant_deletions()
-    finished = _finish_deletions(settings_from(config, data_dir=data_dir), registry, pending)
+    finished = _finish_deletions(existing_settings(config, data_dir), registry, pending)
     typer.echo(f"{finished} of {len(pending)} unfinished tenant deletions finished")
     raise typer.Exit(0 if finished == len(pending) else 1)
 
@@ -497,17 +599,16 @@ def _finish_deletions(
         store.close()
 
 
-@tenants_app.command("keys")
+@tenants_app.command("keys", hidden=True)
 def tenants_keys(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """A tenant's keys, newest first: ids and dates, never the keys."""
-    registry, _ = _registry(config, data_dir)
-    with _refusals_exit():
-        keys = registry.keys(name)
-    for key in keys:
-        typer.echo(_key_line(key))
+    """The old name of headway keys list TENANT."""
+    from headway.cli import keys
+
+    renamed("tenants keys", "keys list")
+    keys.keys_list(name, config=config, data_dir=data_dir)
 
 
-@tenants_app.command("rotate-key")
+@tenants_app.command("rotate-key", hidden=True)
 def tenants_rotate_key(
     name: str,
     overlap: Annotated[
@@ -516,45 +617,38 @@ def tenants_rotate_key(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Print a new API key for the tenant (shown once); its other keys expire after
-    --overlap seconds (0: at once)."""
-    registry, actor = _registry(config, data_dir)
-    with _refusals_exit():
-        record, key = registry.rotate_key(name, actor=actor, overlap_s=overlap)
-    typer.echo(f"new key {record.key_id} for {name} (shown once); the others work {overlap:g}s:")
-    typer.echo(key)
+    """The old name of headway keys rotate TENANT."""
+    from headway.cli import keys
+
+    renamed("tenants rotate-key", "keys rotate")
+    keys.keys_rotate(name, overlap=overlap, config=config, data_dir=data_dir)
 
 
-@tenants_app.command("revoke-key")
+@tenants_app.command("revoke-key", hidden=True)
 def tenants_revoke_key(key_id: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Revoke a key now, by its id (``tenants keys`` lists them)."""
-    registry, actor = _registry(config, data_dir)
-    with _refusals_exit():
-        key = registry.revoke_key(key_id, actor=actor)
-    typer.echo(f"key {key.key_id} revoked")
+    """The old name of headway keys revoke (it asked nothing: the old behaviour stays)."""
+    from headway.cli import keys
+
+    renamed("tenants revoke-key", "keys revoke")
+    keys.revoke(key_id, None, config, data_dir)
 
 
-@tenants_app.command("admin-key")
+@tenants_app.command("admin-key", hidden=True)
 def tenants_admin_key(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """Print a new admin key (shown once): a second one lets a second person approve a
-    rollout that its starter may not."""
-    registry, actor = _registry(config, data_dir)
-    with _refusals_exit():
-        record, key = registry.add_admin_key(actor=actor)
-    typer.echo(f"admin key {record.key_id} created (shown once):")
-    typer.echo(key)
+    """The old name of headway keys add-admin."""
+    from headway.cli import keys
+
+    renamed("tenants admin-key", "keys add-admin")
+    keys.keys_add_admin(config=config, data_dir=data_dir)
 
 
-@tenants_app.command("admin-keys")
+@tenants_app.command("admin-keys", hidden=True)
 def tenants_admin_keys(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """The admin keys, newest first: ids and dates, never the keys (revoke one with
-    ``revoke-key ID``)."""
-    from headway.registry.demo import DEMO_ADMIN_KEY_ID
+    """The old name of headway keys list --admin."""
+    from headway.cli import keys
 
-    registry, _ = _registry(config, data_dir)
-    for key in registry.keys(None):
-        demo = "  (the README's demo-admin-key)" if key.key_id == DEMO_ADMIN_KEY_ID else ""
-        typer.echo(_key_line(key) + demo)
+    renamed("tenants admin-keys", "keys list --admin")
+    keys.keys_list(None, admin=True, config=config, data_dir=data_dir)
 
 
 @tenants_app.command("demo")
@@ -567,6 +661,7 @@ def tenants_demo(
             "demo admin key (making another admin key first if it is the last one).",
         ),
     ] = False,
+    yes: YesOpt = False,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
@@ -576,17 +671,18 @@ def tenants_demo(
     from headway.registry.demo import DEMO_KEYS, DEMO_TENANTS, live_demo_keys, plan_removal
     from headway.registry.model import TenantDeletion
 
-    registry, actor = _registry(config, data_dir)
+    registry, actor = open_for_cli(config, data_dir)
     live = live_demo_keys(registry.snapshot())
     if not remove:
         for key in DEMO_KEYS:
             typer.echo(f"{key}  {'live' if key in live else 'gone'}")
         return
+    confirm("Remove the demo tenants, with their files and batches, and the demo admin key?", yes)
     names = {tenant.name for tenant in registry.tenants()}
     tenant_keys = {name: registry.keys(name) for name, _, _ in DEMO_TENANTS if name in names}
     plan = plan_removal(tenant_keys, registry.keys(None), time.time())
-    settings = settings_from(config, data_dir=data_dir)
-    with _refusals_exit():
+    settings = existing_settings(config, data_dir)
+    with refusals_exit():
         if plan.needs_admin_key:
             record, key = registry.add_admin_key(actor=actor)
             typer.echo(f"admin key {record.key_id} created to replace the demo one (shown once):")

@@ -1,4 +1,4 @@
-"""``headway certs init | issue``: the internal CA and each role's certificate (docs/tls.md)."""
+"""headway certs init and issue: the internal CA and each role's certificate (docs/tls.md)."""
 
 from __future__ import annotations
 

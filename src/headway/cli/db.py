@@ -1,6 +1,6 @@
-"""``headway db migrate | roles``: the owner's work on a shared Postgres (docs/security.md).
+"""headway db migrate and roles: the owner's work on a shared Postgres (docs/security.md).
 
-Both run with the owner's ``postgres_url`` (the role that owns the tables and may create
+Both run with the owner's postgres_url (the role that owns the tables and may create
 roles); every component then connects with its own role's URL.
 """
 

@@ -1,4 +1,4 @@
-"""``headway rollout …``: start a rollout, watch it, and pause, resume, abort or approve it.
+"""headway rollouts: start a rollout, watch it, and pause, resume, abort or approve it.
 
 Every command writes through the registry the settings name (SQLite, or Postgres in
 shared mode) as ``cli:<user>``; running gateways pick the change up within
@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
+from headway.cli.datadir import existing_settings, registry_of
+from headway.cli.options import ConfigOpt, DataDirOpt
+from headway.cli.output import JsonOpt, emit_json, renamed
 
 if TYPE_CHECKING:
     from headway.registry.model import Actor, Rollout
@@ -28,7 +30,7 @@ rollout_app = typer.Typer(
     no_args_is_help=True, help="Move an alias to a new version by steps, judged on traffic."
 )
 
-IdArg = Annotated[int, typer.Argument(help="The rollout's id (see `headway rollout status`).")]
+IdArg = Annotated[int, typer.Argument(help="The rollout's id (see `headway rollouts list`).")]
 _INTERVAL_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -86,12 +88,11 @@ def _within(
 @contextmanager
 def _registry(config: Path | None, data_dir: Path | None) -> Iterator[RegistryStore]:
     """The registry, with its refusals turned into exit 1 and their message."""
-    settings = settings_from(config, data_dir=data_dir)
+    settings = existing_settings(config, data_dir)
     from headway.registry.errors import RegistryError
-    from headway.registry.open import open_registry
 
     try:
-        yield open_registry(settings)
+        yield registry_of(settings)
     except RegistryError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from exc
@@ -170,7 +171,14 @@ def start(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Start moving ALIAS to the --to version, one step per interval."""
+    """Start moving ALIAS to the --to version, one step per interval.
+
+    Examples:
+
+      headway rollouts start embed --to 3f2a9c...        # the default steps and checks
+      headway rollouts start embed --to embed-int8 --steps shadow,5,50,100 --interval 2m
+      headway rollouts start embed --to 3f2a9c... --approval   # a second person at 100%
+    """
     from headway.registry.model import RolloutPlan
     from headway.rollouts import operations
 
@@ -190,16 +198,84 @@ def start(
     typer.echo(_table([rollout]))
 
 
-@rollout_app.command("status")
-def status(
-    alias: Annotated[str | None, typer.Argument(help="Only this alias's rollouts.")] = None,
+def old_group(ctx: typer.Context) -> None:
+    """The old group name, headway rollout: the notice, naming the new command."""
+    command = ctx.invoked_subcommand or ""
+    new = "show" if command == "status" else command
+    renamed(f"rollout {command}".strip(), f"rollouts {new}".strip())
+
+
+def _document(rollout: Rollout) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from headway.rollouts.steps import step_label
+
+    return {
+        "id": rollout.id,
+        "alias": rollout.alias,
+        "primary": rollout.primary,
+        "candidate": rollout.candidate,
+        "state": rollout.state,
+        "step": step_label(rollout.plan.steps[rollout.step]),
+        "reason": rollout.reason,
+        "plan": asdict(rollout.plan),
+    }
+
+
+def _print(rollouts: list[Rollout], as_json: bool) -> None:
+    if as_json:
+        emit_json({"data": [_document(r) for r in rollouts]})
+    else:
+        typer.echo(_table(rollouts) if rollouts else "no rollouts")
+
+
+@rollout_app.command("list")
+def list_rollouts(
+    alias: Annotated[str | None, typer.Option(help="Only this alias's rollouts.")] = None,
+    as_json: JsonOpt = False,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Rollouts, newest first: their versions, state, step and why."""
     with _registry(config, data_dir) as store:
         rollouts = store.rollouts(alias)
-    typer.echo(_table(rollouts) if rollouts else "no rollouts")
+    _print(rollouts, as_json)
+
+
+@rollout_app.command("show")
+def show(
+    which: Annotated[
+        str | None,
+        typer.Argument(help="A rollout's id, or an alias (its rollouts, newest first)."),
+    ] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """One rollout by its id, or an alias's rollouts: versions, state, step and why."""
+    with _registry(config, data_dir) as store:
+        if which is not None and which.isdigit():
+            rollout = store.rollout(int(which))
+            if as_json:
+                emit_json(_document(rollout))
+            else:
+                typer.echo(_table([rollout]))
+            return
+        rollouts = store.rollouts(which)
+    _print(rollouts, as_json)
+
+
+@rollout_app.command("status", hidden=True)
+def status(
+    alias: Annotated[str | None, typer.Argument(help="Only this alias's rollouts.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """The old name of headway rollouts show."""
+    renamed("rollouts status", "rollouts show")
+    with _registry(config, data_dir) as store:
+        rollouts = store.rollouts(alias)
+    _print(rollouts, False)
 
 
 @rollout_app.command("pause")

@@ -1,4 +1,4 @@
-"""``headway up | gateway | worker``: the system, or one of its processes."""
+"""headway up, and headway run gateway and run worker: the system, or one of its processes."""
 
 from __future__ import annotations
 
@@ -54,8 +54,29 @@ def _on_off(value: str | None) -> bool | None:
     return value == "on"
 
 
-def _urls(value: str | None) -> tuple[str, ...] | None:
-    return tuple(u.strip() for u in value.split(",") if u.strip()) if value is not None else None
+def _urls(flag: str, value: str | None, old: str | None) -> tuple[str, ...] | None:
+    """The comma-separated worker URLs of ``flag`` (or of its old name, with the notice);
+    a value that is not an http(s) URL is refused, naming the flag."""
+    from urllib.parse import urlsplit
+
+    from headway.cli.failures import CliError
+    from headway.cli.output import renamed
+
+    if old is not None:
+        renamed(f"run gateway {flag.replace('urls', 'replicas')}", f"run gateway {flag}")
+        value = old if value is None else f"{value},{old}"
+    if value is None:
+        return None
+    urls = tuple(u.strip() for u in value.split(",") if u.strip())
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CliError(
+                f"{flag} takes worker URLs: {url[:80]!r} is not an http(s) URL",
+                f"say e.g. {flag} http://10.0.0.5:9100,http://10.0.0.6:9100",
+                2,
+            )
+    return urls
 
 
 def up(
@@ -103,7 +124,15 @@ def up(
         ),
     ] = None,
 ) -> None:
-    """Run the whole system on this machine: gateway + workers, embedded defaults."""
+    """Run the whole system on this machine: gateway + workers, embedded defaults.
+
+    Examples:
+
+      headway up                                      # port 8080, data in ./.headway
+      headway up --embed-replicas 2 --port 9000       # two embed workers
+      headway up --model ./bge-small-en-v1.5          # also serve this model folder
+      headway up --backend synthetic                  # no model: a quick trial
+    """
     settings = settings_from(
         config,
         data_dir=data_dir,
@@ -230,11 +259,17 @@ def gateway(
     ops_fd: Annotated[
         int | None, typer.Option("--ops-fd", help="Serve /metrics on this inherited socket.")
     ] = None,
-    embed_replicas: Annotated[
+    embed_urls: Annotated[
         str | None, typer.Option(help="Comma-separated worker URLs of the embed pool.")
     ] = None,
-    rerank_replicas: Annotated[
+    rerank_urls: Annotated[
         str | None, typer.Option(help="Comma-separated worker URLs of the rerank pool.")
+    ] = None,
+    embed_replicas: Annotated[
+        str | None, typer.Option(hidden=True, help="The old name of --embed-urls.")
+    ] = None,
+    rerank_replicas: Annotated[
+        str | None, typer.Option(hidden=True, help="The old name of --rerank-urls.")
     ] = None,
     embed_dns: Annotated[
         str | None, typer.Option(help="NAME:PORT whose A records are the embed pool.")
@@ -253,7 +288,14 @@ def gateway(
     log_level: LogLevelOpt = None,
     update_streams: UpdateStreamsOpt = False,
 ) -> None:
-    """Run one gateway process."""
+    """Run one gateway process.
+
+    Examples:
+
+      headway run gateway --config headway.toml
+      headway run gateway --embed-urls http://10.0.0.5:9100,http://10.0.0.6:9100
+      headway run gateway --embed-dns embed.headway.svc:9100 --redis-url redis://redis:6379/0
+    """
     settings = settings_from(
         config,
         data_dir=data_dir,
@@ -270,8 +312,8 @@ def gateway(
             "ops_host": ops_host,
             "ops_port": ops_port,
             "admission": given(enabled=_on_off(admission)),
-            "embed_replicas": _urls(embed_replicas),
-            "rerank_replicas": _urls(rerank_replicas),
+            "embed_replicas": _urls("--embed-urls", embed_urls, embed_replicas),
+            "rerank_replicas": _urls("--rerank-urls", rerank_urls, rerank_replicas),
             "embed_dns": embed_dns,
             "rerank_dns": rerank_dns,
             "dns_server": dns_server,

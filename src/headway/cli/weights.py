@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from headway.cli.datadir import existing_settings
+from headway.cli.failures import CliError
 from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
 
 if TYPE_CHECKING:
@@ -43,19 +45,27 @@ def models_fetch(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Fetch a model version into the local store (an init container's job): resumable,
-    every file checked against the version; prints the version and its path."""
+    every file checked against the version; prints the version and its path. A version
+    already stored is verified (and needs no --from)."""
     settings = settings_from(config, data_dir=data_dir, weights={"url": from_url, "token": token})
     source = _source(settings)
     if source is None:
-        typer.echo("nowhere to fetch from: give --from URL or set weights.url", err=True)
-        raise typer.Exit(2)
+        from headway.models.store import ModelStore
+
+        if not (ModelStore(settings.model_root).root / version).is_dir():
+            raise CliError(
+                f"version {version[:80]} is not in {settings.model_root}, and there is nowhere"
+                " to fetch it from",
+                "give --from URL or set weights.url",
+                2,
+            )
     _load(settings, version, source, "fetch")
 
 
 def models_verify(version: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """Hash a stored version's files again and check its signature (exit 1 if either
     fails), as a worker does before it loads it."""
-    settings = settings_from(config, data_dir=data_dir)
+    settings = existing_settings(config, data_dir)
     _load(settings, version, None, "verify")
 
 
@@ -80,7 +90,7 @@ def models_sign(
 ) -> None:
     """Sign a stored version (verified first): the signature goes beside the artifact, and
     travels with it when it is fetched."""
-    settings = settings_from(config, data_dir=data_dir)
+    settings = existing_settings(config, data_dir)
     from headway.models.errors import ModelError
     from headway.models.store import ModelStore
     from headway.models.weights.signing import load_key, public_key_of, sign_artifact

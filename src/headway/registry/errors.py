@@ -27,6 +27,10 @@ class InvalidTenant(RegistryError):
     """A tenant field has a value no tenant may have."""
 
 
+class InvalidTenantName(InvalidTenant):
+    """A new tenant's name breaks ``TENANT_NAME_RULE``."""
+
+
 class UnknownTier(InvalidTenant):
     """The tier is not one of ``TIERS``."""
 
@@ -50,6 +54,10 @@ class DuplicateTenant(RegistryError):
 
 class UnknownTenant(RegistryError):
     """No tenant has that name."""
+
+
+class AliasInUse(RegistryError):
+    """An alias to delete has a rollout's history (or a split) that names it."""
 
 
 class DuplicateKey(RegistryError):

@@ -17,6 +17,13 @@ from headway.models.agreement import Agreement
 Tier = Literal["interactive", "batch"]
 Role = Literal["tenant", "admin"]
 TIERS: tuple[Tier, ...] = ("interactive", "batch")
+
+TENANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""The one rule for a new tenant's name (the admin API's body, the CLI, the registry): it
+goes into paths, metric labels and audit targets as it is."""
+TENANT_NAME_RULE = (
+    "1 to 64 characters: letters, digits, '.', '_' and '-', the first a letter or digit"
+)
 MODEL_KINDS = ("embedding", "cross-encoder")
 
 Sticky = Literal["tenant", "user", "none"]

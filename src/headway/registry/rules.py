@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from itertools import pairwise
@@ -15,6 +16,7 @@ from headway.registry.errors import (
     InvalidQuota,
     InvalidRollout,
     InvalidSplit,
+    InvalidTenantName,
     UnknownModelKind,
     UnknownTier,
 )
@@ -23,6 +25,8 @@ from headway.registry.model import (
     MODEL_KINDS,
     SHADOW_STEP,
     STICKY,
+    TENANT_NAME_PATTERN,
+    TENANT_NAME_RULE,
     TIERS,
     BatchLimits,
     RolloutPlan,
@@ -38,6 +42,15 @@ DEFAULT_BURST: dict[Tier, float] = {"interactive": 400.0, "batch": 2000.0}
 
 MAX_CUSTOMER_ID_CHARS = 255
 """Stripe's ids are far shorter (``cus_`` and 14 more); any provider's fits."""
+
+
+def tenant_name(name: str) -> str:
+    """``name`` if a new tenant may have it (``TENANT_NAME_PATTERN``), else
+    ``InvalidTenantName`` stating the rule."""
+    # A name that is no string is no typed caller's: the schema's NOT NULL refuses it.
+    if isinstance(name, str) and re.fullmatch(TENANT_NAME_PATTERN, name) is None:
+        raise InvalidTenantName(f"tenant name {name[:80]!r} is refused: {TENANT_NAME_RULE}")
+    return name
 
 
 def billing_customer_value(value: str) -> str:

@@ -40,6 +40,7 @@ from headway.registry.codec import (
 )
 from headway.registry.demo import DEMO_ADMIN_KEY, DEMO_TENANTS
 from headway.registry.errors import (
+    AliasInUse,
     DuplicateTenant,
     InvalidRollout,
     InvalidSplit,
@@ -79,6 +80,7 @@ from headway.registry.rules import (
     model_kind,
     overlap_value,
     quota_value,
+    tenant_name,
     tier_of,
 )
 from headway.storage.dialect import Dialect, Tx
@@ -117,6 +119,7 @@ class SqlRegistry(RegistryReads):
         The quota defaults to the tier's (``DEFAULT_RATE``, ``DEFAULT_BURST``); a Batch API
         bound left out (``BATCH_LIMITS``) is the gateway's setting.
         """
+        tenant_name(name)
         checked = tier_of(tier)
         limits = check_batch_limits(batch_limits or {})
         rate = quota_value(
@@ -419,6 +422,30 @@ class SqlRegistry(RegistryReads):
                 {"version": current, "split": split_json(removed)},
                 {"version": version, "split": None},
             )
+
+    def delete_alias(self, alias: str, *, actor: Actor = SYSTEM) -> str:
+        with self._dialect.write() as tx:
+            q.refuse_if_active(tx, alias)
+            current = q.alias_version(tx, alias)
+            if current is None:
+                raise UnknownModel(f"no alias named {alias!r}")
+            if tx.one("SELECT id FROM rollouts WHERE alias = ? LIMIT 1", (alias,)) is not None:
+                raise AliasInUse(
+                    f"alias {alias!r} has rollouts in its history, which name it: point it"
+                    " at another version instead"
+                )
+            removed = q.split(tx, alias)
+            tx.execute("DELETE FROM splits WHERE alias = ?", (alias,))
+            tx.execute("DELETE FROM aliases WHERE alias = ?", (alias,))
+            self._record(
+                tx,
+                actor,
+                "alias.delete",
+                f"alias:{alias}",
+                {"version": current, "split": split_json(removed)},
+                None,
+            )
+        return current
 
     def set_variant_gate(
         self, version: str, gate: VariantGate | None, *, actor: Actor = SYSTEM

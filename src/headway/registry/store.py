@@ -180,6 +180,11 @@ class ModelCatalog(Protocol):
         ``RolloutActive`` while a rollout owns the alias)."""
         ...
 
+    def delete_alias(self, alias: str, *, actor: Actor) -> str:
+        """Remove ``alias`` and its split; the version it named (``UnknownModel``;
+        ``RolloutActive`` while a rollout owns it, ``AliasInUse`` once one has)."""
+        ...
+
     def set_variant_gate(
         self, version: str, gate: VariantGate | None, *, actor: Actor
     ) -> ModelRecord:

@@ -253,11 +253,11 @@ class Supervisor:
         wake = {"HEADWAY_GATEWAY__WAKE_URL": self._wake_endpoint.start()}
         sock = listening_socket(self.settings.billing.host, 0)
         sockets.append(sock)
-        self._spawn("billing", ["billing", "run"], sock, self._postgres("billing"))
-        gateway_args = ["gateway"]
+        self._spawn("billing", ["run", "billing"], sock, self._postgres("billing"))
+        gateway_args = ["run", "gateway"]
         for pool, pool_urls in urls.items():
             if pool_urls:
-                gateway_args += [f"--{pool}-replicas", ",".join(pool_urls)]
+                gateway_args += [f"--{pool}-urls", ",".join(pool_urls)]
         port = self.settings.gateway.port
         for index in range(up.gateways):
             sock = listening_socket(self.settings.gateway.host, port + index if port else 0)
@@ -279,7 +279,7 @@ class Supervisor:
         self.executors.append(
             self._spawn(
                 "batches",
-                ["batches", "run", "--gateway-urls", urls_of_gateways],
+                ["run", "batches", "--gateway-urls", urls_of_gateways],
                 sock,
                 self._postgres("executor"),
             )
@@ -317,7 +317,7 @@ class Supervisor:
             return False
         try:
             if place.child is None:
-                args = ["worker", "--pool", place.pool]
+                args = ["run", "worker", "--pool", place.pool]
                 env = self._postgres("worker") | dict(self._worker_env.get(place.name) or {})
                 scheme = place.url.split("://")[0]
                 place.child = self._spawn(place.name, args, sock, env, scheme)
@@ -558,7 +558,7 @@ def with_own_identity(settings: Settings) -> Settings:
     return settings.model_copy(update={"tls": tls.model_copy(update=update)})
 
 
-# The first argument of a child's command -> its Prometheus job.
+# The command a child runs (``headway run <command>``) -> its Prometheus job.
 _JOBS = {"worker": "worker", "billing": "billing", "gateway": "gateway", "batches": "executor"}
 
 
@@ -569,7 +569,7 @@ def scrape_targets(children: list[Child]) -> list[dict[str, object]]:
     entries: list[dict[str, object]] = []
     for child in children:
         host, port = child.metrics_address
-        labels = {"job": _JOBS[child.args[0]], "instance": child.name}
+        labels = {"job": _JOBS[child.args[1]], "instance": child.name}
         if "--pool" in child.args:
             labels["pool"] = child.args[child.args.index("--pool") + 1]
         entries.append({"targets": [f"{host}:{port}"], "labels": labels})

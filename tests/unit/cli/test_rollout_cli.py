@@ -1,4 +1,4 @@
-"""``headway rollout …`` against the in-memory registry (the SQLite one does not hold
+"""``headway rollouts …`` against the in-memory registry (the SQLite one does not hold
 rollouts yet), with the user fixed so the two-person rule can be exercised."""
 
 from dataclasses import replace
@@ -24,6 +24,8 @@ def store(monkeypatch):
 
 @pytest.fixture
 def cli(tmp_path):
+    (tmp_path / "registry.sqlite3").touch()  # a data dir: the fake registry stands in for it
+
     def invoke(*args):
         return CliRunner().invoke(rollout_app, [*args, "--data-dir", str(tmp_path)])
 
@@ -47,17 +49,17 @@ def test_start_builds_the_plan_from_the_flags(store, cli):
     assert f"1   minilm  {OLD[:12]}  {NEW[:12]}  running  shadow" in result.output
 
 
-def test_status_lists_every_rollout_as_a_table(store, cli):
+def test_show_lists_every_rollout_as_a_table(store, cli):
     cli("start", "minilm", "--to", NEW, "--interval", "90")
     assert store.rollouts()[0].plan.interval_s == 90.0
     cli("pause", "1")
-    lines = cli("status").output.splitlines()
+    lines = cli("show").output.splitlines()
     assert lines[0].split() == ["ID", "ALIAS", "PRIMARY", "CANDIDATE", "STATE", "STEP", "REASON"]
     assert lines[1].split() == [
         *("1", "minilm", OLD[:12], NEW[:12], "paused", "shadow"),
         *("paused", "by", "cli:ana"),
     ]
-    assert cli("status", "other").output.strip() == "no rollouts"
+    assert cli("show", "other").output.strip() == "no rollouts"
 
 
 def test_pause_resume_abort_by_id(store, cli):

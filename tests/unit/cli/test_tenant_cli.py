@@ -21,6 +21,16 @@ def cli(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def keys_cli(tmp_path, monkeypatch):
+    monkeypatch.setattr("getpass.getuser", lambda: "ana")
+
+    def invoke(*args: str):
+        return CliRunner().invoke(app, ["keys", *args, "--data-dir", str(tmp_path)])
+
+    return invoke
+
+
+@pytest.fixture
 def registry(tmp_path):
     """The registry ``--data-dir tmp_path`` names, as the CLI opens it."""
     return Registry(settings_from(None, data_dir=tmp_path).registry_path)
@@ -30,27 +40,27 @@ def last_line(output: str) -> str:
     return output.strip().splitlines()[-1]
 
 
-def test_a_tenant_is_added_its_key_rotated_and_revoked_and_it_is_deleted(cli, registry):
+def test_a_tenant_is_added_its_key_rotated_and_revoked_and_it_is_deleted(cli, keys_cli, registry):
     added = cli("add", "acme", "--tier", "batch", "--rate", "5")
     assert added.exit_code == 0, added.output
     first = last_line(added.output)
-    listed = cli("keys", "acme")
+    listed = keys_cli("list", "acme")
     assert listed.output.split()[0] == key_id_of(key_digest(first))
     assert "live" in listed.output and first not in listed.output
 
-    rotated = cli("rotate-key", "acme", "--overlap", "0")
+    rotated = keys_cli("rotate", "acme", "--overlap", "0")
     assert rotated.exit_code == 0, rotated.output
     second = last_line(rotated.output)
     keys = {key.key_id: key for key in registry.keys("acme")}
     assert keys[key_id_of(key_digest(first))].revoked_at is not None  # no overlap: at once
     assert keys[key_id_of(key_digest(second))].revoked_at is None
 
-    revoked = cli("revoke-key", key_id_of(key_digest(second)))
+    revoked = keys_cli("revoke", "acme", key_id_of(key_digest(second)), "--yes")
     assert revoked.exit_code == 0, revoked.output
     assert all(key.revoked_at is not None for key in registry.keys("acme"))
 
     assert "acme  batch  rate=5/s" in cli("list").output
-    deleted = cli("delete", "acme")
+    deleted = cli("delete", "acme", "--yes")
     assert deleted.exit_code == 0 and "usage is kept" in deleted.output
     assert "acme" not in cli("list").output
     actions = [entry.action for entry in registry.audit(AuditQuery(actor="cli:ana"))]

@@ -30,6 +30,7 @@ def test_every_refusal_is_a_client_error_that_keeps_its_message(cls):
     elif cls in (
         registry_errors.RolloutActive,
         registry_errors.LastAdminKey,
+        registry_errors.AliasInUse,
     ):
         status = 409
     elif cls is registry_errors.RegistryUnavailable:

@@ -107,7 +107,7 @@ def test_removal_replaces_the_demo_admin_key_only_when_it_is_the_last_live_one()
 def test_demo_remove_removes_all_four_and_prints_a_replacement_admin_key(cli, registry):
     registry.seed_demo()
     assert cli("demo").output.count("live") == 4
-    removed = cli("demo", "--remove")
+    removed = cli("demo", "--remove", "--yes")
     assert removed.exit_code == 0, removed.output
     assert live_demo_keys(registry.snapshot()) == []
     assert registry.tenants() == []
@@ -115,7 +115,7 @@ def test_demo_remove_removes_all_four_and_prints_a_replacement_admin_key(cli, re
     admin = registry.snapshot().principals[key_digest(replacement)]
     assert admin.role == "admin"
     assert cli("demo").output.count("gone") == 4
-    assert "no demo key is live" in cli("demo", "--remove").output
+    assert "no demo key is live" in cli("demo", "--remove", "--yes").output
     assert registry.seed_demo() is False  # and the next `up` seeds nothing
 
 

@@ -115,11 +115,11 @@ def test_the_targets_file_headway_up_writes_is_what_the_example_config_reads(
     children = [
         Child(name, cast(Any, None), f"http://127.0.0.1:{port}", args, ("127.0.0.1", port), 0.0)
         for name, args, port in (
-            ("embed-worker-0", ["worker", "--pool", "embed"], 9101),
-            ("rerank-worker-0", ["worker", "--pool", "rerank"], 9102),
-            ("billing", ["billing", "run"], 9300),
-            ("gateway", ["gateway", "--id", "gateway"], 8080),
-            ("batches", ["batches", "run", "--gateway-urls", "http://127.0.0.1:8080"], 9103),
+            ("embed-worker-0", ["run", "worker", "--pool", "embed"], 9101),
+            ("rerank-worker-0", ["run", "worker", "--pool", "rerank"], 9102),
+            ("billing", ["run", "billing"], 9300),
+            ("gateway", ["run", "gateway", "--id", "gateway"], 8080),
+            ("batches", ["run", "batches", "--gateway-urls", "http://127.0.0.1:8080"], 9103),
         )
     ]
     children[3].ops_address = ("127.0.0.1", 9200)  # the gateway's operations listener

@@ -50,7 +50,7 @@ def test_the_tooling_is_not_in_the_product_package() -> None:
 
 def test_the_check_reads_function_level_imports() -> None:
     headway = SRC / "headway"
-    # `headway gateway` imports the gateway inside the command's function.
+    # `headway run gateway` imports the gateway inside the command's function.
     serve = imports_of("headway.cli.serve", headway / "cli" / "serve.py")
     assert "headway.app.process.build_gateway" in serve
     http1 = imports_of("headway.transport.http1", headway / "transport" / "http1.py")
@@ -74,6 +74,6 @@ def test_the_command_line_runs_without_the_tooling() -> None:
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
-    for command in ("up", "gateway", "worker", "models", "billing", "batches", "db"):
+    for command in ("up", "run", "models", "billing", "batches", "db", "keys"):
         assert f" {command} " in done.stdout, command
     assert " bench " not in done.stdout and " loadgen " not in done.stdout

@@ -1096,6 +1096,10 @@ def cli_command(words: list[str]) -> tuple[Any, list[str]]:
         assert sub is not None, (
             f"headway has no command {' '.join(words[: len(words) - len(rest) + 1])}"
         )
+        assert not sub.hidden, (
+            f"headway {' '.join(words[: len(words) - len(rest) + 1])} is an old name, hidden:"
+            " use its new one (headway --help)"
+        )
         command, rest = sub, rest[1:]
     return command, rest
 

@@ -1,7 +1,8 @@
 """The one table from a registry refusal to the HTTP error the admin API answers.
 
     Unknown*                                   → NotFound          404
-    Duplicate*, RolloutActive, LastAdminKey    → Conflict          409
+    Duplicate*, RolloutActive, LastAdminKey,
+    AliasInUse                                 → Conflict          409
     Invalid*, UnknownTier, UnknownModelKind    → ValidationFailed  422
     RegistryUnavailable                        → RegistryUnavailable 503
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from headway import errors
 from headway.errors import Conflict, HeadwayError, NotFound, ValidationFailed
 from headway.registry.errors import (
+    AliasInUse,
     DuplicateKey,
     DuplicateTenant,
     InvalidGate,
@@ -47,7 +49,7 @@ _TABLE: tuple[tuple[tuple[type[RegistryError], ...], type[HeadwayError]], ...] =
         ValidationFailed,
     ),
     ((UnknownTenant, UnknownKey, UnknownModel, UnknownRollout), NotFound),
-    ((DuplicateTenant, DuplicateKey, RolloutActive, LastAdminKey), Conflict),
+    ((DuplicateTenant, DuplicateKey, RolloutActive, LastAdminKey, AliasInUse), Conflict),
     ((RegistryUnavailable,), errors.RegistryUnavailable),
 )
 

@@ -31,7 +31,15 @@ from headway.http.asgi import Handler, Request, Response, json_response
 from headway.http.router import Route
 from headway.registry.errors import UnknownKey
 from headway.registry.keys import key_digest
-from headway.registry.model import BATCH_LIMITS, Actor, ApiKey, Tenant, TenantDeletion, key_id_of
+from headway.registry.model import (
+    BATCH_LIMITS,
+    TENANT_NAME_PATTERN,
+    Actor,
+    ApiKey,
+    Tenant,
+    TenantDeletion,
+    key_id_of,
+)
 from headway.registry.store import RegistryStore
 from headway.utc import rfc3339
 
@@ -39,7 +47,7 @@ DEFAULT_OVERLAP_S = 3600.0
 MAX_OVERLAP_S = 366 * 86400.0
 """A rotation that leaves the old key alive longer than a year is no rotation."""
 
-TenantName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+TenantName = Annotated[str, msgspec.Meta(pattern=TENANT_NAME_PATTERN)]
 Quota = Annotated[float, msgspec.Meta(gt=0)]
 Limit = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 TierName = Literal["interactive", "batch"]

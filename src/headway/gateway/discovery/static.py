@@ -1,4 +1,4 @@
-"""A pool whose replicas are a fixed list of base URLs (``--embed-replicas``)."""
+"""A pool whose replicas are a fixed list of base URLs (``--embed-urls``)."""
 
 from __future__ import annotations
 

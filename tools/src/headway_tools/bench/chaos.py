@@ -384,15 +384,15 @@ class _Run:
         # All started at once (each start opens its port, which the next ones are given),
         # then awaited together: on a busy machine each takes seconds to import.
         for name in WORKERS:
-            self._add(name, ["worker", *data, "--backend", "synthetic"], env)
+            self._add(name, ["run", "worker", *data, "--backend", "synthetic"], env)
         replicas = ",".join(self.processes[name].url for name in WORKERS)
-        self._add("consumer", ["billing", "run", *data], env)
+        self._add("consumer", ["run", "billing", *data], env)
         for name in GATEWAYS:
-            args = ["gateway", *data, "--id", name, "--ops-port", "0", "--embed-replicas"]
+            args = ["run", "gateway", *data, "--id", name, "--ops-port", "0", "--embed-urls"]
             self._add(name, [*args, replicas], env)
         gateway_urls = ",".join(self.processes[name].url for name in GATEWAYS)
         for name in EXECUTORS:
-            self._add(name, ["batches", "run", *data, "--gateway-urls", gateway_urls], env)
+            self._add(name, ["run", "batches", *data, "--gateway-urls", gateway_urls], env)
         await asyncio.gather(*(self._ready(process) for process in self.processes.values()))
         self.nc, self.js = await connect_nats(
             StreamConfig(servers=(nats.url,), reconnect_wait_s=0.1)

@@ -5,7 +5,7 @@ can be SIGKILLed alone), logs in ``workdir/logs``:
 
     shared     throw-away Postgres (fsync on) and NATS (JetStream, ``sync_interval:
                always``), one synthetic worker, gateways ``gw-a`` and ``gw-b`` relaying
-               their outboxes to JetStream, ``headway billing run`` → Postgres
+               their outboxes to JetStream, ``headway run billing`` → Postgres
     embedded   one worker, gateway ``gw-a``, the consumer reading its outbox file
                directly → the SQLite ledger
 
@@ -498,16 +498,18 @@ class _Run:
         if self.nats_server is not None and self.postgres_url is not None:
             shared_args = ["--nats-url", self.nats_server.url, "--postgres-url", self.postgres_url]
         data = ["--data-dir", str(self.data_dir)]
-        worker = _Process("worker", ["worker", *data, "--backend", "synthetic"], env, self.logs)
+        worker = _Process(
+            "worker", ["run", "worker", *data, "--backend", "synthetic"], env, self.logs
+        )
         self.processes["worker"] = worker
         worker.start()
-        consumer = _Process("consumer", ["billing", "run", *data, *shared_args], env, self.logs)
+        consumer = _Process("consumer", ["run", "billing", *data, *shared_args], env, self.logs)
         self.processes["consumer"] = consumer
         consumer.start()
         await self._ready(worker)
         for gateway_id in self.spec.gateways:
             # Its /metrics on a free port (not read here): the default would collide.
-            args = ["gateway", *data, "--id", gateway_id, "--ops-port", "0"]
+            args = ["run", "gateway", *data, "--id", gateway_id, "--ops-port", "0"]
             args += ["--embed-replicas", worker.url]
             gateway = _Process(gateway_id, [*args, *shared_args], env, self.logs)
             self.processes[gateway_id] = gateway

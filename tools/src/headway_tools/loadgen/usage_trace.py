@@ -1,6 +1,6 @@
 """A trace from production: the ledger's per-request usage rows → a replayable trace.
 
-The embedded ledger (``<data dir>/ledger.sqlite3``, written by ``headway billing run``
+The embedded ledger (``<data dir>/ledger.sqlite3``, written by ``headway run billing``
 or ``headway up``) keeps one ``processed_requests`` row per usage event: tenant,
 endpoint, the model name asked for, tier, texts, real tokens, and ``at`` (when the
 gateway finished) with ``total_s`` (how long it took). A request arrived at
