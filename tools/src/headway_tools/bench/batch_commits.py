@@ -105,6 +105,7 @@ def render(results: BatchCommitResults, machine: Machine, command: str) -> str:
         [
             "## Batch store: the cost of a durable commit (SQLite FULL against NORMAL)",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; load average "
             f"{machine.load_average:.2f} at start.",
             f"The embedded batch store's own calls, one commit each (a connection per call, "

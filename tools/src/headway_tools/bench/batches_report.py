@@ -78,6 +78,7 @@ def render(results: BatchesResults, machine: Machine, command: str) -> str:
         [
             "## Batches: throughput of the Batch API, and the interactive tenant beside a batch",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; 1-minute load average "
             f"{machine.load_average:.2f} at start; the load generator, the executor and every "
             "process on the same machine.",

@@ -15,6 +15,7 @@ def render(results: BatchingResults, machine: Machine, command: str, seconds: fl
         [
             "## Batching: an accelerator-like model at max batch 1, 8 and 32",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; Python {machine.python}; "
             f"1-minute load average {machine.load_average:.2f} at start.",
             _intro(results, seconds),

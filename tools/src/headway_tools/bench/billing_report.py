@@ -371,6 +371,7 @@ def render(results: BillingResults, machine: Machine, command: str, seconds: flo
     parts = [
         "## Billing: the price and the throughput of metering",
         f"Command: `{command}`  \nDate: {machine.date}  \n"
+        f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
         f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; Python {machine.python}; "
         f"1-minute load average {machine.load_average:.2f} at start. Every process of every "
         "part (gateway, worker, consumer, NATS, Postgres, load generator) shares these "

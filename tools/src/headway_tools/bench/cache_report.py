@@ -64,6 +64,7 @@ def render(results: CacheResults, machine: Machine, command: str, seconds: float
         [
             "## Results cache: goodput past capacity on repeated texts",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; 1-minute load average "
             f"{machine.load_average:.2f} at start; the load generator runs on the same machine "
             "as the gateway and the worker.",

@@ -84,6 +84,7 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
         [
             "## Chaos: the whole shared stack, every process killed or restarted in turn",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; 1-minute load average "
             f"{machine.load_average:.2f} at start; every process and the clients on it.",
             f"Separate processes (`bench/chaos.py`): throw-away Postgres (fsync on), Redis and "

@@ -38,6 +38,7 @@ def render(results: ColdStartResults, machine: Machine, command: str) -> str:
         [
             "## Cold start: a pool at zero replicas",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; Python {machine.python}; "
             f"1-minute load average {machine.load_average:.2f} at start.",
             f"Each of {trials} trials ran `headway up --no-prewarm --idle-stop-s "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,8 @@ class Machine:
     kernel: str
     python: str
     load_average: float
+    commit: str = "not recorded"
+    """The checkout's commit (``-dirty`` with uncommitted changes): what was measured."""
 
     @classmethod
     def here(cls) -> Machine:
@@ -52,4 +55,21 @@ class Machine:
             kernel=f"{platform.system()} {platform.release()}",
             python=platform.python_version(),
             load_average=os.getloadavg()[0],
+            commit=checkout_commit(),
         )
+
+
+def checkout_commit() -> str:
+    """``git describe --always --dirty`` of the checkout this file is in, or "not recorded"."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "not recorded"
+    return done.stdout.strip() or "not recorded"

@@ -95,6 +95,7 @@ def render(results: Int8Results, machine: Machine, command: str, seconds: float)
         [
             "## int8 dynamic quantization (per-channel) against fp32",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; one intra-op thread; "
             f"{seconds:g} s per point; {ACCURACY_TEXTS} generated sentences of 13–98 tokens.  \n"
             f"Versions: fp32 `{fp32.version[:12]}` ({fp32.megabytes:.1f} MB), "

@@ -74,6 +74,7 @@ def render(results: IsolationResults, machine: Machine, command: str) -> str:
             "## Isolation: a victim tenant beside a hostile tenant and an anonymous client"
             + (", in the shared mode" if results.shared else ""),
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; 1-minute load average "
             f"{machine.load_average:.2f} at start; the victim's client, the attacker's and "
             f"every process on the same machine. {results.seconds:.0f} s in all.",

@@ -12,8 +12,10 @@ Scenarios (the issue's list):
 - overload at 2x and 5x with 1, 3 and 5 gateways (``headway up --gateways N``),
   synthetic backend, 2 replicas, the load spread evenly over the gateways: the
   latency budget is the service's promise, whatever the number of gateways;
-- a batch tenant flooding at 3x capacity while an interactive tenant sends 0.5x;
-- a step 0.5x -> 2x -> 0.5x: how long until goodput settles after each edge.
+- a batch tenant flooding at 3x capacity while an interactive tenant sends 0.5x.
+
+A step 0.5x -> 2x -> 0.5x, timed until goodput settled, was dropped: goodput reached 90%
+of its steady level at once with admission on and off (0.00 s both), so it told nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,6 @@ from headway_tools.bench.host import process_cpu_s
 from headway_tools.bench.served import Processes, bench_settings, supervised
 from headway_tools.bench.spread import run_spread
 from headway_tools.loadgen import LoadResult, RequestClass, Step, Summary, Workload
-from headway_tools.loadgen.recorder import Outcome
 
 INTERACTIVE_KEY = "demo-key-search-app"
 BATCH_KEY = "demo-key-nightly-index"
@@ -45,8 +45,6 @@ BATCH_DEADLINE_MS = 5000
 TEXTS = (2, 2)
 WORDS = (8, 40)
 CAPACITY_PROBE_S = 10.0
-SETTLE_WINDOW_S = 1.0
-SETTLE_STEP_S = 0.25
 GATEWAYS = (1, 3, 5)
 GATEWAYS_SCENARIO = "gateways"  # synthetic, 2 replicas; ``Point.gateways`` says how many
 
@@ -207,48 +205,6 @@ def noisy_neighbour_point(stack: Stack, data_dir: Path, capacity: float, seconds
     return Point("noisy neighbour", stack.admission, capacity, 3.5, result)
 
 
-def step_point(stack: Stack, data_dir: Path, capacity: float, seconds: float) -> Point:
-    third = max(10.0, seconds / 3)
-    steps = [Step(third, 0.5 * capacity), Step(third, 2 * capacity), Step(third, 0.5 * capacity)]
-    with running(stack, data_dir) as processes:
-        result = load(processes, interactive_only(stack.backend), steps)
-    return Point("step 0.5x-2x-0.5x", stack.admission, capacity, 2.0, result)
-
-
-@dataclass(frozen=True, slots=True)
-class Settling:
-    """How goodput answered a step: when it got there, and where "there" is."""
-
-    seconds: float | None
-    steady_rps: float
-
-
-def goodput_windows(result: LoadResult, start_s: float, end_s: float) -> tuple[Any, Any]:
-    """Goodput (req/s, by completion time) of sliding 1 s windows in 250 ms steps."""
-    records = result.records
-    done = records.intended_s + records.latency_s
-    good = (records.outcome == Outcome.OK) & (records.latency_s <= records.deadline_s)
-    completions = np.sort(done[good])
-    starts = np.arange(start_s, end_s - SETTLE_WINDOW_S + 1e-9, SETTLE_STEP_S)
-    counts = np.searchsorted(completions, starts + SETTLE_WINDOW_S) - np.searchsorted(
-        completions, starts
-    )
-    return starts, counts / SETTLE_WINDOW_S
-
-
-def settling(result: LoadResult, start_s: float, end_s: float) -> Settling:
-    """Time after ``start_s`` until goodput first reaches 90% of the phase's steady level.
-
-    The steady level is the median goodput of the windows in the second half of
-    the phase; report it beside the time, since a collapse also "settles".
-    """
-    starts, rates = goodput_windows(result, start_s, end_s)
-    steady = float(np.median(rates[len(rates) // 2 :])) if len(rates) else 0.0
-    reached = np.flatnonzero(rates >= 0.9 * steady) if steady > 0 else np.array([], dtype=int)
-    seconds = float(starts[reached[0]] - start_s) if len(reached) else None
-    return Settling(seconds, steady)
-
-
 def prepare(data_dir: Path, real_model: bool) -> None:
     settings = Stack("synthetic", 2, True).settings(data_dir)
     registry = Registry(settings.registry_path)
@@ -262,7 +218,6 @@ def prepare(data_dir: Path, real_model: bool) -> None:
 class OverloadResults:
     capacity: Mapping[str, float]
     points: Sequence[Point]
-    settling: Mapping[tuple[bool, str], Settling]
 
 
 def run_overload_bench(data_dir: Path, *, seconds: float, real_model: bool) -> OverloadResults:
@@ -312,11 +267,4 @@ def run_overload_bench(data_dir: Path, *, seconds: float, real_model: bool) -> O
             points.append(gateways_point(stack, data_dir, capacity["synthetic"], multiple, seconds))
     for stack in (synthetic_on, synthetic_off):
         points.append(noisy_neighbour_point(stack, data_dir, capacity["synthetic"], seconds))
-    settled: dict[tuple[bool, str], Settling] = {}
-    for stack in (synthetic_on, synthetic_off):
-        point = step_point(stack, data_dir, capacity["synthetic"], seconds)
-        points.append(point)
-        third = point.result.report.duration_s / 3
-        settled[(stack.admission, "up")] = settling(point.result, third, 2 * third)
-        settled[(stack.admission, "down")] = settling(point.result, 2 * third, 3 * third)
-    return OverloadResults(capacity, points, settled)
+    return OverloadResults(capacity, points)

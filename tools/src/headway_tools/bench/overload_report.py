@@ -13,7 +13,6 @@ from headway_tools.bench.overload import (
     TEXTS,
     OverloadResults,
     Point,
-    Settling,
 )
 from headway_tools.bench.stats import fmt_latency, markdown_table
 from headway_tools.loadgen import Summary
@@ -101,12 +100,12 @@ def render(results: OverloadResults, machine: Machine, command: str, seconds: fl
     overload = [p for p in results.points if p.scenario.startswith(("synthetic", "real"))]
     gateways = [p for p in results.points if p.scenario == GATEWAYS_SCENARIO]
     noisy = [p for p in results.points if p.scenario == "noisy neighbour"]
-    steps = [p for p in results.points if p.scenario.startswith("step")]
     capacity = ", ".join(f"{name} {rps:.1f} req/s" for name, rps in results.capacity.items())
     parts = [
         "## Overload: admission control, priority shedding, deadlines",
         f"Command: `{command}`  \n"
         f"Date: {machine.date}  \n"
+        f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
         f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; the load generator runs on the "
         f"same machine as the gateway and workers.  \n"
         f"Open-loop, Poisson arrivals, {seconds:g} s per point; requests of {TEXTS[0]} texts, "
@@ -180,32 +179,5 @@ def render(results: OverloadResults, machine: Machine, command: str, seconds: fl
             [_class_row(p, c) for p in noisy for c in p.result.report.classes],
             "llrrrrrrr",
         ),
-        "### Step 0.5× → 2× → 0.5× capacity",
-        "Settling: time after the step until goodput (by completion time, sliding 1 s "
-        "windows in 250 ms steps) first reaches 90% of the phase's steady level (the median "
-        "window of its second half), shown beside it as a share of capacity.",
-        markdown_table(
-            [
-                "admission",
-                "step up: settles after",
-                "steady goodput",
-                "step down: settles after",
-                "steady goodput",
-            ],
-            [
-                [
-                    _on(p),
-                    *_settle(results.settling[(p.admission, "up")], p.capacity_rps),
-                    *_settle(results.settling[(p.admission, "down")], p.capacity_rps),
-                ]
-                for p in steps
-            ],
-            "lrrrr",
-        ),
     ]
     return "\n\n".join(parts)
-
-
-def _settle(settled: Settling, capacity_rps: float) -> list[str]:
-    when = "never" if settled.seconds is None else f"{settled.seconds:.2f} s"
-    return [when, f"{settled.steady_rps:,.1f} req/s ({_pct(settled.steady_rps, capacity_rps)})"]

@@ -226,6 +226,7 @@ def render(results: PathResults, machine: Machine, command: str, seconds: float)
         [
             "## Path: the gateway's own CPU per request",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; Python {machine.python}; "
             f"1-minute load average {machine.load_average:.2f} at start.",
             "The gateway app called through ASGI in one process (no sockets), its one replica a "

@@ -149,6 +149,7 @@ def render(results: QuotaResults, machine: Machine, command: str, seconds: float
         [
             "## Quotas: cost of a check, over-admission across gateways",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; redis-server started by the "
             "benchmark on loopback.",
             markdown_table(

@@ -55,6 +55,7 @@ def render(results: RolloutResults, machine: Machine, command: str) -> str:
         [
             "## Rollouts: a bad canary, the cost of shadow traffic, a split reaching every gateway",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; 1-minute load average "
             f"{machine.load_average:.2f} at start; the load generator, Postgres and every "
             "process on the same machine.",

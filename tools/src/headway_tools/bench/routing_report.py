@@ -123,6 +123,7 @@ def render(results: RoutingResults, machine: Machine, command: str, seconds: flo
         "## Routing: failure, scale-out, fan-out, hedging",
         f"Command: `{command}`  \n"
         f"Date: {machine.date}  \n"
+        f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
         f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; the load generator runs on the "
         f"same machine as the gateway and workers.  \n"
         f"Synthetic backend (50 ms per call + 5 ms per text, batches of up to 32 texts), "

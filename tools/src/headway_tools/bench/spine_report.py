@@ -54,6 +54,7 @@ def _header(r: SpineResults, m: Machine, command: str, seconds: float) -> str:
         "## Spine: raw model, worker, gateway\n\n"
         f"Command: `{command}`  \n"
         f"Date: {m.date}  \n"
+        f"Commit: `{m.commit}` (CPU: {m.cpu_model})  \n"
         f"Machine: {m.nproc} CPUs (nproc), {m.cpu_model}, {m.kernel}; Python {m.python}, "
         f"ONNX Runtime {r.onnxruntime}; 1-minute load average {m.load_average:.2f} at start  \n"
         f"Model: {r.model.name} (version `{r.model.version[:12]}`), one intra-op thread "

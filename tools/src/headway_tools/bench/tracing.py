@@ -261,6 +261,7 @@ def render(results: TracingResults, machine: Machine, command: str, seconds: flo
         [
             "## Tracing: what spans cost the gateway",
             f"Command: `{command}`  \nDate: {machine.date}  \n"
+            f"Commit: `{machine.commit}` (CPU: {machine.cpu_model})  \n"
             f"Machine: {machine.nproc} CPUs, {machine.cpu_model}; Python {machine.python}; "
             f"1-minute load average {machine.load_average:.2f} at start.",
             "Three gateways: tracing off, on with 1% and with 100% of traces sampled, "
