@@ -218,7 +218,11 @@ def command_problems(line: str, root: Any) -> list[str]:
             if sub is None:
                 return [f"{line}: `{command.name} {word}` is no command"]
             command = sub
-    accepted = {opt for param in command.params for opt in param.opts}
+    accepted = {"--help"} | {
+        opt  # a boolean flag's off switch (``--no-prewarm``) is its secondary option
+        for param in command.params
+        for opt in (*param.opts, *getattr(param, "secondary_opts", ()))
+    }
     return [f"{line}: {option} is no option of it" for option in options if option not in accepted]
 
 
