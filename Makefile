@@ -14,9 +14,10 @@ RUN_STAMP := $(VENV)/.run-$(DEPS_HASH)
 TOOLING_STAMP := $(VENV)/.tooling-$(DEPS_HASH)
 TEST_STAMP := $(VENV)/.test-$(DEPS_HASH)
 
-.PHONY: up test test-fast prerequisites lint tooling bench clean lock sbom
+.PHONY: up test test-fast prerequisites up-prerequisites lint tooling bench clean lock sbom
 
-$(BIN)/python:
+# On a fresh Debian, python3-venv first (apt-get as root; otherwise the command is printed).
+$(BIN)/python: | up-prerequisites
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "headway needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -47,6 +48,7 @@ $(TEST_STAMP): $(TOOLING_STAMP)
 
 # `headway up` imports the default model into the store first if it is missing.
 up: $(RUN_STAMP)
+	@echo "make up: the command is $(BIN)/headway; in another terminal, '. $(VENV)/bin/activate' puts headway on PATH"
 	exec $(BIN)/headway up $(ARGS)
 
 lint: $(TEST_STAMP)
@@ -58,7 +60,10 @@ lint: $(TEST_STAMP)
 # The system packages the tests start (redis-server, dnsmasq) and python3-venv, with
 # apt-get when missing; silent when nothing is. First, as creating .venv may need it.
 prerequisites:
-	@PYTHON='$(PYTHON)' scripts/test-prerequisites
+	@PYTHON='$(PYTHON)' scripts/test-prerequisites test
+
+up-prerequisites:
+	@PYTHON='$(PYTHON)' scripts/test-prerequisites up
 
 # Tools that are not the project's code, each set in its own virtual environment, pinned:
 # the linters of the deployment files (tests/unit/repo/test_manifests.py, test_dockerfile.py;
