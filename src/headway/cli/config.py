@@ -95,7 +95,7 @@ def show(
         )
     except SettingsError as exc:
         for problem in exc.problems:
-            typer.echo(f"invalid settings: {problem}", err=True)
+            typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2) from exc
     settings = shown(resolved)
     if as_json:

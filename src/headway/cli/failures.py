@@ -3,17 +3,24 @@
 The root group (``HeadwayGroup``) runs every command inside one handler, so nothing a
 command raises reaches the user as a traceback unless they asked with ``--debug``. A
 command says what went wrong by raising ``CliError``; anything else is named by
-``explain``, one table from exception to message, most specific first. Click's own
-exits (``typer.Exit``, usage errors: exit 2) pass through untouched.
+``explain``, one table from exception to message, most specific first. A usage error
+(an unknown option, a bad value) is one line too, pointing at the command's ``-h``, and
+exits 2; click's exits (``typer.Exit``, ``typer.Abort``) pass through untouched. A reader
+that closed the pipe (``| head -1``) ends the command quietly, as SIGPIPE would (141).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import sys
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
+
+UsageError = typer.BadParameter.__mro__[1]
+"""Click's (typer vendors its own copy of click and exports only this subclass)."""
 
 DEBUG = "headway.debug"
 """The root context's ``meta`` key: whether ``--debug`` was given."""
@@ -77,7 +84,15 @@ class HeadwayGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # click's Context, vendored by typer
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, typer.TyperException):  # click's: usage errors too
+        except UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            what = _one_line(exc.format_message()).rstrip(".")
+            typer.echo(f"error: {what}; see `{where} -h`", err=True)
+            raise typer.Exit(2) from exc
+        except BrokenPipeError as exc:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            raise typer.Exit(141) from exc
+        except (typer.Exit, typer.Abort, typer.TyperException):  # click's own
             raise
         except Exception as exc:
             if ctx.meta.get(DEBUG):

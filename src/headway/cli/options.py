@@ -83,7 +83,7 @@ def settings_from(config: Path | None, **sections: Any) -> Settings:
         settings = load_settings(config_file=config, flags=flags, flag_names=flag_names(flags))
     except SettingsError as exc:
         for problem in exc.problems:
-            typer.echo(f"invalid settings: {problem}", err=True)
+            typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2) from exc
     from headway.logs import configure_logging
 

@@ -351,3 +351,22 @@ def test_gateway_urls_must_be_urls(tmp_path):
     old = at(tmp_path, "run", "gateway", "--rerank-replicas", "worker-1:9100")
     assert old.exit_code == 2 and "--rerank-urls takes worker URLs" in old.stderr
     assert "`headway run gateway --rerank-replicas` is now" in old.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["tenants", "list", "--bogus"],
+            "error: No such option: --bogus; see `headway tenants list -h`",
+        ),
+        (["tenants", "add"], "error: Missing argument 'name'; see `headway tenants add -h`"),
+        (
+            ["tenantz"],
+            "error: No such command 'tenantz'. Did you mean 'tenants'?; see `headway -h`",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_line_that_points_at_the_help(args: list[str], line: str) -> None:
+    result = CliRunner().invoke(app, args, prog_name="headway")
+    assert (result.exit_code, result.output) == (2, line + "\n")

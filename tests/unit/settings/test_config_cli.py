@@ -62,9 +62,7 @@ def test_show_refuses_invalid_settings_naming_them(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("HEADWAY_LOGLEVEL", "debug")
     code, output = run("show")
     assert code == 2
-    assert output == (
-        "invalid settings: HEADWAY_LOGLEVEL: no such setting; did you mean HEADWAY_LOG_LEVEL?\n"
-    )
+    assert output == ("error: HEADWAY_LOGLEVEL: no such setting; did you mean HEADWAY_LOG_LEVEL?\n")
 
 
 def test_check_counts_what_the_file_sets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,6 +87,5 @@ def test_a_command_names_the_flag_as_typed(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["up", "--embed-replicas", "0", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert result.output == (
-        "invalid settings: --embed-replicas: up.embed_replicas: should be greater than or "
-        "equal to 1, got 0\n"
+        "error: --embed-replicas: up.embed_replicas: should be greater than or equal to 1, got 0\n"
     )
