@@ -97,7 +97,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     settings = settings.model_copy(update={"tls": tls})
     Registry(settings.registry_path).seed_demo()
     with supervised(settings) as supervisor:
-        worker = next(c for c in supervisor.children if c.args[0] == "worker")
+        worker = next(c for c in supervisor.children if c.args[:2] == ["run", "worker"])
         assert worker.url.startswith("https://")
         http_port = free_port()
         env = tls_env(certs, "gateway") | {"HEADWAY_GATEWAY__REGISTRY_POLL_S": "0.1"}
