@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from headway.cli import keys
 from headway.cli.datadir import existing_settings, registry_of
 from headway.cli.failures import CliError
 from headway.cli.options import ConfigOpt, DataDirOpt, settings_from
-from headway.cli.output import JsonOpt, YesOpt, confirm, emit_json, renamed
+from headway.cli.output import JsonOpt, YesOpt, alias_of, confirm, emit_json, renamed
 from headway.cli.writes import open_for_cli, refusals_exit
 
 if TYPE_CHECKING:
@@ -463,19 +464,13 @@ def tenants_set(
 
 
 def _tenant_document(tenant: Tenant, customer: str | None) -> dict[str, Any]:
-    """A Batch API bound of None: the setting applies (``batches.max_files_per_tenant``…)."""
-    own = tenant.batch_limits
-    return {
-        "id": tenant.id,
-        "name": tenant.name,
-        "tier": tenant.tier,
-        "rate_texts_per_s": tenant.rate_texts_per_s,
-        "burst_texts": tenant.burst_texts,
-        "max_files": own.max_files,
-        "max_stored_bytes": own.max_stored_bytes,
-        "max_open_batches": own.max_open_batches,
-        "billing_customer": customer,
-    }
+    """The registry's fields of the tenant, every Batch API bound among them (None: the
+    setting applies, ``batches.max_files_per_tenant``…), and its billing customer."""
+    from dataclasses import asdict
+
+    from headway.registry.codec import tenant_json
+
+    return tenant_json(tenant) | asdict(tenant.batch_limits) | {"billing_customer": customer}
 
 
 @tenants_app.command("list")
@@ -602,51 +597,30 @@ def _finish_deletions(
 @tenants_app.command("keys", hidden=True)
 def tenants_keys(name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """The old name of headway keys list TENANT."""
-    from headway.cli import keys
-
     renamed("tenants keys", "keys list")
     keys.keys_list(name, config=config, data_dir=data_dir)
 
 
-@tenants_app.command("rotate-key", hidden=True)
-def tenants_rotate_key(
-    name: str,
-    overlap: Annotated[
-        float, typer.Option(min=0, help="Seconds the tenant's other keys keep working.")
-    ] = 3600,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-) -> None:
-    """The old name of headway keys rotate TENANT."""
-    from headway.cli import keys
-
-    renamed("tenants rotate-key", "keys rotate")
-    keys.keys_rotate(name, overlap=overlap, config=config, data_dir=data_dir)
+tenants_app.command("rotate-key", hidden=True)(
+    alias_of(keys.keys_rotate, "tenants rotate-key", "keys rotate")
+)
 
 
 @tenants_app.command("revoke-key", hidden=True)
 def tenants_revoke_key(key_id: str, config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """The old name of headway keys revoke (it asked nothing: the old behaviour stays)."""
-    from headway.cli import keys
-
     renamed("tenants revoke-key", "keys revoke")
     keys.revoke(key_id, None, config, data_dir)
 
 
-@tenants_app.command("admin-key", hidden=True)
-def tenants_admin_key(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
-    """The old name of headway keys add-admin."""
-    from headway.cli import keys
-
-    renamed("tenants admin-key", "keys add-admin")
-    keys.keys_add_admin(config=config, data_dir=data_dir)
+tenants_app.command("admin-key", hidden=True)(
+    alias_of(keys.keys_add_admin, "tenants admin-key", "keys add-admin")
+)
 
 
 @tenants_app.command("admin-keys", hidden=True)
 def tenants_admin_keys(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
     """The old name of headway keys list --admin."""
-    from headway.cli import keys
-
     renamed("tenants admin-keys", "keys list --admin")
     keys.keys_list(None, admin=True, config=config, data_dir=data_dir)
 

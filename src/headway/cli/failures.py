@@ -19,7 +19,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-UsageError = typer.BadParameter.__mro__[1]
+UsageError: type[Exception] = typer.BadParameter.__mro__[1]
 """Click's (typer vendors its own copy of click and exports only this subclass)."""
 
 DEBUG = "headway.debug"
@@ -85,8 +85,9 @@ class HeadwayGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except UsageError as exc:
-            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
-            what = _one_line(exc.format_message()).rstrip(".")
+            usage: Any = exc  # click's UsageError: its context and message
+            where = usage.ctx.command_path if usage.ctx is not None else ctx.command_path
+            what = _one_line(usage.format_message()).rstrip(".")
             typer.echo(f"error: {what}; see `{where} -h`", err=True)
             raise typer.Exit(2) from exc
         except BrokenPipeError as exc:
