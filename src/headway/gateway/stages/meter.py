@@ -3,7 +3,7 @@
 ``UsageMeter`` wraps the work from the quota charge to the merge. ``served`` returns only once
 the event is durable (the outbox committed and fsynced it: ``metering/outbox.py``), so every 200
 has an event, on disk for the relay if the gateway dies after it, and a client that disconnects
-after the model ran is billed (README, "Billing").
+after the model ran is billed (docs/billing.md, "Every 200 billed exactly once").
 
 Work that fails on our side (a 5xx) leaves an event with ``billable`` False: the operator sees
 the work we did and gave back, no invoice does. A client's mistake (4xx) leaves none, nor does a

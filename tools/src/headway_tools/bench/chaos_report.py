@@ -103,8 +103,8 @@ def render(report: ChaosReport, machine: Machine, command: str) -> str:
             "rounds of all of them; a gateway comes back with its id and outbox. Then the "
             "run settles by conditions (batch ended, outboxes empty, usage consumer "
             "drained, ledger count steady). The quota allowance is the documented bound "
-            "(README, `gateway/quota/fallback.py`): burst + rate × window, plus two bursts "
-            "per Redis outage, plus burst ÷ N per gateway started during one.",
+            "(docs/tenants.md, `gateway/quota/fallback.py`): burst + rate × window, plus "
+            "two bursts per Redis outage, plus burst ÷ N per gateway started during one.",
             f"Verdict: {verdict}. Steps: {steps or 'none'}. Settled "
             f"{'in' if report.settled else 'NOT, after'} {report.settle_s:.1f} s; the batch "
             f"{report.batch_status}"

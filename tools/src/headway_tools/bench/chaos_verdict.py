@@ -10,7 +10,7 @@ ledger, the output file and the quota's settings say (``bench/chaos.py`` gathers
                  and counted (``billed_without_200``).
     batch lines  every input line's ``custom_id`` is in the output (or error) file exactly
                  once, and each answered line is billed once under its own request id.
-    quota        a tenant is granted at most the documented bound (README "Quotas",
+    quota        a tenant is granted at most the documented bound (docs/tenants.md "Quotas",
                  ``gateway/quota/fallback.py``): ``burst + rate × window`` (the contract)
                  plus two bursts per Redis outage (the gateways' local shares start full,
                  and a Redis that restarts empty holds full buckets), plus ``burst / N``
