@@ -107,18 +107,25 @@ class NatsServer(ServerProcess):
         """With ``routes`` (the other servers' cluster ports): one server of a cluster."""
         self.routes = tuple(routes)
         self.host = host
-        self.port = port if port is not None else free_port()
-        self.monitor_port = free_port()
-        self.url = f"nats://{host}:{self.port}"
-        self.monitor_url = f"http://{host}:{self.monitor_port}"
-        self.name = f"n{self.port}"
-        """The server's name in a cluster (``server_name``)."""
+        self._own_port = port is None
+        """Whether ``port`` is this object's pick: another may take it before the server
+        binds it (``start`` picks again then, on the first start only)."""
+        self._started = False
+        self._pick_ports(port)
         self.sync_always = sync_always
         self._start_timeout_s = start_timeout_s
         self._dir = tempfile.TemporaryDirectory(prefix="headway-nats-")
         self.store_dir = Path(self._dir.name) / "jetstream"
         self._config_path = Path(self._dir.name) / "nats.conf"
         self._log_path = Path(self._dir.name) / "nats.log"
+
+    def _pick_ports(self, port: int | None) -> None:
+        self.port = port if port is not None else free_port()
+        self.monitor_port = free_port()
+        self.url = f"nats://{self.host}:{self.port}"
+        self.monitor_url = f"http://{self.host}:{self.monitor_port}"
+        self.name = f"n{self.port}"
+        """The server's name in a cluster (``server_name``)."""
 
     def _cluster_block(self) -> str:
         if self.cluster_port is None:
@@ -134,6 +141,22 @@ class NatsServer(ServerProcess):
         )
 
     def start(self) -> NatsServer:
+        """Start the server; on its first start, a port another process took between the
+        pick and the bind (tests run in parallel) is picked again, up to three times."""
+        for attempt in range(3):
+            try:
+                self._start()
+            except NatsServerError as exc:
+                raced = "address already in use" in str(exc)
+                if self._started or not raced or attempt == 2:
+                    raise
+                self._pick_ports(None if self._own_port else self.port)
+                continue
+            self._started = True
+            return self
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _start(self) -> None:
         if self.running:
             raise NatsServerError(f"nats-server on port {self.port} is already running")
         self._config_path.write_text(
@@ -159,4 +182,3 @@ class NatsServer(ServerProcess):
                     + self._log_path.read_text(errors="replace")[-2000:]
                 )
             time.sleep(0.01)  # poll interval of the condition wait above
-        return self
