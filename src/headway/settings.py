@@ -602,7 +602,11 @@ class UpSettings(_Section):
         1, ge=1, description="Gateways started by `headway up` (ports port, port+1, ...)."
     )
     rerank_replicas: int = Field(
-        1, ge=0, description="Rerank workers (0: rerank on the embed pool)."
+        1,
+        ge=0,
+        description="Rerank workers (0: rerank on the embed pool). They start with `up` when "
+        "the registry holds a cross-encoder; without one, on the first request for one "
+        "(rerank is scored by cosine on the embed pool meanwhile).",
     )
     ready_timeout_s: float = Field(120.0, gt=0, description="How long `up` waits for workers.")
     prewarm: bool = Field(

@@ -63,7 +63,7 @@ def test_quick_start_serves_the_real_model_and_stops_cleanly(running, model_data
     assert 'tenant="search-app"' in running.metrics()
 
     workers = children_of(running.process.pid)
-    assert len(workers) >= 4  # gateway + 2 embed + 1 rerank
+    assert len(workers) >= 5  # 2 embed workers, the gateway, billing, the batch executor
     assert running.stop(signal.SIGTERM) == 0
     assert not [pid for pid in workers if alive(pid)]
 

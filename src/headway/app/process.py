@@ -217,6 +217,7 @@ def build_gateway(settings: Settings, stores: GatewayStores) -> tuple[App, Gatew
         cache=results_cache(settings, metrics),
         observability=settings.observability,
         quality_store=stores.quality,
+        rerank_alias=settings.rerank_model,
         failed_auth=failed_auth_store(settings, auth_metrics),
         auth_metrics=auth_metrics,
     )

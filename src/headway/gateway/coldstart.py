@@ -124,7 +124,7 @@ class ColdStart:
 
 
 class ColdStarts:
-    """Every pool's ``ColdStart``, and which one a route's requests wait on."""
+    """Every pool's ``ColdStart``."""
 
     def __init__(
         self,
@@ -154,10 +154,9 @@ class ColdStarts:
     def __getitem__(self, pool: str) -> ColdStart:
         return self._by_pool[pool]
 
-    def for_route(self, route: str) -> ColdStart | None:
-        """The route's usual pool (``Pools.for_route``): resolving the model needs a ready
-        replica, so the wait comes before it and cannot ask the model."""
-        pool = self._pools.for_route(route)
+    def of(self, pool: ReplicaPool | None) -> ColdStart | None:
+        """``pool``'s (``Pools.for_models``: resolving the model needs a ready replica, so
+        the wait comes before it and goes by the model's kind)."""
         return None if pool is None else self._by_pool[pool.name]
 
 

@@ -106,12 +106,12 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
         deadline = deadline_from_headers(request.headers, timeouts, parts.clock)
         ctx = RequestContext(request.id, endpoint.route, tenant, deadline, request.response_headers)
         if not parts.cache.may_answer(tenant):
-            precheck(parts.pools.for_route(endpoint.route), tier, parts.metrics.refused)
+            precheck(parts.pools.for_route(endpoint.route, snapshot), tier, parts.metrics.refused)
         if parts.quota is not None:
             parts.empty_buckets.check(ctx)
         check_meter(parts.meter.sink)
         work = endpoint.parse(request.body, settings.limits)
-        cold = parts.cold_starts.for_route(endpoint.route)
+        cold = parts.cold_starts.of(parts.pools.for_models(work.models, snapshot))
         await hold_for_replica(cold, ctx, work.texts, parts.metrics.refused)
         target = resolve(work.models, snapshot, parts.pools, tenant_name, work.user)
         version = target.record.version

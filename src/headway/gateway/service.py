@@ -79,6 +79,7 @@ class GatewayService:
         wake_hook: WakeHook | None = None,
         failed_auth: FailureStore | None = None,
         auth_metrics: AuthMetrics | None = None,
+        rerank_alias: str = "rerank",
     ) -> None:
         """``discovery``: one source per pool ("embed", "rerank"); a pool exists iff it has one.
         ``quota_heartbeat``: shared mode only, announces this gateway in Redis.
@@ -88,7 +89,8 @@ class GatewayService:
         each version's reference sample is kept (None: in memory, for tests); ``wake_hook``:
         told of cold pools wanted (None: an HTTP hook at ``settings.wake_url``, if set);
         ``failed_auth``: where failed key checks are counted (None: in this process), and
-        ``auth_metrics`` their counters (None: new ones on ``metrics``' registry)."""
+        ``auth_metrics`` their counters (None: new ones on ``metrics``' registry);
+        ``rerank_alias``: what a rerank request naming no model asks for first."""
         self.settings = settings
         self.observability = observability or ObservabilitySettings()
         self.metrics = metrics or GatewayMetrics()
@@ -133,7 +135,8 @@ class GatewayService:
                     routing=routing_policy(settings.routing, name),
                 )
                 for name in self.discovery
-            }
+            },
+            rerank_alias,
         )
         for pool in self.pools:
             self.metrics.watch_pool(pool)

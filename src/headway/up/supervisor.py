@@ -13,9 +13,12 @@ exiting right after starting stops everything, and ``up`` exits non-zero.
 
 Scale to zero (docs/scale-to-zero.md): the supervisor serves ``wake_endpoint.py`` on 127.0.0.1.
 With ``up.prewarm`` off a worker's port is held, bound but refusing, until a gateway wakes its
-pool: its first worker starts, the rest once it is ready. Workers of a pool idle past
-``up.idle_stop_s`` are stopped, drained: not a death, no restart. With ``tls`` workers serve
-mutual TLS, and gateways https with ``tls.public_cert``, trusted by the readiness checks.
+pool: its first worker starts, the rest once it is ready. The rerank pool starts so, on its
+first request, whenever the registry holds no cross-encoder (``prewarmed_pools``): rerank
+is then scored by cosine on the embed pool, and a rerank worker would serve nothing.
+Workers of a pool idle past ``up.idle_stop_s`` are stopped, drained: not a death, no
+restart. With ``tls`` workers serve mutual TLS, and gateways https with ``tls.public_cert``,
+trusted by the readiness checks.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from pathlib import Path
 from types import FrameType
 
 from headway.privileges import Component
+from headway.registry.model import Snapshot
+from headway.registry.open import open_registry
 from headway.serve import BACKLOG, listening_socket
 from headway.settings import Settings
 from headway.tls.hops import gateway_client
@@ -135,6 +140,8 @@ class Supervisor:
         self.places: dict[str, list[WorkerPlace]] = {}
         """Each pool's workers, started or not, in order."""
         self._wake_endpoint: WakeEndpoint | None = None
+        self.prewarmed: frozenset[str] = frozenset()
+        """The pools whose workers ``start`` starts (``prewarmed_pools``)."""
         self._wanted: set[str] = set()  # pools woken whose first worker waits for its port
         self._rest: dict[str, list[WorkerPlace]] = {}  # started once the first is ready
         idle_stop_s = settings.up.idle_stop_s
@@ -241,12 +248,13 @@ class Supervisor:
     def start(self) -> Child:
         up = self.settings.up
         pools = {"embed": up.embed_replicas, "rerank": up.rerank_replicas}
+        self.prewarmed = prewarmed_pools(self.settings, pools, self._cross_encoders())
         urls: dict[str, list[str]] = {"embed": [], "rerank": []}
         sockets = []
         for pool, count in pools.items():
             for index in range(count):
                 place = self._place(pool, index)
-                if up.prewarm:
+                if pool in self.prewarmed:
                     self._start_worker(place)
                 urls[pool].append(place.url)
         self._wake_endpoint = WakeEndpoint([pool for pool, count in pools.items() if count])
@@ -289,6 +297,17 @@ class Supervisor:
         targets = write_scrape_targets(self.settings, self.children)
         log.info("prometheus scrape targets (file_sd) in %s", targets)
         return self.gateways[0]
+
+    def _cross_encoders(self) -> bool:
+        """The registry names a cross-encoder (the rerank pool's work), or the workers'
+        models are set by hand (``worker.models``: they may be)."""
+        if self.settings.worker.models:
+            return True
+        registry = open_registry(self.settings)
+        try:
+            return holds_cross_encoder(registry.model_snapshot())
+        finally:
+            registry.close()
 
     def _place(self, pool: str, index: int) -> WorkerPlace:
         """A worker's address, its port held until it starts."""
@@ -333,16 +352,15 @@ class Supervisor:
         return True
 
     def wait_ready(self, gateway: Child) -> bool:
-        """Until ``gateway`` and every other gateway answer /readyz with 200 and, with
-        ``up.prewarm``, see a ready replica in every pool."""
+        """Until ``gateway`` and every other gateway answer /readyz with 200 and see a
+        ready replica in every pool started (``prewarmed``)."""
         deadline = time.monotonic() + self.settings.up.ready_timeout_s
         waiting = {gateway.url, *(g.url for g in self.gateways)}
-        replicas = self.settings.up.prewarm
         while time.monotonic() < deadline and not self._stopping:
             if self._exited() is not None:
                 return False
             context = None if self._gateway_tls is None else self._gateway_tls.current()
-            waiting = {url for url in waiting if not _ready(url, context, replicas)}
+            waiting = {url for url in waiting if not _ready(url, context, self.prewarmed)}
             if not waiting:
                 return True
             time.sleep(0.2)
@@ -363,7 +381,12 @@ class Supervisor:
             print(f"{METRICS_PREFIX}{metrics}", flush=True)
             others = "".join(f" {g.url}" for g in self.gateways[1:])
             up = self.settings.up
-            started = "" if up.prewarm else ", each pool started by its first request"
+            if not up.prewarm:
+                started = ", each pool started by its first request"
+            elif up.rerank_replicas and "rerank" not in self.prewarmed:
+                started = ", started by a first cross-encoder request: none is imported"
+            else:
+                started = ""
             print(
                 f"headway is ready on {gateway.url}{others}  "
                 f"(embed replicas: {up.embed_replicas}, "
@@ -507,17 +530,42 @@ class Supervisor:
                     child.process.wait()
 
 
-def _ready(url: str, context: ssl.SSLContext | None = None, replicas: bool = False) -> bool:
-    """The gateway at ``url`` answers /readyz 200 and, with ``replicas``, sees a ready
-    replica in every pool (its body's ``pools``)."""
+def prewarmed_pools(
+    settings: Settings, counts: Mapping[str, int], cross_encoders: bool
+) -> frozenset[str]:
+    """The pools (by their worker counts) whose workers start with ``up``; the others
+    start on their first request. None without ``up.prewarm``; else each with workers,
+    the rerank pool only while there is a ``cross_encoder`` for it to serve, or where its
+    being cold would keep the gateways unready (``gateway.cold_start_hold`` off)."""
+    if not settings.up.prewarm:
+        return frozenset()
+    rerank = cross_encoders or not settings.gateway.cold_start_hold
+    return frozenset(
+        pool for pool, count in counts.items() if count and (pool != "rerank" or rerank)
+    )
+
+
+def holds_cross_encoder(snapshot: Snapshot) -> bool:
+    """An alias of the registry names a cross-encoder."""
+    return any(
+        name != record.version and record.kind == "cross-encoder"
+        for name, record in snapshot.models.items()
+    )
+
+
+def _ready(
+    url: str, context: ssl.SSLContext | None = None, pools: frozenset[str] = frozenset()
+) -> bool:
+    """The gateway at ``url`` answers /readyz 200 and sees a ready replica in each of
+    ``pools`` (its body's ``pools``)."""
     try:
         with urllib.request.urlopen(url + "/readyz", timeout=1, context=context) as response:
             if response.status != 200:
                 return False
-            if not replicas:
+            if not pools:
                 return True
-            pools = json.loads(response.read())["pools"]
-            return all(pool["ready"] >= 1 for pool in pools.values())
+            seen = json.loads(response.read())["pools"]
+            return all(seen[pool]["ready"] >= 1 for pool in pools)
     except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
         return False
 

@@ -220,8 +220,8 @@ async def test_the_gauge_counts_held_requests_and_the_histogram_their_waits():
         return registry.get_sample_value("headway_cold_start_wait_seconds_count", {"pool": "embed"})
 
     assert (waiting(), waits()) == (0, 0)
-    cold = cold_starts.for_route("embeddings")
-    assert cold is cold_starts["embed"]
+    cold = cold_starts.of(cold_starts["embed"].pool)
+    assert cold is cold_starts["embed"] and cold_starts.of(None) is None
     held = [asyncio.create_task(cold.hold(1, far_deadline())) for _ in range(2)]
     await until(lambda: waiting() == 2)
     transport.states[A] = "ready"

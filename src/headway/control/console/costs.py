@@ -18,7 +18,7 @@ async def economics_view(parts: ConsoleParts) -> dict[str, Any]:
     settings, pools, now = parts.settings, parts.pools, parts.wall_clock()
     served: dict[str, list[float]] = {}
     for route, (requests, texts) in readings.served_by_route(parts.metrics).items():
-        pool = pools.for_route(route)
+        pool = pools.for_route(route, parts.snapshots.current)
         if pool is not None:
             totals = served.setdefault(pool.name, [0.0, 0.0])
             totals[0] += requests

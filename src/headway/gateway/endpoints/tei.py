@@ -196,7 +196,7 @@ def info(parts: InfoParts) -> Handler:
         if not found:
             raise NotFound(f"model {parts.default_models[-1]!r} does not exist")
         name, record = found[0]
-        pool = parts.pools.for_route("embeddings")
+        pool = parts.pools.for_record(record)
         per_text = record.max_tokens
         model_type = (
             tei.TeiModelType(embedding=tei.TeiEmbeddingModel("mean"))

@@ -65,8 +65,9 @@ def parse_rollup(name: str, text: str) -> ProcessMemory:
 
 
 def default_stack_settings(data_dir: Path, *, mapped_weights: bool) -> Settings:
-    """``headway up``'s defaults (one embed and one rerank worker), quiet, on an ephemeral
-    port, without tenant quotas (the warm-up comes from one demo tenant)."""
+    """``headway up``'s defaults (one embed worker; the rerank worker waits for a
+    cross-encoder), quiet, on an ephemeral port, without tenant quotas (the warm-up comes
+    from one demo tenant)."""
     return load_settings(
         flags={
             "data_dir": str(data_dir),

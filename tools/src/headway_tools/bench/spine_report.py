@@ -289,15 +289,16 @@ def _memory_section(r: SpineResults) -> list[str]:
     if not r.memory:
         return []
     intro = (
-        "Every process of `headway up`'s default stack (one embed and one rerank worker; "
-        "without a cross-encoder the rerank pool scores by cosine over the same embedding "
-        f"model version), after {WARM_REQUESTS} embed and {WARM_REQUESTS} rerank requests "
+        "Every process of `headway up`'s default stack (one embed worker: with no "
+        "cross-encoder in the registry the rerank pool's worker waits, unstarted, and the "
+        "embed pool scores rerank by cosine), after "
+        f"{WARM_REQUESTS} embed and {WARM_REQUESTS} rerank requests "
         f"of {WARM_TEXTS} texts, from `/proc/<pid>/smaps_rollup`. PSS divides each shared "
         "page among the processes that map it, so it sums to what the stack holds; *anon* "
         "is heap, *file* is code and mapped weights. *heap*: each worker copies the "
         "model's weights and MLAS's pre-packed ones onto its heap "
-        "(`worker.mapped_weights = false`); *mapped* (the default): both map the version's "
-        "one prepared copy."
+        "(`worker.mapped_weights = false`); *mapped* (the default): every worker maps the "
+        "version's one prepared copy."
     )
     return ["### 5. Memory of the default stack", intro, _memory_table(r.memory)]
 
