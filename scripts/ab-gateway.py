@@ -2,6 +2,10 @@
 """Side by side: the gateway's CPU per served request and per refusal, at REV and here.
 
     .venv/bin/python scripts/ab-gateway.py REV [TURNS] [SECONDS]
+    .venv/bin/python scripts/ab-gateway.py REV [TURNS] --memory
+
+``--memory``: instead, the PSS of every process of ``headway up``'s default stack, warmed
+(``bench/memory.py``, the spine bench's section 5, mapped weights), in MiB.
 
 REV is checked out into a temporary worktree; each turn runs, for REV and then for this
 tree, in a fresh process with that tree's product first on ``PYTHONPATH`` (so the gateway
@@ -16,6 +20,7 @@ printed last. Timings on a shared machine are noisy: compare the two columns of 
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -66,9 +71,28 @@ print(json.dumps(out))
 """
 
 
-def turn(tree: Path, seconds: str) -> dict[str, float]:
+MEMORY_TURN = r"""
+import json, tempfile
+from pathlib import Path
+from headway.catalog import ensure_default_model
+from headway.registry.sqlite import Registry
+from headway_tools.bench.memory import default_stack_settings, stack_memory
+
+settings = default_stack_settings(Path(tempfile.mkdtemp()), mapped_weights=True)
+registry = Registry(settings.registry_path)
+registry.seed_demo()
+ensure_default_model(settings, registry)
+rows = stack_memory(settings)
+out = {f"PSS MiB: {row.name}": row.pss / 2**20 for row in rows}
+out["PSS MiB: all"] = sum(row.pss for row in rows) / 2**20
+print(json.dumps(out))
+"""
+
+
+def turn(tree: Path, seconds: str, memory: bool) -> dict[str, float]:
     tools = tree / "tools" / "src"
-    code = TURN if tools.is_dir() else TURN.replace("headway_tools.", "headway.")
+    code = MEMORY_TURN if memory else TURN
+    code = code if tools.is_dir() else code.replace("headway_tools.", "headway.")
     env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}{os.pathsep}{tools}")
     done = subprocess.run(
         [sys.executable, "-c", code, seconds], env=env, capture_output=True, text=True, check=False
@@ -79,10 +103,12 @@ def turn(tree: Path, seconds: str) -> dict[str, float]:
 
 
 def main() -> None:
+    memory = "--memory" in sys.argv
+    args = [arg for arg in sys.argv[1:] if arg != "--memory"]
     rev, turns, seconds = (
-        sys.argv[1],
-        int(sys.argv[2] if len(sys.argv) > 2 else 3),
-        (sys.argv[3] if len(sys.argv) > 3 else "8"),
+        args[0],
+        int(args[1] if len(args) > 1 else 3),
+        (args[2] if len(args) > 2 else "8"),
     )
     with tempfile.TemporaryDirectory() as scratch:
         old = Path(scratch) / "rev"
@@ -92,13 +118,17 @@ def main() -> None:
             seen: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
             for i in range(turns):
                 for name, tree in trees.items():
-                    seen[name].append(turn(tree, seconds))
+                    seen[name].append(turn(tree, seconds, memory))
                     print(f"turn {i + 1}, {name}: {seen[name][-1]}", flush=True)
         finally:
             subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(old)])
-    print(f"\nmedians of {turns} turns of {seconds} s")
-    for key in seen[rev][0]:
-        values = {name: statistics.median(r[key] for r in runs) for name, runs in seen.items()}
+    print(f"\nmedians of {turns} turns" + ("" if memory else f" of {seconds} s"))
+    keys = dict.fromkeys(key for runs in seen.values() for key in runs[0])
+    for key in keys:  # a process one tree starts and the other does not: nan
+        values = {
+            name: statistics.median(r.get(key, math.nan) for r in runs)
+            for name, runs in seen.items()
+        }
         print(f"{key:40} " + "  ".join(f"{name}: {v:,.1f}" for name, v in values.items()))
 
 
