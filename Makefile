@@ -104,12 +104,15 @@ sbom: $(SUPPLY_STAMP)
 # marked `alone` on every core (PARALLEL: a file's tests on one worker), then those, which
 # measure figures under load against goals, one at a time. Both run whatever the first
 # found; exit 5 is "no test selected" (ARGS may name tests of one kind only).
+# Each tier lists its 15 slowest steps (set-up, call, tear-down) at its end: where the
+# suite's minutes go, for the next one who shortens it.
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -n auto --dist loadfile
+SLOWEST := --durations=15
 test: prerequisites lint $(TOOLS_STAMP) $(SUPPLY_STAMP)
 	@status=0; \
-	$(PYTEST) -m 'not alone' $(PARALLEL) $(ARGS) || [ $$? -eq 5 ] || status=1; \
-	$(PYTEST) -m alone $(ARGS) || [ $$? -eq 5 ] || status=1; \
+	$(PYTEST) -m 'not alone' $(PARALLEL) $(SLOWEST) $(ARGS) || [ $$? -eq 5 ] || status=1; \
+	$(PYTEST) -m alone $(SLOWEST) $(ARGS) || [ $$? -eq 5 ] || status=1; \
 	exit $$status
 
 # Minutes, not a quarter of an hour: no lint, no real model, no `headway up` processes.
