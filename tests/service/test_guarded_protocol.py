@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+from asyncio.selector_events import _SelectorSocketTransport
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -208,6 +209,27 @@ async def test_a_kept_alive_connection_serves_requests_then_closes_after_the_idl
             )
         assert await until_closed(reader) == b""  # idle: closed without a word
         assert served.observer.timeouts == {"idle": 1}
+
+
+async def test_each_answer_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn writes a response's head and body apart; the guarded transport sends what
+    one turn of the event loop wrote as one write: one system call, one segment."""
+    writes: list[tuple[int, bytes]] = []
+    original = _SelectorSocketTransport.write
+
+    def counted(transport: _SelectorSocketTransport, data: Any) -> None:
+        writes.append((transport.get_extra_info("sockname")[1], bytes(data)))
+        original(transport, data)
+
+    monkeypatch.setattr(_SelectorSocketTransport, "write", counted)
+    async with serving(SHORT) as served:
+        reader, writer = await served.connect()
+        for _ in range(2):  # the same connection, kept alive
+            writer.write(GET)
+            await asyncio.wait_for(reader.readuntil(b"ok"), WAIT_S)
+        answers = [data for port, data in writes if port == served.port]
+        assert len(answers) == 2, answers
+        assert all(a.startswith(b"HTTP/1.1 200") and a.endswith(b"\r\n\r\nok") for a in answers)
 
 
 async def test_blank_lines_after_a_response_do_not_hold_the_connection_past_the_header_timeout():

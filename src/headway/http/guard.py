@@ -178,17 +178,40 @@ class _PacedFlow(FlowControl):
 class _LingeringTransport:
     """The connection's transport as uvicorn sees it: ``close`` lingers while the request's
     body is still coming (the answer came first; see the module docstring), and the
-    connection then reads as closing; everything else is the transport's own."""
+    connection then reads as closing; writes made in one turn of the event loop go out as
+    one (uvicorn writes a response's head and its body apart: two system calls, and often
+    two segments, where one does); everything else is the transport's own."""
 
-    __slots__ = ("_protocol", "_raw")
+    __slots__ = ("_pending", "_protocol", "_raw")
 
     def __init__(self, raw: asyncio.Transport, protocol: GuardedHttpToolsProtocol) -> None:
         self._raw, self._protocol = raw, protocol
+        self._pending: list[bytes] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
 
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._pending is None:
+            self._pending = [data]
+            self._protocol.loop.call_soon(self.flush)
+        else:
+            self._pending.append(data)
+
+    def flush(self) -> None:
+        """What this turn wrote, in one write (at the end of the turn, or before a close)."""
+        pending, self._pending = self._pending, None
+        if pending and not self._raw.is_closing():
+            self._raw.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._raw.write_eof()
+
     def close(self) -> None:
+        self.flush()
         if not self._protocol.linger(self._raw):
             self._raw.close()
 
