@@ -33,15 +33,7 @@ def test_rerank_uses_the_cross_encoder_when_one_is_imported(model_data_dir, tmp_
 
     data_dir = tmp_path / "data"
     shutil.copytree(model_data_dir, data_dir)
-    checkpoint = build_tiny_transformer(tmp_path / "tiny-ce", "bert", cross_encoder=True)
-    command = ["models", "import", "--cross-encoder", str(checkpoint), "--alias", "rerank"]
-    imported = subprocess.run(
-        [*HEADWAY, *command, "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    version = imported.stdout.split()[0]
+    checkpoint, version = import_cross_encoder(tmp_path, data_dir)
     reference = CrossEncoder(str(checkpoint), device="cpu", max_length=TINY_MAX_POSITIONS)
     expected = reference.predict([(QUERY, d) for d in DOCUMENTS], activation_fn=_sigmoid())
 
@@ -79,15 +71,7 @@ def test_without_a_cross_encoder_no_rerank_worker_runs_until_one_is_imported(
             assert client.get("/readyz").json()["pools"]["rerank"]["ready"] == 0
             assert rerank_workers(up) == []
 
-            checkpoint = build_tiny_transformer(tmp_path / "tiny-ce", "bert", cross_encoder=True)
-            command = ["models", "import", "--cross-encoder", str(checkpoint), "--alias", "rerank"]
-            imported = subprocess.run(
-                [*HEADWAY, *command, "--data-dir", str(data_dir)],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            version = imported.stdout.split()[0]
+            _, version = import_cross_encoder(tmp_path, data_dir)
             # Once the gateway has read the alias (within its registry poll), a rerank
             # request wakes the pool, waits for its worker (within its deadline) and is
             # served by the cross-encoder; before, the embed pool serves it.
@@ -102,6 +86,20 @@ def test_without_a_cross_encoder_no_rerank_worker_runs_until_one_is_imported(
             assert len(rerank_workers(up)) == 1
     finally:
         assert up.stop(signal.SIGTERM) == 0
+
+
+def import_cross_encoder(tmp_path: Path, data_dir: Path) -> tuple[Path, str]:
+    """A tiny BERT cross-encoder, imported with the CLI under the ``rerank`` alias: its
+    checkpoint and its version."""
+    checkpoint = build_tiny_transformer(tmp_path / "tiny-ce", "bert", cross_encoder=True)
+    command = ["models", "import", "--cross-encoder", str(checkpoint), "--alias", "rerank"]
+    imported = subprocess.run(
+        [*HEADWAY, *command, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return checkpoint, imported.stdout.split()[0]
 
 
 def rerank_workers(up: Up) -> list[int]:
