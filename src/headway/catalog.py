@@ -48,15 +48,22 @@ def register(
     return record
 
 
-def ensure_default_model(settings: Settings, registry: RegistryStore) -> ModelRecord:
-    """Import all-MiniLM-L6-v2 unless the registry already names a stored artifact for it."""
-    store = ModelStore(settings.model_root)
+def stored_default_model(settings: Settings, registry: RegistryStore) -> ModelRecord | None:
+    """What the registry names all-MiniLM-L6-v2, if its artifact is in the store."""
     existing = registry.resolve_model(settings.embed_model)
     if existing is not None and (settings.model_root / existing.version).is_dir():
         return existing
+    return None
+
+
+def ensure_default_model(settings: Settings, registry: RegistryStore) -> ModelRecord:
+    """Import all-MiniLM-L6-v2 unless the registry already names a stored artifact for it."""
+    existing = stored_default_model(settings, registry)
+    if existing is not None:
+        return existing
     from headway.models.importer import import_default
 
-    return register(registry, import_default(store), DEFAULT_ALIASES)
+    return register(registry, import_default(ModelStore(settings.model_root)), DEFAULT_ALIASES)
 
 
 def synthetic_record(synthetic: SyntheticSettings) -> ModelRecord:

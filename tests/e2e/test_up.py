@@ -146,3 +146,24 @@ def test_a_gateway_that_dies_comes_back_on_both_of_its_ports(tmp_path: Path) -> 
         assert any("restarted gateway" in line for line in up.lines)
     finally:
         assert up.stop(signal.SIGTERM) == 0
+
+
+def test_a_first_start_imports_the_model_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """The supervisor lives as long as the system: what importing the default model loads
+    (the ONNX and tokenizer libraries, the buffers of the conversion) stays out of it."""
+    up = start_up(tmp_path / "data", "--rerank-replicas", "0")  # no model stored yet
+    try:
+        imported = [line for line in up.lines if "model all-MiniLM-L6-v2 version" in line]
+        assert len(imported) == 1, "".join(up.lines)
+        assert f"[{up.process.pid}]" not in imported[0]  # logged by the importing process
+        mapped = Path(f"/proc/{up.process.pid}/maps").read_text()
+        assert "onnx" not in mapped and "tokenizers" not in mapped
+        with httpx.Client(base_url=up.url, timeout=60) as client:
+            served = client.post(
+                "/v1/embeddings",
+                headers=SEARCH_APP,
+                json={"model": "all-MiniLM-L6-v2", "input": [PUMP]},
+            )
+            assert served.status_code == 200, served.text
+    finally:
+        assert up.stop(signal.SIGTERM) == 0

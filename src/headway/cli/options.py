@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from typer._click.globals import get_current_context  # typer's own click, vendored
 
+from headway.cli.failures import DEBUG
 from headway.settings import Settings, SettingsError, load_settings
 
 ConfigOpt = Annotated[
@@ -89,6 +90,12 @@ def settings_from(config: Path | None, **sections: Any) -> Settings:
 
     configure_logging(settings.log_level, settings.observability.logging.format)
     return settings
+
+
+def debugging() -> bool:
+    """The running command was given ``--debug`` (a traceback instead of one line)."""
+    ctx = get_current_context(silent=True)
+    return ctx is not None and bool(ctx.find_root().meta.get(DEBUG))
 
 
 def flag_names(flags: dict[str, Any]) -> dict[tuple[str, ...], str]:
