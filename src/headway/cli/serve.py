@@ -194,9 +194,10 @@ def up(
 
 def _import_models_apart(settings: Settings, registry: RegistryStore, paths: list[Path]) -> None:
     """The default model (unless stored) and ``paths`` into the store and the registry, in
-    a process of its own: ``up`` lives as long as the system, and would keep for good what
-    an import allocates (a supervisor measured 246 MiB PSS after a first start's import,
-    75 MiB without one). Nothing to import: no process."""
+    a forked process of its own: ``up`` lives as long as the system, and would keep for
+    good what an import allocates (docs/benchmarks.md, issue 30's first steps). Forked, not
+    spawned: nothing to import again, and no resource tracker left running beside ``up``.
+    Nothing to import: no process."""
     import multiprocessing
 
     from headway.catalog import stored_default_model
@@ -205,7 +206,7 @@ def _import_models_apart(settings: Settings, registry: RegistryStore, paths: lis
     if stored is not None and not paths:
         log.info("model %s version %s", stored.name, stored.version[:12])
         return
-    child = multiprocessing.get_context("spawn").Process(
+    child = multiprocessing.get_context("fork").Process(
         target=_import_models, args=(settings, paths, debugging()), name="headway-up-import"
     )
     child.start()
@@ -221,10 +222,8 @@ def _import_models(settings: Settings, paths: list[Path], debug: bool) -> None:
 
     from headway.catalog import ensure_default_model
     from headway.cli.failures import explain
-    from headway.logs import configure_logging
     from headway.registry.open import open_registry
 
-    configure_logging(settings.log_level, settings.observability.logging.format)
     try:
         registry = open_registry(settings)
         try:
