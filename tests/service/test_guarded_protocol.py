@@ -23,7 +23,7 @@ from uvicorn.server import ServerState
 from headway.http.asgi import DISCONNECT_EXTENSION, Disconnect
 from headway.http.connection_caps import Refusal
 from headway.http.connection_metrics import TimeoutPhase
-from headway.http.guard import EdgeGuard, guarded_protocol
+from headway.http.guard import COALESCE_BYTES, EdgeGuard, guarded_protocol
 from headway.serve import listening_socket
 from headway.settings import EdgeLimits
 from headway.tls.contexts import client_context, server_context
@@ -73,6 +73,13 @@ class HeldApp:
             await send({"type": "http.response.start", "status": 401, "headers": [
                 (b"content-length", b"2"), (b"connection", b"close")]})  # fmt: skip
             await send({"type": "http.response.body", "body": b"no"})
+            return
+        if scope["path"] == "/big":  # three chunks, each as large as a write is held for
+            chunk = b"x" * COALESCE_BYTES
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-length", str(3 * len(chunk)).encode())]})  # fmt: skip
+            for last in (False, False, True):
+                await send({"type": "http.response.body", "body": chunk, "more_body": not last})
             return
         if scope["path"] == "/late-read":
             self.waiting_to_read.set()
@@ -230,6 +237,14 @@ async def test_each_answer_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) 
         answers = [data for port, data in writes if port == served.port]
         assert len(answers) == 2, answers
         assert all(a.startswith(b"HTTP/1.1 200") and a.endswith(b"\r\n\r\nok") for a in answers)
+        # A large answer is not held: each chunk goes at once, into the transport's flow
+        # control, as uvicorn wrote it (the head with the first).
+        writes.clear()
+        writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.wait_for(reader.readuntil(b"x" * 16), WAIT_S)
+        await asyncio.wait_for(reader.readexactly(3 * COALESCE_BYTES - 16), WAIT_S)
+        big = [data for port, data in writes if port == served.port]
+        assert [len(data) >= COALESCE_BYTES for data in big] == [True, True, True], big
 
 
 async def test_blank_lines_after_a_response_do_not_hold_the_connection_past_the_header_timeout():

@@ -68,6 +68,8 @@ from headway.tls.identity import PEER_EXTENSION, accepted, peer_names
 HeaderExpiry = Literal["close", "answer_408", "close_after_response"]
 HEADER_OVERHEAD = 4
 """Bytes of a header line besides its name and value: the colon, a space and the CRLF."""
+COALESCE_BYTES = 64 * 1024
+"""Writes of one event-loop turn are held to go out as one up to this many bytes."""
 
 
 def on_header_timeout(*, request_begun: bool, response_in_flight: bool) -> HeaderExpiry:
@@ -180,13 +182,16 @@ class _LingeringTransport:
     body is still coming (the answer came first; see the module docstring), and the
     connection then reads as closing; writes made in one turn of the event loop go out as
     one (uvicorn writes a response's head and its body apart: two system calls, and often
-    two segments, where one does); everything else is the transport's own."""
+    two segments, where one does), up to ``COALESCE_BYTES``, past which they go at once so
+    that a large answer meets the transport's flow control as before; everything else is
+    the transport's own."""
 
-    __slots__ = ("_pending", "_protocol", "_raw")
+    __slots__ = ("_pending", "_pending_bytes", "_protocol", "_raw")
 
     def __init__(self, raw: asyncio.Transport, protocol: GuardedHttpToolsProtocol) -> None:
         self._raw, self._protocol = raw, protocol
         self._pending: list[bytes] | None = None
+        self._pending_bytes = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
@@ -199,10 +204,13 @@ class _LingeringTransport:
             self._protocol.loop.call_soon(self.flush)
         else:
             self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= COALESCE_BYTES:
+            self.flush()
 
     def flush(self) -> None:
         """What this turn wrote, in one write (at the end of the turn, or before a close)."""
-        pending, self._pending = self._pending, None
+        pending, self._pending, self._pending_bytes = self._pending, None, 0
         if pending and not self._raw.is_closing():
             self._raw.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
