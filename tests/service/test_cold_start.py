@@ -178,3 +178,21 @@ async def test_with_the_hold_off_a_cold_pool_fails_fast_and_is_unready(tmp_path)
         assert (await stack.client.get("/readyz")).status_code == 503
     finally:
         await stack.close()
+
+
+async def test_only_a_caller_with_a_key_and_a_valid_body_is_held_or_wakes_the_pool(cold):
+    """A pool at zero is a shared resource: a stranger, a made-up key and a
+    malformed body are answered at once, never held and never counted as demand."""
+    body = {"model": "synthetic", "input": ["cold text"]}
+    anonymous = await cold.client.post("/v1/embeddings", json=body)
+    made_up = await cold.client.post("/v1/embeddings", headers=auth("made-up-key"), json=body)
+    malformed = await cold.client.post(
+        "/v1/embeddings", headers=auth(), json={"model": "synthetic", "input": 7}
+    )
+    assert [r.status_code for r in (anonymous, made_up, malformed)] == [401, 401, 422]
+    assert (waiting(cold), waits(cold)) == (0, 0)
+    # The same pool holds a tenant's request: the refusals above were not luck.
+    request = asyncio.create_task(embed(cold))
+    await until(lambda: waiting(cold) == 1)
+    request.cancel()
+    await asyncio.gather(request, return_exceptions=True)

@@ -53,6 +53,12 @@ def _os_error(exc: OSError) -> str:
     return f"{cause}:{where}; check the path, or run again with --debug for the traceback"
 
 
+def report(exc: Exception) -> int:
+    """Say ``exc`` in its one line on stderr; the exit status it calls for."""
+    typer.echo(f"error: {explain(exc)}", err=True)
+    return exc.code if isinstance(exc, CliError) else 1
+
+
 def explain(exc: BaseException) -> str:
     """``exc`` as ``<what>; <the fix>``, on one line."""
     from headway.models.errors import ModelError
@@ -98,5 +104,4 @@ class HeadwayGroup(TyperGroup):
         except Exception as exc:
             if ctx.meta.get(DEBUG):
                 raise
-            typer.echo(f"error: {explain(exc)}", err=True)
-            raise typer.Exit(exc.code if isinstance(exc, CliError) else 1) from exc
+            raise typer.Exit(report(exc)) from exc

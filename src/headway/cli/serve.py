@@ -221,7 +221,7 @@ def _import_models(settings: Settings, paths: list[Path], debug: bool) -> None:
     import sys
 
     from headway.catalog import ensure_default_model
-    from headway.cli.failures import explain
+    from headway.cli.failures import report
     from headway.registry.open import open_registry
 
     try:
@@ -237,8 +237,7 @@ def _import_models(settings: Settings, paths: list[Path], debug: bool) -> None:
     except Exception as exc:
         if debug:
             raise
-        typer.echo(f"error: {explain(exc)}", err=True)
-        sys.exit(1)
+        sys.exit(report(exc))
 
 
 def _bring_models(settings: Settings, registry: RegistryStore, paths: list[Path]) -> None:

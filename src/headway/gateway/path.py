@@ -111,8 +111,9 @@ async def serve(request: Request, endpoint: Endpoint, parts: PathParts) -> Respo
             parts.empty_buckets.check(ctx)
         check_meter(parts.meter.sink)
         work = endpoint.parse(request.body, settings.limits)
-        cold = parts.cold_starts.of(parts.pools.for_models(work.models, snapshot))
-        await hold_for_replica(cold, ctx, work.texts, parts.metrics.refused)
+        if not parts.pools.ready:  # a pool without a ready replica: is it this one's?
+            cold = parts.cold_starts.of(parts.pools.for_models(work.models, snapshot))
+            await hold_for_replica(cold, ctx, work.texts, parts.metrics.refused)
         target = resolve(work.models, snapshot, parts.pools, tenant_name, work.user)
         version = target.record.version
         work = work.for_model(target.record)

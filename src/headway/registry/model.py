@@ -314,6 +314,14 @@ class Snapshot:
     def resolve_model(self, name: str) -> ModelRecord | None:
         return self.models.get(name)
 
+    def aliases_of_kind(self, kind: str) -> list[str]:
+        """Every alias (not a version) whose primary is a model of ``kind``."""
+        return [
+            name
+            for name, record in self.models.items()
+            if name != record.version and record.kind == kind
+        ]
+
     def versions_of(self, name: str) -> frozenset[str]:
         """Every version a worker serving ``name`` must hold: the alias's primary and any
         its split names (weights, pins, shadow); a version names itself."""

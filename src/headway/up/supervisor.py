@@ -547,10 +547,7 @@ def prewarmed_pools(
 
 def holds_cross_encoder(snapshot: Snapshot) -> bool:
     """An alias of the registry names a cross-encoder."""
-    return any(
-        name != record.version and record.kind == "cross-encoder"
-        for name, record in snapshot.models.items()
-    )
+    return bool(snapshot.aliases_of_kind("cross-encoder"))
 
 
 def _ready(

@@ -163,9 +163,8 @@ def versions_of_kind(snapshot: Snapshot, kind: str) -> tuple[str, ...]:
     """Every version an alias of ``kind`` points to (its primary, and what its split
     names), sorted; a version no alias names is not among them."""
     named: set[str] = set()
-    for name, record in snapshot.models.items():
-        if name != record.version and record.kind == kind:
-            named |= snapshot.versions_of(name)
+    for name in snapshot.aliases_of_kind(kind):
+        named |= snapshot.versions_of(name)
     return tuple(sorted(named))
 
 
